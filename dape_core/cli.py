@@ -1,0 +1,55 @@
+"""The ``dape`` command: one sub-command per pipeline stage.
+
+Each stage module defines ``add_arguments(parser)`` and ``run(args)``; modules are imported only when
+their sub-command is used, so ``dape --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from dape_core.errors import ConfigError
+
+# sub-command -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "tokenize": ("dape_core.data", "build token files from a corpus (built-in, local files or the Hub)"),
+    "train": ("dape_core.train", "train a decoder language model"),
+    "evaluate": ("dape_core.evaluate", "perplexity at many evaluation lengths, and the ΔP of appendix A"),
+    "time": ("dape_core.timing", "forward / training-step time and peak memory (Table 7, §4.2)"),
+    "che": ("dape_core.che.runner", "train and evaluate one CHE cell (Table 6)"),
+    "report": ("dape_core.report.cli", "aggregate results into CSVs, tables, figures and claim verdicts"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dape", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (module_name, help_text) in COMMANDS.items():
+        if len(sys.argv) > 1 and sys.argv[1] == name:
+            module = importlib.import_module(module_name)
+            p = sub.add_parser(name, help=help_text, description=module.__doc__)
+            module.add_arguments(p)
+            p.set_defaults(_module=module)
+        else:
+            sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is not None:
+        sys.argv = [sys.argv[0], *argv]
+    parser = build_parser()
+    args = parser.parse_args()
+    if not hasattr(args, "_module"):  # pragma: no cover - argparse guards this
+        parser.error(f"unknown command {args.command!r}")
+    try:
+        result = args._module.run(args)
+    except ConfigError as err:
+        parser.exit(2, f"dape {args.command}: error: {err}\n")
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
