@@ -1,0 +1,34 @@
+# The two commands of the README:
+#   make reproduce   install, then run the whole DAG on config.yaml into reports/ (and reports/report.html)
+#   make test        install with the test extras, then run the test suite (what .ci/run calls)
+PYTHON ?= python3
+VENV ?= .venv
+CORES ?= all
+CONFIG ?= config.yaml
+BIN := $(VENV)/bin
+# The CPU build of torch is installed first; a GPU machine brings its own torch (pyproject keeps a lower bound).
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: install install-test test reproduce report clean-results
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e .
+
+install-test: $(BIN)/python
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e '.[test,slurm]'
+
+test: install-test
+	$(BIN)/python -m pytest -q -n 2 --durations=15 tests --ignore=tests/cluster
+
+reproduce: install
+	$(BIN)/snakemake --profile profiles/default --cores $(CORES) --configfile $(CONFIG)
+	$(BIN)/snakemake --profile profiles/default --cores $(CORES) --configfile $(CONFIG) --report reports/report.html
+
+clean-results:
+	rm -rf results reports/*.csv reports/tables reports/figures reports/report.html

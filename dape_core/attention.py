@@ -1,0 +1,122 @@
+"""Attention with the paper's score pipeline in one place (paper §3, eq. 1–5).
+
+    scores = q·kᵀ/√d  →  + encoding bias B  →  DAPE processor  →  causal mask  →  softmax  →  ·V
+
+Three ways to run it, all computing the same function:
+* the plain path (``_attend_rows`` on all rows): the readable reference, materialises [batch, H, T, T];
+* a fast path through ``scaled_dot_product_attention`` (B as a float mask) when there is no processor;
+* an exact query-chunked path (``query_chunk_size``): the 1×k convolution runs along keys only, so query rows
+  are independent. A chunk of rows r0…r1−1 needs its row offset (for tril and the causal mask) and, with
+  ``same`` padding, the 2·(k//2) key columns right of its last row (the conv halo); keys beyond are never read.
+  Peak memory then grows with chunk × T × dape_width instead of T² × dape_width.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dape_core.dape import ScoreProcessor
+from dape_core.encodings import PositionalEncoding
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    encoding: PositionalEncoding,
+    processor: ScoreProcessor | None,
+    positions: torch.Tensor,
+    causal: bool,
+    dropout_p: float = 0.0,
+    query_chunk_size: int | None = None,
+    fast_path: bool = True,
+) -> torch.Tensor:
+    """Self-attention of q, k, v [batch, H, T, d_head] at ``positions`` [T]; returns [batch, H, T, d_head]."""
+    q, k = encoding.rotate(q, k, positions, positions)
+    n = q.shape[2]
+    kwargs = dict(
+        encoding=encoding, processor=processor, positions=positions, causal=causal, dropout_p=dropout_p,
+        fast_path=fast_path,
+    )
+    if not query_chunk_size or n <= query_chunk_size:
+        return _attend_rows(q, k, v, 0, **kwargs)
+    chunks = [
+        _attend_rows(q[:, :, r0 : r0 + query_chunk_size], k, v, r0, **kwargs)
+        for r0 in range(0, n, query_chunk_size)
+    ]
+    return torch.cat(chunks, dim=2)
+
+
+def _attend_rows(q, k, v, row_offset, *, encoding, processor, positions, causal, dropout_p, fast_path):
+    """Attention output for query rows ``row_offset … row_offset + len(q) − 1`` against the keys they can reach."""
+    rows_end = row_offset + q.shape[2]
+    q_pos = positions[row_offset:rows_end]
+    if causal:
+        halo = processor.right_halo if processor is not None else 0
+        keys_read = min(k.shape[2], rows_end + halo)  # keys the processor reads
+        keys_kept = rows_end  # keys that survive the causal mask
+    else:
+        keys_read = keys_kept = k.shape[2]
+    k_read, k_pos = k[:, :, :keys_read], positions[:keys_read]
+    allowed = None
+    if causal:
+        row_index = torch.arange(row_offset, rows_end, device=q.device)[:, None]
+        allowed = torch.arange(keys_kept, device=q.device)[None, :] <= row_index
+
+    if processor is None and fast_path and not encoding.needs_scores:
+        bias = encoding.bias(q, k_read, None, q_pos, k_pos) if encoding.has_bias else None
+        if bias is None and causal and row_offset == 0 and keys_kept == q.shape[2]:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
+        mask = allowed if bias is None else bias
+        if bias is not None and allowed is not None:
+            mask = bias[..., :keys_kept].masked_fill(~allowed, float("-inf"))
+        return F.scaled_dot_product_attention(q, k[:, :, :keys_kept], v[:, :, :keys_kept], attn_mask=mask, dropout_p=dropout_p)
+
+    scores = torch.matmul(q, k_read.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # A = q·kᵀ/√d
+    bias = encoding.bias(q, k_read, scores, q_pos, k_pos) if encoding.has_bias else None  # B
+    if processor is not None:
+        scores = processor(scores, bias, row_offset)  # A + B + f(tril([A; B]))
+    elif bias is not None:
+        scores = scores + bias
+    scores = scores[..., :keys_kept]
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    if dropout_p > 0:
+        probs = F.dropout(probs, p=dropout_p)
+    return torch.matmul(probs, v[:, :, :keys_kept])
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention whose scores go through ``attend``; one processor per layer."""
+
+    def __init__(self, d_model: int, n_head: int, *, causal: bool, dropout: float = 0.0):
+        super().__init__()
+        if d_model % n_head:
+            raise ValueError(f"d_model: {d_model} is not divisible by n_head {n_head}; allowed values: multiples of n_head")
+        self.n_head = n_head
+        self.head_dim = d_model // n_head
+        self.causal = causal
+        self.dropout = dropout
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def forward(self, x, *, encoding, processor, positions, query_chunk_size=None, fast_path=True):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.n_head, self.head_dim).permute(2, 0, 3, 1, 4)
+        y = attend(
+            q, k, v,
+            encoding=encoding,
+            processor=processor,
+            positions=positions,
+            causal=self.causal,
+            dropout_p=self.dropout if self.training else 0.0,
+            query_chunk_size=query_chunk_size,
+            fast_path=fast_path,
+        )
+        return self.out(y.transpose(1, 2).reshape(b, t, c))

@@ -1,0 +1,333 @@
+"""Positional encodings: NoPE, RoPE, T5 bias, ALiBi, Kerple (log), FIRE, CoPE and Transformer-XL.
+
+Every encoding works at any length (no maximum-length assertion, nothing cached by length) and offers two
+hooks that the score pipeline (``dape_core.attention``) calls:
+
+* ``rotate(q, k, q_pos, k_pos)`` — a rotation of queries and keys (RoPE); identity for the others;
+* ``bias(q, k, scores, q_pos, k_pos)`` — the additive bias B of paper eq. (1): ``None`` (NoPE, RoPE),
+  ``[H, Tq, Tk]`` (ALiBi, Kerple, FIRE, T5) or ``[batch, H, Tq, Tk]`` when it depends on the query (CoPE, XL).
+
+``q_pos``/``k_pos`` are 1-D position vectors; ``scores`` is q·kᵀ/√d of the same rows. With ``causal=False``
+(the CHE encoder) each encoding tells left from right; the choice per encoding is written in its docstring.
+A new encoding is one class decorated with ``@register("name")``; it then joins the tests and configs by name.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import nn
+
+from dape_core.errors import require_choice
+
+ENCODINGS: dict[str, type["PositionalEncoding"]] = {}
+
+DISPLAY_NAMES: dict[str, str] = {}
+
+
+def register(name: str, display: str) -> Callable[[type], type]:
+    """Class decorator: make an encoding available by ``name`` (config key) and ``display`` (tables)."""
+
+    def wrap(cls: type) -> type:
+        cls.name = name
+        ENCODINGS[name] = cls
+        DISPLAY_NAMES[name] = display
+        return cls
+
+    return wrap
+
+
+def relative_distance(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    """i − j for every (query i, key j) pair: positive for keys to the left of the query."""
+    return q_pos[:, None] - k_pos[None, :]
+
+
+class PositionalEncoding(nn.Module):
+    """Base class; subclasses override ``bias`` and/or ``rotate``."""
+
+    name = "base"
+    has_bias = True  # False: the DAPE processor sees the score channels alone (paper eq. 4)
+    needs_scores = False  # True: the bias is a function of q·kᵀ (CoPE's gates)
+    shared_by_default = False  # one instance for all layers (public code: only the T5 table)
+
+    def __init__(self, n_head: int, head_dim: int, *, causal: bool = True, train_len: int = 512, **_: object):
+        super().__init__()
+        self.n_head = n_head
+        self.head_dim = head_dim
+        self.causal = causal
+        self.train_len = train_len
+
+    def rotate(self, q, k, q_pos, k_pos):
+        return q, k
+
+    def bias(self, q, k, scores, q_pos, k_pos):  # pragma: no cover - overridden
+        return None
+
+
+def build_encoding(name: str, n_head: int, head_dim: int, **kwargs) -> PositionalEncoding:
+    require_choice("encoding", name, ENCODINGS)
+    return ENCODINGS[name](n_head, head_dim, **kwargs)
+
+
+@register("nope", "NoPE")
+class NoPE(PositionalEncoding):
+    """No positional encoding (Kazemnejad et al., 2023): B = 0."""
+
+    has_bias = False
+
+
+@register("rope", "RoPE")
+class RoPE(PositionalEncoding):
+    """Rotary embedding (Su et al., 2024), base 10000, rotate-half layout; angles from positions, any length."""
+
+    has_bias = False
+
+    def __init__(self, n_head, head_dim, *, rope_base: float = 10000.0, **kw):
+        super().__init__(n_head, head_dim, **kw)
+        if head_dim % 2:
+            raise ValueError(f"head_dim: {head_dim} is not allowed with RoPE; allowed values: even numbers")
+        inv_freq = rope_base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+        self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
+
+    def _rotate_one(self, x, pos):
+        dtype = torch.promote_types(x.dtype, torch.float32)
+        angles = pos.to(dtype)[:, None] * self.inv_freq.to(dtype)[None, :]  # [T, d/2]
+        cos = torch.cat([angles.cos(), angles.cos()], -1).to(x.dtype)
+        sin = torch.cat([angles.sin(), angles.sin()], -1).to(x.dtype)
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat([-x2, x1], -1) * sin
+
+    def rotate(self, q, k, q_pos, k_pos):
+        return self._rotate_one(q, q_pos), self._rotate_one(k, k_pos)
+
+
+def alibi_slopes(n_head: int) -> torch.Tensor:
+    """ALiBi slopes m_h = 2^(−8h/H), h = 1…H; for H not a power of two, the standard interleave (Press et al.)."""
+
+    def power_of_two(n):
+        start = 2 ** (-8 / n)
+        return [start ** (h + 1) for h in range(n)]
+
+    if math.log2(n_head).is_integer():
+        slopes = power_of_two(n_head)
+    else:
+        closest = 2 ** math.floor(math.log2(n_head))
+        slopes = power_of_two(closest) + power_of_two(2 * closest)[0::2][: n_head - closest]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+@register("alibi", "ALiBi")
+class ALiBi(PositionalEncoding):
+    """ALiBi (Press et al., 2022): b(i, j) = −m_h·(i − j).
+
+    Encoder (two-sided): b = −m_h·(|i − j| + 0.5·[j < i]), the reference CHE encoder's symmetry break.
+    """
+
+    def __init__(self, n_head, head_dim, **kw):
+        super().__init__(n_head, head_dim, **kw)
+        self.register_buffer("slopes", alibi_slopes(n_head), persistent=False)
+
+    def bias(self, q, k, scores, q_pos, k_pos):
+        dist = relative_distance(q_pos, k_pos).to(q.dtype)
+        if not self.causal:
+            dist = dist.abs() + 0.5 * (dist > 0).to(q.dtype)
+        return -self.slopes.to(q.dtype)[:, None, None] * dist
+
+
+@register("kerple", "Kerple")
+class Kerple(PositionalEncoding):
+    """Kerple, logarithmic variant (Chi et al., 2022): b(i, j) = −r1·log(1 + r2·|i − j|), r1, r2 ≥ 0.01.
+
+    Init r1 ~ 2·U(0, 1), r2 ~ U(0, 1) per head; the parameters are clamped to ≥ 0.01 in place at every forward,
+    as the reference does. Encoder (two-sided): separate (r1, r2) for keys left and right of the query.
+    """
+
+    min_value = 0.01
+
+    def __init__(self, n_head, head_dim, **kw):
+        super().__init__(n_head, head_dim, **kw)
+        sides = 1 if self.causal else 2
+        self.r1 = nn.Parameter(2 * torch.rand(sides, n_head))
+        self.r2 = nn.Parameter(torch.rand(sides, n_head))
+
+    def bias(self, q, k, scores, q_pos, k_pos):
+        with torch.no_grad():  # in place only when needed, so a table shared by layers keeps its autograd version
+            for param in (self.r1, self.r2):
+                if bool((param < self.min_value).any()):
+                    param.clamp_(min=self.min_value)
+        dist = relative_distance(q_pos, k_pos).to(q.dtype)
+        r1 = self.r1.to(q.dtype)[:, :, None, None]
+        r2 = self.r2.to(q.dtype)[:, :, None, None]
+        kernel = -r1 * torch.log1p(r2 * dist.abs())  # [sides, H, Tq, Tk]
+        if self.causal:
+            return kernel[0]
+        return torch.where(dist >= 0, kernel[0], kernel[1])
+
+
+@register("fire", "FIRE")
+class FIRE(PositionalEncoding):
+    """FIRE (Li et al., 2023): b(i, j) = f_θ(ψ(i − j) / ψ(max(L, i))), ψ(x) = log(|c·x| + 1).
+
+    f_θ = Linear(1, 32)–ReLU–Linear(32, H); c learnable (init 0.1); L = |L_multiplier·L_init| with L_multiplier
+    learnable (init 1) and L_init = train_len / 2 fixed; eps 1e-6 on the denominator. Encoder (two-sided): the
+    signed normalised distance sign(i − j)·ψ(i − j)/ψ(max(L, i, j)) goes into f_θ.
+    """
+
+    def __init__(self, n_head, head_dim, *, fire_width: int = 32, **kw):
+        super().__init__(n_head, head_dim, **kw)
+        self.mlp = nn.Sequential(nn.Linear(1, fire_width), nn.ReLU(), nn.Linear(fire_width, n_head))
+        self.c = nn.Parameter(torch.tensor(0.1))
+        self.L_multiplier = nn.Parameter(torch.tensor(1.0))
+        self.register_buffer("L_init", torch.tensor(float(self.train_len) / 2), persistent=True)
+        self.eps = 1e-6
+
+    def psi(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.log(torch.abs(self.c * x) + 1)
+
+    def bias(self, q, k, scores, q_pos, k_pos):
+        dtype = torch.promote_types(q.dtype, torch.float32)
+        dist = relative_distance(q_pos, k_pos).to(dtype)
+        threshold = torch.abs(self.L_multiplier * self.L_init)
+        if self.causal:
+            normaliser = torch.maximum(q_pos.to(dtype), threshold)[:, None]
+            x = self.psi(dist) / (self.psi(normaliser) + self.eps)
+        else:
+            far = torch.maximum(q_pos[:, None], k_pos[None, :]).to(dtype)
+            normaliser = torch.maximum(far, threshold)
+            x = torch.sign(dist) * self.psi(dist) / (self.psi(normaliser) + self.eps)
+        return self.mlp(x.unsqueeze(-1)).permute(2, 0, 1).to(q.dtype)  # [H, Tq, Tk]
+
+
+def t5_bucket(dist: torch.Tensor, *, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128):
+    """T5 relative-position bucket of i − j (Raffel et al., 2020): exact below half the buckets, log-spaced above."""
+    buckets = torch.zeros_like(dist)
+    if bidirectional:
+        num_buckets //= 2
+        buckets = buckets + (dist < 0).long() * num_buckets  # keys right of the query get their own buckets
+        n = dist.abs()
+    else:
+        n = dist.clamp(min=0)
+    max_exact = num_buckets // 2
+    large = max_exact + (
+        torch.log(n.float().clamp(min=1) / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
+    ).long()
+    large = large.clamp(max=num_buckets - 1)
+    return buckets + torch.where(n < max_exact, n, large)
+
+
+@register("t5", "T5")
+class T5Bias(PositionalEncoding):
+    """T5 relative bias: a learned scalar per head for each of 32 buckets of i − j (max distance 128).
+
+    One table shared by all layers (public code). Encoder: T5's bidirectional buckets (left and right apart).
+    """
+
+    shared_by_default = True
+
+    def __init__(self, n_head, head_dim, *, t5_buckets: int = 32, t5_max_distance: int = 128, **kw):
+        super().__init__(n_head, head_dim, **kw)
+        self.num_buckets = t5_buckets
+        self.max_distance = t5_max_distance
+        self.table = nn.Embedding(t5_buckets, n_head)
+
+    def bias(self, q, k, scores, q_pos, k_pos):
+        buckets = t5_bucket(
+            relative_distance(q_pos, k_pos),
+            bidirectional=not self.causal,
+            num_buckets=self.num_buckets,
+            max_distance=self.max_distance,
+        )
+        return self.table(buckets).permute(2, 0, 1).to(q.dtype)
+
+
+@register("cope", "CoPE")
+class CoPE(PositionalEncoding):
+    """CoPE (Golovneva et al., 2024): gates σ(q·k/√d), position p_ij = Σ_{t=j..i} gate_it clamped to npos_max − 1,
+    bias q·e[p] with e interpolated between ⌊p⌋ and ⌈p⌉ (one table per layer, shared by heads).
+
+    Encoder (two-sided): keys right of the query count gates from i to j and use a second table.
+    """
+
+    needs_scores = True
+
+    def __init__(self, n_head, head_dim, *, cope_npos_max: int = 64, **kw):
+        super().__init__(n_head, head_dim, **kw)
+        self.npos_max = cope_npos_max
+        sides = 1 if self.causal else 2
+        self.pos_emb = nn.Parameter(torch.zeros(sides, head_dim, cope_npos_max))
+
+    def _interpolate(self, q, pos, side):
+        pos = pos.clamp(max=self.npos_max - 1)
+        logits = torch.matmul(q, self.pos_emb[side].to(q.dtype))  # [B, H, Tq, npos_max]
+        floor = pos.floor()
+        w = pos - floor
+        lo = logits.gather(-1, floor.long())
+        hi = logits.gather(-1, pos.ceil().long())
+        return hi * w + lo * (1 - w)
+
+    def bias(self, q, k, scores, q_pos, k_pos):
+        left = (k_pos[None, :] <= q_pos[:, None]).to(q.dtype)
+        gates = torch.sigmoid(scores)
+        pos_left = (gates * left).flip(-1).cumsum(-1).flip(-1) * left
+        out = self._interpolate(q, pos_left, 0)
+        if self.causal:
+            return out
+        right = (k_pos[None, :] >= q_pos[:, None]).to(q.dtype)
+        pos_right = (gates * right).cumsum(-1) * right
+        return torch.where(left.bool(), out, self._interpolate(q, pos_right, 1))
+
+
+def sinusoid(dist: torch.Tensor, dim: int) -> torch.Tensor:
+    """Transformer-XL relative embedding R_d = [sin(d·ω), cos(d·ω)], ω_k = 10000^(−2k/dim)."""
+    inv_freq = 10000 ** (-torch.arange(0, dim, 2, device=dist.device, dtype=torch.float32) / dim)
+    angles = dist.to(torch.float32)[:, None] * inv_freq[None, :]
+    return torch.cat([angles.sin(), angles.cos()], -1)
+
+
+@register("xl", "XL")
+class TransformerXL(PositionalEncoding):
+    """Transformer-XL relative bias (Dai et al., 2019): b(i, j) = (u·k_j + (q_i + v)·W_R R_{i−j}) / √d.
+
+    u, v are learnable per-head query-side biases; R is sinusoidal in the signed distance i − j (so the encoder
+    tells left from right — the "Relative" column of Table 6). Decoder: future distances are masked anyway.
+    """
+
+    def __init__(self, n_head, head_dim, **kw):
+        super().__init__(n_head, head_dim, **kw)
+        self.rel_dim = n_head * head_dim
+        self.w_r = nn.Linear(self.rel_dim, n_head * head_dim, bias=False)
+        self.u = nn.Parameter(torch.zeros(n_head, head_dim))
+        self.v = nn.Parameter(torch.zeros(n_head, head_dim))
+
+    def bias(self, q, k, scores, q_pos, k_pos):
+        dist = relative_distance(q_pos, k_pos)
+        if self.causal:
+            dist = dist.clamp(min=0)
+        lo, hi = int(dist.min()), int(dist.max())
+        table = torch.arange(lo, hi + 1, device=q.device)
+        r = self.w_r(sinusoid(table, self.rel_dim).to(q.dtype)).view(-1, self.n_head, self.head_dim)
+        pos_term = torch.einsum("bhqd,nhd->bhqn", q + self.v[None, :, None, :].to(q.dtype), r)
+        idx = (dist - lo).expand(q.shape[0], self.n_head, -1, -1)
+        pos_term = pos_term.gather(-1, idx)
+        content_term = torch.einsum("hd,bhkd->bhk", self.u.to(k.dtype), k)[:, :, None, :]
+        return (pos_term + content_term) / math.sqrt(self.head_dim)
+
+
+def display_name(encoding: str) -> str:
+    require_choice("encoding", encoding, ENCODINGS)
+    return DISPLAY_NAMES[encoding]
+
+
+__all__ = [
+    "ENCODINGS",
+    "PositionalEncoding",
+    "register",
+    "build_encoding",
+    "relative_distance",
+    "alibi_slopes",
+    "t5_bucket",
+    "sinusoid",
+    "display_name",
+]

@@ -1,0 +1,269 @@
+"""The decoder (GPT) of the language-model experiments and the encoder of the CHE benchmark.
+
+Both are built from a config dataclass and share the attention block; the positional encoding and the DAPE
+processor are chosen by name (``encoding``, ``processor``, ``kernel_size``, ``dape_width``, ``tril``,
+``padding``), the same names as in ``config.yaml`` and on the command line.
+
+Size presets (paper appendix I, Table 8; 2.7B and 6.7B follow GPT-3's shapes): ``125M`` is nominal, as in the
+public code without weight tying — ≈85M non-embedding parameters (12 × 12 × 768²).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dape_core.attention import SelfAttention
+from dape_core.dape import build_processor
+from dape_core.encodings import ENCODINGS, build_encoding, display_name
+from dape_core.errors import ConfigError, require_choice, require_positive
+
+# name -> (n_layer, n_head, d_model)
+SIZE_PRESETS: dict[str, tuple[int, int, int]] = {
+    "tiny": (2, 4, 64),  # tests
+    "small": (2, 4, 128),  # the default CPU miniature
+    "medium": (4, 8, 256),  # a larger CPU miniature (model-size family)
+    "125M": (12, 12, 768),  # paper appendix I
+    "350M": (24, 16, 1024),  # paper appendix I
+    "2.7B": (32, 32, 2560),  # GPT-3 shape, paper appendix C / Table 3
+    "6.7B": (32, 32, 4096),  # GPT-3 shape, paper Table 7
+}
+
+
+def method_label(encoding: str, processor: str = "none", kernel_size: int = 1, tril: bool = True) -> str:
+    """The paper's method names: "Kerple", "DAPE-Kerple" (V1), "DAPE1x3-Kerple" (V2, k = 3)."""
+    name = display_name(encoding)
+    if processor == "dape_v1":
+        name = f"DAPE-{name}"
+    elif processor == "dape_v2":
+        name = f"DAPE1x{kernel_size}-{name}"
+    if processor != "none" and not tril:
+        name += " (no tril)"
+    return name
+
+
+@dataclass
+class GPTConfig:
+    """Decoder settings; ``size`` fills n_layer/n_head/d_model unless given explicitly."""
+
+    vocab_size: int = 4096
+    size: str | None = "small"
+    n_layer: int | None = None
+    n_head: int | None = None
+    d_model: int | None = None
+    d_ff: int | None = None  # default 4 × d_model
+    dropout: float = 0.0  # paper appendix I
+    encoding: str = "kerple"
+    processor: str = "none"  # none | dape_v1 | dape_v2
+    kernel_size: int = 1
+    dape_width: int = 32
+    tril: bool = True
+    padding: str = "same"
+    train_len: int = 512  # FIRE's L_init is half of it
+    encoding_shared: bool | None = None  # None: as the public code (only T5's table shared across layers)
+    tie_embeddings: bool = False  # public code: untied
+    query_chunk_size: int | None = None  # exact query-chunked attention beyond this many rows
+
+    def __post_init__(self):
+        resolve_shape(self)
+        require_positive("vocab_size", self.vocab_size)
+        require_choice("encoding", self.encoding, ENCODINGS)
+        if self.query_chunk_size is not None:
+            require_positive("query_chunk_size", self.query_chunk_size)
+
+
+@dataclass
+class EncoderConfig:
+    """CHE encoder settings (che-spec: 5 layers, width 64, 8 heads, FFN ×4 ReLU, post-LN, dropout 0.1)."""
+
+    input_vocab: int = 2
+    output_vocab: int = 2
+    n_layer: int = 5
+    d_model: int = 64
+    n_head: int = 8
+    d_ff: int | None = None
+    dropout: float = 0.1
+    encoding: str = "kerple"
+    processor: str = "none"
+    kernel_size: int = 1
+    dape_width: int = 32
+    padding: str = "same"
+    train_len: int = 40
+    encoding_shared: bool | None = None
+    size: str | None = None
+
+    def __post_init__(self):
+        resolve_shape(self)
+        require_positive("input_vocab", self.input_vocab)
+        require_positive("output_vocab", self.output_vocab)
+        require_choice("encoding", self.encoding, ENCODINGS)
+
+
+def resolve_shape(cfg) -> None:
+    """Fill n_layer/n_head/d_model from the size preset (explicit values win) and d_ff = 4·d_model."""
+    if cfg.size is not None:
+        require_choice("size", cfg.size, SIZE_PRESETS)
+        n_layer, n_head, d_model = SIZE_PRESETS[cfg.size]
+        cfg.n_layer = cfg.n_layer or n_layer
+        cfg.n_head = cfg.n_head or n_head
+        cfg.d_model = cfg.d_model or d_model
+    for field in ("n_layer", "n_head", "d_model"):
+        if getattr(cfg, field) is None:
+            raise ConfigError(f"{field}: missing; allowed values: a positive integer, or a size preset: {', '.join(SIZE_PRESETS)}")
+        require_positive(field, getattr(cfg, field))
+    if cfg.d_model % cfg.n_head:
+        raise ConfigError(f"d_model: {cfg.d_model} is not divisible by n_head {cfg.n_head}; allowed values: multiples of n_head")
+    cfg.d_ff = cfg.d_ff or 4 * cfg.d_model
+
+
+class Block(nn.Module):
+    """Transformer block: pre-LN (decoder, GPT-NeoX) or post-LN (CHE encoder)."""
+
+    def __init__(self, d_model, n_head, d_ff, *, causal, dropout, pre_norm, activation):
+        super().__init__()
+        self.pre_norm = pre_norm
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.attn = SelfAttention(d_model, n_head, causal=causal, dropout=dropout)
+        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), activation(), nn.Linear(d_ff, d_model))
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x, **attn_kwargs):
+        if self.pre_norm:
+            x = x + self.drop(self.attn(self.norm1(x), **attn_kwargs))
+            return x + self.drop(self.ff(self.norm2(x)))
+        x = self.norm1(x + self.drop(self.attn(x, **attn_kwargs)))
+        return self.norm2(x + self.drop(self.ff(x)))
+
+
+class _Stack(nn.Module):
+    """Blocks plus each layer's encoding and processor; shared encodings are one module used by every layer."""
+
+    def __init__(self, cfg, *, causal: bool, pre_norm: bool, activation):
+        super().__init__()
+        head_dim = cfg.d_model // cfg.n_head
+        shared = cfg.encoding_shared
+        if shared is None:
+            shared = ENCODINGS[cfg.encoding].shared_by_default
+
+        def make_encoding():
+            return build_encoding(cfg.encoding, cfg.n_head, head_dim, causal=causal, train_len=cfg.train_len)
+
+        first = make_encoding()
+        self.encodings = nn.ModuleList([first] if shared else [first] + [make_encoding() for _ in range(cfg.n_layer - 1)])
+        self.processors = nn.ModuleList()
+        for _ in range(cfg.n_layer):
+            proc = build_processor(
+                cfg.n_head,
+                processor=cfg.processor,
+                kernel_size=cfg.kernel_size,
+                dape_width=cfg.dape_width,
+                tril=getattr(cfg, "tril", False) if causal else False,  # the encoder needs no tril
+                padding=cfg.padding,
+                bias_channels=first.has_bias,
+            )
+            self.processors.append(proc if proc is not None else nn.Identity())
+        self.has_processor = cfg.processor != "none"
+        self.blocks = nn.ModuleList(
+            Block(cfg.d_model, cfg.n_head, cfg.d_ff, causal=causal, dropout=cfg.dropout, pre_norm=pre_norm, activation=activation)
+            for _ in range(cfg.n_layer)
+        )
+
+    def encoding(self, layer: int):
+        return self.encodings[layer if len(self.encodings) > 1 else 0]
+
+    def forward(self, x, positions, query_chunk_size=None, fast_path=True):
+        for i, block in enumerate(self.blocks):
+            x = block(
+                x,
+                encoding=self.encoding(i),
+                processor=self.processors[i] if self.has_processor else None,
+                positions=positions,
+                query_chunk_size=query_chunk_size,
+                fast_path=fast_path,
+            )
+        return x
+
+
+class GPT(nn.Module):
+    """Decoder-only language model (paper §4: GPT-NeoX style, pre-LN, GELU MLP, learned token embedding only)."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.stack = _Stack(cfg, causal=True, pre_norm=True, activation=nn.GELU)
+        self.norm = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        for module in (self.embed, self.head, *self.stack.blocks):
+            module.apply(_init_weights)  # encodings and processors keep their own (reference) initialisation
+        if cfg.tie_embeddings:
+            self.head.weight = self.embed.weight
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, *, fast_path: bool = True):
+        """Logits [batch, T, vocab] for token ids [batch, T]; with ``targets`` also the mean cross-entropy."""
+        positions = torch.arange(idx.shape[1], device=idx.device)
+        x = self.drop(self.embed(idx))
+        x = self.stack(x, positions, self.cfg.query_chunk_size, fast_path)
+        logits = self.head(self.norm(x))
+        if targets is None:
+            return logits
+        return logits, F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+
+    def non_embedding_parameters(self) -> int:
+        skip = {id(self.embed.weight), id(self.head.weight)}
+        return sum(p.numel() for p in self.parameters() if id(p) not in skip)
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """Training FLOPs per token ≈ 6·N_non-embedding + 6·V·d (head) + attention and DAPE terms (per token)."""
+        cfg = self.cfg
+        n_layer, d, h = cfg.n_layer, cfg.d_model, cfg.n_head
+        dense = 6 * self.non_embedding_parameters() + 6 * cfg.vocab_size * d
+        attention = 6 * n_layer * seq_len * d  # q·kᵀ and p·v, causal halves the pairs: 2 × 2 × T/2 × d × 3
+        dape = 0.0
+        if cfg.processor != "none":
+            channels = 2 * h if self.stack.encoding(0).has_bias else h
+            k = cfg.kernel_size
+            dape = 6 * n_layer * seq_len * (channels * cfg.dape_width * k + cfg.dape_width * h * k)
+        return float(dense + attention + dape)
+
+
+class Encoder(nn.Module):
+    """Non-causal transformer for CHE (che-spec): post-LN, ReLU FFN ×4, one extra input id for query tokens."""
+
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.input_vocab + 1, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.stack = _Stack(cfg, causal=False, pre_norm=False, activation=nn.ReLU)
+        self.head = nn.Linear(cfg.d_model, cfg.output_vocab)
+        for module in (self.embed, self.head, *self.stack.blocks):
+            module.apply(_init_weights)
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits [batch, T, output_vocab]; ``positions`` [T] (or [batch, T] with equal rows) for randomised PE."""
+        if positions is None:
+            positions = torch.arange(tokens.shape[1], device=tokens.device)
+        elif positions.dim() == 2:
+            positions = positions[0]
+        x = self.drop(self.embed(tokens) * math.sqrt(self.cfg.d_model))
+        return self.head(self.stack(x, positions))
+
+
+def _init_weights(module: nn.Module) -> None:
+    """GPT-2 style: N(0, 0.02) weights, zero biases."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, std=0.02)
+        if getattr(module, "bias", None) is not None:
+            nn.init.zeros_(module.bias)
+
+
+def config_dict(cfg) -> dict:
+    return dataclasses.asdict(cfg)
