@@ -206,11 +206,16 @@ class GPT(nn.Module):
         if cfg.tie_embeddings:
             self.head.weight = self.embed.weight
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, *, fast_path: bool = True):
-        """Logits [batch, T, vocab] for token ids [batch, T]; with ``targets`` also the mean cross-entropy."""
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None, *, fast_path: bool = True, last: int | None = None
+    ):
+        """Logits [batch, T, vocab] for token ids [batch, T] (only the ``last`` positions if given); with
+        ``targets`` also the mean cross-entropy."""
         positions = torch.arange(idx.shape[1], device=idx.device)
         x = self.drop(self.embed(idx))
         x = self.stack(x, positions, self.cfg.query_chunk_size, fast_path)
+        if last is not None:
+            x = x[:, -last:]
         logits = self.head(self.norm(x))
         if targets is None:
             return logits

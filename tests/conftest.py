@@ -11,3 +11,14 @@ torch.set_num_threads(int(os.environ.get("DAPE_TEST_THREADS", _default_threads))
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory):
+    """A small token directory from the built-in code corpus (real text), shared by the LM-stage tests."""
+    from dape_core.cli import main
+
+    out = tmp_path_factory.mktemp("tiny_corpus")
+    assert main(["tokenize", "--source", "builtin-code", "--max-docs", "150", "--vocab-size", "512",
+                 "--val-fraction", "0.1", "--seed", "0", "--out-dir", str(out)]) == 0
+    return out

@@ -1,0 +1,346 @@
+"""Train a decoder language model (paper §4, appendix I) with checkpoints, resume and divergence detection.
+
+AdamW β (0.9, 0.95), cosine decay to ``min_lr_ratio``·lr after a linear warm-up, weight decay, gradient clipping
+(public-code values: warm-up 1 %, decay to 10 %, weight decay 0.1, clip 1.0). The data order is a function of
+(seed, step), so a resumed run draws exactly the batches the uninterrupted run would have drawn.
+
+Outputs in ``--out-dir``: ``model.pt`` (restore with :func:`load_model`), ``summary.json`` (status ``ok`` or
+``diverged``, provenance, throughput) and ``metrics.jsonl`` (step, loss, lr, tokens/s). Periodic checkpoints go to
+``--checkpoint-dir`` — keep it outside a workflow rule's declared outputs so a failed job's clean-up keeps them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dape_core import io
+from dape_core.dape import PADDINGS, PROCESSORS
+from dape_core.encodings import ENCODINGS
+from dape_core.errors import ConfigError, require_choice, require_positive
+from dape_core.model import GPT, SIZE_PRESETS, GPTConfig, method_label
+
+PRECISIONS = ("fp32", "bf16")
+DISTRIBUTED = ("none", "ddp")
+
+
+@dataclass
+class TrainSettings:
+    """Optimisation settings (appendix I; public-code values where the paper is silent)."""
+
+    train_len: int = 512
+    batch_size: int = 32
+    grad_accum: int = 1
+    steps: int = 1000
+    lr: float = 6e-4
+    min_lr_ratio: float = 0.1
+    warmup_ratio: float = 0.01
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    beta1: float = 0.9
+    beta2: float = 0.95
+    precision: str = "fp32"
+    seed: int = 0
+    threads: int = 2
+    checkpoint_every: int = 200
+    log_every: int = 10
+    distributed: str = "none"
+
+    def __post_init__(self):
+        for name in ("train_len", "batch_size", "grad_accum", "steps", "threads", "checkpoint_every", "log_every"):
+            require_positive(name, getattr(self, name))
+        require_positive("lr", self.lr, integer=False)
+        require_choice("precision", self.precision, PRECISIONS)
+        require_choice("distributed", self.distributed, DISTRIBUTED)
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError(f"min_lr_ratio: {self.min_lr_ratio!r} is not allowed; allowed values: 0 ≤ x ≤ 1")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ConfigError(f"warmup_ratio: {self.warmup_ratio!r} is not allowed; allowed values: 0 ≤ x < 1")
+
+
+def learning_rate(step: int, s: TrainSettings) -> float:
+    """Linear warm-up, then cosine decay from lr to min_lr_ratio·lr at the last step."""
+    warmup = int(s.warmup_ratio * s.steps)
+    if step < warmup:
+        return s.lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, s.steps - warmup)
+    floor = s.lr * s.min_lr_ratio
+    return floor + 0.5 * (s.lr - floor) * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def batch_starts(step: int, micro: int, seed: int, n_tokens: int, length: int, batch_size: int) -> np.ndarray:
+    """Start offsets of the training windows of one micro-batch: a function of (seed, step, micro) only."""
+    rng = np.random.default_rng([seed, step, micro])
+    return rng.integers(0, n_tokens - length - 1, size=batch_size)
+
+
+def get_batch(tokens: np.ndarray, starts: np.ndarray, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    rows = np.stack([np.asarray(tokens[s : s + length + 1], dtype=np.int64) for s in starts])
+    data = torch.from_numpy(rows)
+    return data[:, :-1], data[:, 1:]
+
+
+def optimizer_for(model: torch.nn.Module, s: TrainSettings) -> torch.optim.Optimizer:
+    """AdamW; weight decay on matrices (linear and conv weights, embeddings), none on biases, norms and scalars."""
+    decay, no_decay = [], []
+    for param in model.parameters():
+        if param.requires_grad:
+            (decay if param.dim() >= 2 else no_decay).append(param)
+    groups = [{"params": decay, "weight_decay": s.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=s.lr, betas=(s.beta1, s.beta2))
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=10
+        )
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def provenance(threads: int) -> dict:
+    import dape_core
+
+    versions = {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
+                "dape_core": dape_core.__version__}
+    hardware = {"machine": platform.machine(), "processor": platform.processor() or platform.machine(),
+                "cpu_count": os.cpu_count(),
+                "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+    return {"git_commit": git_commit(), "versions": versions, "hardware": hardware, "threads": threads}
+
+
+def config_hash(config: dict) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def load_model(path: str | Path, map_location: str = "cpu") -> tuple[GPT, dict]:
+    """Restore a ``model.pt`` written by ``dape train``: returns (model in eval mode, the checkpoint dict)."""
+    checkpoint = torch.load(path, map_location=map_location, weights_only=False)
+    model = GPT(GPTConfig(**checkpoint["model_config"]))
+    model.load_state_dict(checkpoint["model"])
+    return model.eval(), checkpoint
+
+
+class _Distributed:
+    """torchrun data parallelism (gloo on CPU, NCCL on GPU); a no-op for ``distributed: none``."""
+
+    def __init__(self, mode: str):
+        self.enabled = mode == "ddp" and int(os.environ.get("WORLD_SIZE", "1")) > 1
+        self.rank = int(os.environ.get("RANK", "0")) if self.enabled else 0
+        self.world = int(os.environ.get("WORLD_SIZE", "1")) if self.enabled else 1
+        self.device = torch.device("cpu")
+        if self.enabled:
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+            torch.distributed.init_process_group(backend)
+            if torch.cuda.is_available():
+                self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+                torch.cuda.set_device(self.device)
+        elif torch.cuda.is_available():
+            self.device = torch.device("cuda")
+
+    def wrap(self, model):
+        if not self.enabled:
+            return model
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+
+    def mean(self, value: float) -> float:
+        if not self.enabled:
+            return value
+        t = torch.tensor([value], dtype=torch.float64, device=self.device)
+        torch.distributed.all_reduce(t)
+        return float(t) / self.world
+
+    def close(self):
+        if self.enabled:
+            torch.distributed.destroy_process_group()
+
+
+def train(
+    model_config: GPTConfig,
+    settings: TrainSettings,
+    data_dir: str | Path,
+    out_dir: str | Path,
+    checkpoint_dir: str | Path | None = None,
+    *,
+    progress: bool = True,
+    stop_after: int | None = None,
+) -> dict:
+    """Train, checkpoint and write the outputs; returns the summary. ``stop_after`` ends early (tests)."""
+    from dape_core.data import load_split
+
+    torch.set_num_threads(settings.threads)
+    dist = _Distributed(settings.distributed)
+    out_dir, checkpoint_dir = Path(out_dir), Path(checkpoint_dir or Path(out_dir) / "checkpoints")
+    train_split = load_split(data_dir, "train")
+    vocab = int(train_split.meta["tokenizer"]["vocab_size"])
+    if model_config.vocab_size != vocab:
+        model_config = dataclasses.replace(model_config, vocab_size=vocab)
+    model_config = dataclasses.replace(model_config, train_len=settings.train_len)
+    if len(train_split.tokens) < settings.train_len + 2:
+        raise ConfigError(f"train_len: {settings.train_len} exceeds the training split ({len(train_split.tokens)} tokens)")
+
+    torch.manual_seed(settings.seed)
+    model = GPT(model_config).to(dist.device)
+    ddp_model = dist.wrap(model)
+    optimizer = optimizer_for(model, settings)
+    full_config = {"model": dataclasses.asdict(model_config), "train": dataclasses.asdict(settings),
+                   "data_dir": str(data_dir), "data_sha256": train_split.meta["splits"]["train"].get("tokens_sha256")}
+    chash = config_hash({k: v for k, v in full_config.items() if k != "data_dir"} | {"train": {
+        k: v for k, v in dataclasses.asdict(settings).items() if k not in ("threads", "checkpoint_every", "log_every")}})
+
+    step, history = 0, []
+    last_ckpt = checkpoint_dir / "last.pt"
+    if last_ckpt.is_file():
+        state = torch.load(last_ckpt, map_location=dist.device, weights_only=False)
+        if state.get("config_hash") == chash:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            step, history = state["step"], state["history"]
+            print(f"resumed from {last_ckpt} at step {step}", file=sys.stderr)
+        else:
+            print(f"ignoring {last_ckpt}: it belongs to other settings", file=sys.stderr)
+
+    per_rank = settings.batch_size // dist.world
+    if per_rank * dist.world != settings.batch_size:
+        raise ConfigError(f"batch_size: {settings.batch_size} is not divisible by the {dist.world} processes")
+    autocast = torch.autocast(dist.device.type, dtype=torch.bfloat16, enabled=settings.precision == "bf16")
+    bar = None
+    if progress and dist.rank == 0:
+        from tqdm import tqdm
+
+        bar = tqdm(total=settings.steps, initial=step, desc=f"train {method_label(model_config.encoding, model_config.processor, model_config.kernel_size, model_config.tril)}",
+                   mininterval=5, file=sys.stderr)
+    status, started, tokens_seen = "ok", time.perf_counter(), 0
+    window_start, window_tokens = time.perf_counter(), 0
+    model.train()
+    while step < settings.steps:
+        lr = learning_rate(step, settings)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.zero_grad(set_to_none=True)
+        loss_sum = 0.0
+        for micro in range(settings.grad_accum):
+            starts = batch_starts(step, micro, settings.seed, len(train_split.tokens), settings.train_len, settings.batch_size)
+            starts = starts[dist.rank * per_rank : (dist.rank + 1) * per_rank]
+            x, y = get_batch(train_split.tokens, starts, settings.train_len)
+            with autocast:
+                _, loss = ddp_model(x.to(dist.device), y.to(dist.device))
+            (loss / settings.grad_accum).backward()
+            loss_sum += float(loss.detach()) / settings.grad_accum
+        loss_value = dist.mean(loss_sum)
+        if not math.isfinite(loss_value):
+            status = "diverged"
+            history.append({"step": step + 1, "loss": loss_value, "lr": lr, "tokens_per_s": 0.0})
+            print(f"loss became {loss_value} at step {step + 1}: stopping, status diverged", file=sys.stderr)
+            break
+        torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
+        optimizer.step()
+        step += 1
+        n_tok = settings.batch_size * settings.grad_accum * settings.train_len
+        tokens_seen += n_tok
+        window_tokens += n_tok
+        if step % settings.log_every == 0 or step == settings.steps:
+            now = time.perf_counter()
+            history.append({"step": step, "loss": loss_value, "lr": lr,
+                            "tokens_per_s": window_tokens / max(now - window_start, 1e-9)})
+            window_start, window_tokens = now, 0
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss_value:.3f}", refresh=False)
+        if dist.rank == 0 and (step % settings.checkpoint_every == 0) and step < settings.steps:
+            io.torch_save(last_ckpt, {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                                      "history": history, "config_hash": chash})
+        if stop_after is not None and step >= stop_after:
+            break
+    if bar is not None:
+        bar.close()
+    elapsed = time.perf_counter() - started
+    finished = status == "diverged" or step >= settings.steps
+    summary = {
+        "status": status if finished else "incomplete",
+        "steps_done": step,
+        "final_loss": history[-1]["loss"] if history else float("nan"),
+        "tokens_per_s": tokens_seen / elapsed if elapsed > 0 and tokens_seen else float("nan"),
+        "wall_s": elapsed,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "non_embedding_parameters": model.non_embedding_parameters(),
+        "flops_per_token": model.flops_per_token(settings.train_len),
+        "method": method_label(model_config.encoding, model_config.processor, model_config.kernel_size, model_config.tril),
+        "config_hash": chash,
+        "config": full_config,
+        "world_size": dist.world,
+        **provenance(settings.threads),
+    }
+    if dist.rank == 0 and finished:
+        io.torch_save(out_dir / "model.pt", {"model": model.state_dict(), "model_config": dataclasses.asdict(model_config),
+                                              "train_settings": dataclasses.asdict(settings), "status": status,
+                                              "config_hash": chash, "method": summary["method"]})
+        io.write_text(out_dir / "metrics.jsonl", "".join(json.dumps(h) + "\n" for h in history))
+        io.write_json(out_dir / "summary.json", summary)
+    dist.close()
+    return summary
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """Model options shared by ``dape train`` and ``dape time`` (names as in config.yaml)."""
+    p.add_argument("--encoding", default="kerple", help=f"one of: {', '.join(ENCODINGS)}")
+    p.add_argument("--processor", default="none", help=f"one of: {', '.join(PROCESSORS)}")
+    p.add_argument("--kernel-size", type=int, default=1)
+    p.add_argument("--dape-width", type=int, default=32)
+    p.add_argument("--tril", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--padding", default="same", help=f"one of: {', '.join(PADDINGS)}")
+    p.add_argument("--size", default="small", help=f"one of: {', '.join(SIZE_PRESETS)}")
+    p.add_argument("--n-layer", type=int, default=None, help="override the preset's depth")
+    p.add_argument("--n-head", type=int, default=None)
+    p.add_argument("--d-model", type=int, default=None)
+    p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--tie-embeddings", action=argparse.BooleanOptionalAction, default=False)
+    p.add_argument("--encoding-shared", choices=("default", "true", "false"), default="default")
+
+
+def model_config_from_args(args, vocab_size: int = 4096, train_len: int = 512) -> GPTConfig:
+    shared = {"default": None, "true": True, "false": False}[args.encoding_shared]
+    return GPTConfig(vocab_size=vocab_size, size=args.size, n_layer=args.n_layer, n_head=args.n_head,
+                     d_model=args.d_model, dropout=args.dropout, encoding=args.encoding, processor=args.processor,
+                     kernel_size=args.kernel_size, dape_width=args.dape_width, tril=args.tril, padding=args.padding,
+                     train_len=train_len, encoding_shared=shared, tie_embeddings=args.tie_embeddings)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", required=True, help="an --out-dir of `dape tokenize`")
+    p.add_argument("--out-dir", required=True, help="receives model.pt, summary.json, metrics.jsonl")
+    p.add_argument("--checkpoint-dir", default=None, help="periodic checkpoints (default: OUT_DIR/checkpoints)")
+    add_model_arguments(p)
+    d = TrainSettings()
+    for name in ("train_len", "batch_size", "grad_accum", "steps", "threads", "checkpoint_every", "log_every", "seed"):
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name))
+    for name in ("lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "grad_clip", "beta1", "beta2"):
+        p.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(d, name))
+    p.add_argument("--precision", default=d.precision, help=f"one of: {', '.join(PRECISIONS)}")
+    p.add_argument("--distributed", default=d.distributed, help="none, or ddp under torchrun (gloo on CPU, NCCL on GPU)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args) -> int:
+    fields = {f.name for f in dataclasses.fields(TrainSettings)}
+    settings = TrainSettings(**{k: v for k, v in vars(args).items() if k in fields})
+    config = model_config_from_args(args, train_len=settings.train_len)
+    summary = train(config, settings, args.data_dir, args.out_dir, args.checkpoint_dir, progress=not args.no_progress)
+    print(json.dumps({k: summary[k] for k in ("status", "steps_done", "final_loss", "tokens_per_s", "method")}))
+    return 0

@@ -1,0 +1,128 @@
+"""The language-model stages end to end on the built-in corpus: train, resume, divergence, evaluate, time."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from dape_core.cli import main
+from dape_core.data import load_split
+from dape_core.evaluate import evaluate, window_anchors
+from dape_core.model import GPTConfig
+from dape_core.train import TrainSettings, load_model, train
+
+TINY = ["--size", "tiny", "--train-len", "32", "--batch-size", "8", "--threads", "1", "--no-progress"]
+
+
+def _train(corpus, out, *extra):
+    return main(["train", "--data-dir", str(corpus), "--out-dir", str(out), *TINY, *extra])
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_corpus, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    assert _train(tiny_corpus, out, "--encoding", "kerple", "--processor", "dape_v2", "--kernel-size", "3",
+                  "--steps", "40", "--lr", "3e-3", "--log-every", "5") == 0
+    return out
+
+
+def test_train_writes_a_restorable_model_metrics_and_a_provenance_summary(trained):
+    summary = json.loads((trained / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["steps_done"] == 40
+    for key in ("git_commit", "versions", "hardware", "threads", "config_hash", "non_embedding_parameters",
+                "flops_per_token", "tokens_per_s"):
+        assert key in summary
+    metrics = [json.loads(line) for line in (trained / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == list(range(5, 41, 5))
+    assert metrics[-1]["loss"] < metrics[0]["loss"]  # it learns
+    model, ckpt = load_model(trained / "model.pt")
+    assert model.cfg.processor == "dape_v2" and model.cfg.train_len == 32
+    x = torch.randint(0, model.cfg.vocab_size, (1, 16))
+    assert model(x).shape == (1, 16, model.cfg.vocab_size)
+
+
+def test_resume_after_interruption_reproduces_the_uninterrupted_run(tiny_corpus, tmp_path):
+    cfg = GPTConfig(size="tiny", encoding="kerple", processor="dape_v2", kernel_size=3)
+    settings = TrainSettings(train_len=32, batch_size=4, steps=12, lr=3e-3, threads=1, checkpoint_every=4, log_every=1)
+    full = train(cfg, settings, tiny_corpus, tmp_path / "full", progress=False)
+    partial = train(cfg, settings, tiny_corpus, tmp_path / "resumed", progress=False, stop_after=6)
+    assert partial["status"] == "incomplete" and not (tmp_path / "resumed" / "model.pt").exists()
+    resumed = train(cfg, settings, tiny_corpus, tmp_path / "resumed", progress=False)  # picks up step 4
+    assert resumed["final_loss"] == full["final_loss"]
+    a = torch.load(tmp_path / "full" / "model.pt", weights_only=False)["model"]
+    b = torch.load(tmp_path / "resumed" / "model.pt", weights_only=False)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    curve = lambda p: [json.loads(line)["loss"] for line in (p / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
+    assert curve(tmp_path / "full") == curve(tmp_path / "resumed")
+
+
+def test_a_diverging_run_is_recorded_as_diverged_and_evaluates_to_diverged_rows(tiny_corpus, tmp_path):
+    assert _train(tiny_corpus, tmp_path, "--encoding", "fire", "--steps", "30", "--lr", "1e6", "--warmup-ratio", "0") == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "diverged" and summary["steps_done"] < 30
+    assert main(["evaluate", "--checkpoint", str(tmp_path / "model.pt"), "--data-dir", str(tiny_corpus),
+                 "--eval-lens", "32", "64", "--threads", "1", "--out", str(tmp_path / "eval.csv")]) == 0
+    rows = pd.read_csv(tmp_path / "eval.csv")
+    assert list(rows.status) == ["diverged", "diverged"] and rows.ppl.isna().all()
+
+
+def test_evaluate_scores_the_same_final_tokens_at_every_length(trained, tiny_corpus, tmp_path):
+    out = tmp_path / "eval.csv"
+    assert main(["evaluate", "--checkpoint", str(trained / "model.pt"), "--data-dir", str(tiny_corpus),
+                 "--eval-lens", "16", "32", "128", "512", "--window", "24", "--max-windows", "6",
+                 "--query-chunk-size", "64", "--threads", "1", "--out", str(out),
+                 "--sink-out", str(tmp_path / "sink.csv"), "--heatmap-out", str(tmp_path / "maps.npz")]) == 0
+    rows = pd.read_csv(out)
+    assert list(rows.window) == [16, 24, 24, 24]  # effective window min(window, L)
+    assert list(rows.n_tokens) == [6 * 16, 6 * 24, 6 * 24, 6 * 24]
+    assert (rows.ppl_ci_low <= rows.ppl).all() and (rows.ppl <= rows.ppl_ci_high).all()
+    assert (rows.bpb > 0).all() and (rows.method == "DAPE1x3-Kerple").all()
+    assert (rows.loc[rows.eval_len <= 32, "delta_p"] == 0).all()
+    assert rows.loc[rows.eval_len > 32, "delta_p"].notna().all()
+    sink = pd.read_csv(tmp_path / "sink.csv")
+    assert len(sink) == 2 and sink.sink_mass.between(0, 1).all()
+    maps = np.load(tmp_path / "maps.npz")
+    assert maps["layer0_A"].shape == (4, 32) and maps["layer1_dape"].shape == (4, 32)
+
+
+def test_evaluation_is_exact_under_query_chunking(trained, tiny_corpus):
+    split = load_split(tiny_corpus, "val")
+    model, _ = load_model(trained / "model.pt")
+    plain = evaluate(model, split, [96], train_len=32, window=24, max_windows=4, n_boot=10)
+    model.cfg.query_chunk_size = 20
+    chunked = evaluate(model, split, [96], train_len=32, window=24, max_windows=4, n_boot=10)
+    assert abs(plain.ppl[0] - chunked.ppl[0]) < 1e-4 * plain.ppl[0]
+
+
+def test_window_anchors_fit_the_longest_length():
+    lengths = np.array([10, 100, 250])
+    anchors = window_anchors(lengths, max_len=90, window=50, max_windows=None, seed=0)
+    assert anchors == [(1, 100), (2, 250), (2, 200), (2, 150), (2, 100)]
+    assert len(window_anchors(lengths, 90, 50, max_windows=2, seed=0)) == 2
+
+
+def test_time_measures_each_length_in_a_fresh_process_with_equal_tokens(tmp_path):
+    out = tmp_path / "timing.csv"
+    assert main(["time", "--encoding", "kerple", "--processor", "dape_v2", "--kernel-size", "3", "--size", "tiny",
+                 "--seq-lens", "16", "32", "--equal-tokens", "64", "--mode", "train_step", "--repeats", "2",
+                 "--warmup", "1", "--threads", "1", "--out", str(out)]) == 0
+    rows = pd.read_csv(out)
+    assert list(rows.batch_size) == [4, 2] and (rows.median_ms > 0).all() and (rows.peak_mem_mb > 0).all()
+    assert (rows.per_layer_ms * rows.n_layer - rows.median_ms).abs().max() < 1e-6
+
+
+@pytest.mark.slow
+def test_leakage_without_tril_collapses_perplexity(tiny_corpus, tmp_path):
+    """§4.5: without tril, DAPE1x3 with `same` padding reads the next token's score; validation ppl < ½ of tril's."""
+    ppl = {}
+    for tril in (True, False):
+        out = tmp_path / f"tril{tril}"
+        flag = "--tril" if tril else "--no-tril"
+        assert _train(tiny_corpus, out, "--encoding", "kerple", "--processor", "dape_v2", "--kernel-size", "3",
+                      "--n-head", "8", "--batch-size", "12", flag, "--steps", "300", "--lr", "1e-2") == 0
+        model, _ = load_model(out / "model.pt")
+        ppl[tril] = evaluate(model, load_split(tiny_corpus, "val"), [32], train_len=32, window=32, max_windows=32,
+                             n_boot=10).ppl[0]
+    assert ppl[False] < 0.5 * ppl[True], ppl
