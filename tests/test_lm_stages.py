@@ -126,3 +126,17 @@ def test_leakage_without_tril_collapses_perplexity(tiny_corpus, tmp_path):
         ppl[tril] = evaluate(model, load_split(tiny_corpus, "val"), [32], train_len=32, window=32, max_windows=32,
                              n_boot=10).ppl[0]
     assert ppl[False] < 0.5 * ppl[True], ppl
+
+
+def test_same_config_and_seed_give_the_same_curve_and_perplexities(tiny_corpus, tmp_path):
+    results = []
+    for name in ("a", "b"):
+        out = tmp_path / name
+        assert _train(tiny_corpus, out, "--encoding", "alibi", "--processor", "dape_v1", "--steps", "6",
+                      "--log-every", "1", "--seed", "3") == 0
+        assert main(["evaluate", "--checkpoint", str(out / "model.pt"), "--data-dir", str(tiny_corpus),
+                     "--eval-lens", "32", "64", "--max-windows", "4", "--threads", "1", "--out", str(out / "e.csv")]) == 0
+        curve = [json.loads(x)["loss"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+        results.append((curve, pd.read_csv(out / "e.csv")[["ppl", "ppl_ci_low", "delta_p"]].to_numpy()))
+    assert results[0][0] == results[1][0]
+    assert np.array_equal(results[0][1], results[1][1])
