@@ -1,0 +1,349 @@
+"""Each claim on hand-made frames where it must PASS, must FAIL and must be NOT-RUN."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from dape_core.report.claims import (CLAIMS, CORE_CLAIMS, FAIL, NOT_RUN, PASS, claims_markdown, evaluate_claims,
+                                     evaluate_claims_on_paper)
+from dape_core.report.paper import parse_method
+
+SEEDS = (0, 1, 2)
+
+
+def runs(family, method, ppl, *, train_len=64, seeds=SEEDS, dataset="code", size="tiny", status="ok",
+         dape_width=32, delta_p=None, ppl_local=None):
+    """lm_results rows: ``ppl`` maps a multiple of the training length to a value (or one value per seed)."""
+    p = parse_method(method)
+    rows = []
+    for i, seed in enumerate(seeds):
+        for multiple, value in ppl.items():
+            v = value[i] if isinstance(value, (list, tuple)) else value * (1 + 0.001 * i)
+            rows.append({"run": f"{method}-{train_len}-{dape_width}-{size}", "families": family,
+                         "dataset": dataset, "encoding": p["encoding"], "processor": p["processor"],
+                         "kernel_size": p["kernel_size"], "dape_width": dape_width if method.startswith("DAPE")
+                         else None, "tril": p["tril"], "size": size, "train_len": train_len, "seed": seed,
+                         "status": status, "method": method, "eval_len": int(multiple * train_len), "ppl": v,
+                         "ppl_local": ppl_local, "delta_p": delta_p})
+    return pd.DataFrame(rows)
+
+
+def frame(*parts):
+    return pd.concat(parts, ignore_index=True)
+
+
+def verdict(claim_id, lm=None, **others):
+    df = evaluate_claims(lm, claim_ids=[claim_id], **others).set_index("claim_id")
+    return df.loc[claim_id, "verdict"]
+
+
+@pytest.fixture(scope="module")
+def on_paper():
+    return evaluate_claims_on_paper().set_index("claim_id")
+
+
+# --------------------------------------------------------------------------- §4.1 baselines explode / bounded
+B = "baselines"
+
+
+def explode_bounded(kerple=(9.5, 10.0, 10.2), nope=(30.0, 80.0)):
+    return frame(runs(B, "NoPE", {1: 10, 2: nope[0], 4: nope[1]}), runs(B, "RoPE", {1: 9, 2: 25, 4: 90}),
+                 runs(B, "ALiBi", {1: 10, 2: 10.5, 4: 11}),
+                 runs(B, "Kerple", dict(zip((1, 2, 4), kerple))))
+
+
+def test_explode_bounded():
+    assert verdict("baselines_explode_bounded", explode_bounded()) == PASS
+    assert verdict("baselines_explode_bounded", explode_bounded(kerple=(9.5, 12, 16))) == FAIL
+    assert verdict("baselines_explode_bounded", explode_bounded(nope=(12.0, 15.0))) == FAIL
+    one_seed_flat = explode_bounded(nope=([30, 30, 12], [80, 80, 15]))
+    assert verdict("baselines_explode_bounded", one_seed_flat) == FAIL
+    no_nope = explode_bounded()[lambda d: d["method"] != "NoPE"]
+    assert verdict("baselines_explode_bounded", no_nope) == NOT_RUN
+    assert verdict("baselines_explode_bounded", None) == NOT_RUN
+
+
+def test_a_diverged_kerple_is_not_bounded():
+    lm = explode_bounded()
+    lm.loc[lm["method"] == "Kerple", "status"] = "diverged"
+    assert verdict("baselines_explode_bounded", lm) == FAIL
+
+
+# --------------------------------------------------------------------------- §4.1 ordering and best within
+def trio(d3_beyond=(9.5, 9.4), d3_within=9.0, dape_within=9.2):
+    return frame(runs(B, "Kerple", {1: 9.5, 2: 12, 4: 14}),
+                 runs(B, "DAPE-Kerple", {1: dape_within, 2: 10, 4: 10}),
+                 runs(B, "DAPE1x3-Kerple", {1: d3_within, 2: d3_beyond[0], 4: d3_beyond[1]}))
+
+
+def test_ordering_beyond():
+    assert verdict("dape_ordering_beyond", trio()) == PASS
+    assert verdict("dape_ordering_beyond", trio(d3_beyond=(9.95, 9.98))) == FAIL  # gain < 1%
+    noisy = trio(d3_beyond=([9.0, 9.0, 10.1], [9.0, 9.0, 10.1]))  # big mean gain, one seed worse
+    assert verdict("dape_ordering_beyond", noisy) == FAIL
+    assert verdict("dape_ordering_beyond", trio()[lambda d: d["method"] != "DAPE1x3-Kerple"]) == NOT_RUN
+
+
+def test_a_diverged_dape1x3_loses():
+    lm = trio()
+    lm.loc[lm["method"] == "DAPE1x3-Kerple", "status"] = "diverged"
+    assert verdict("dape_ordering_beyond", lm) == FAIL
+
+
+def test_best_within():
+    assert verdict("dape1x3_best_within", trio()) == PASS
+    assert verdict("dape1x3_best_within", trio(d3_within=9.18)) == FAIL  # 0.2% < 0.5%
+    assert verdict("dape1x3_best_within", trio()[lambda d: d["method"] == "Kerple"]) == NOT_RUN
+
+
+# --------------------------------------------------------------------------- §4.4 DAPE1x3 on every encoding
+E = "dape_every_encoding"
+
+
+def every(encodings, dape1x3, base=lambda enc: enc, base_ppl=(10, 20)):
+    parts = []
+    for enc in encodings:
+        parts.append(runs(E, base(enc), {1: base_ppl[0], 2: base_ppl[1]}))
+        parts.append(runs(E, f"DAPE1x3-{enc}", dict(zip((1, 2), dape1x3.get(enc, (9.5, 12))))))
+    return frame(*parts)
+
+
+def test_improves_nope_rope():
+    cid = "dape1x3_improves_nope_rope"
+    assert verdict(cid, every(["NoPE", "RoPE"], {})) == PASS
+    assert verdict(cid, every(["NoPE", "RoPE"], {"RoPE": (10.2, 11)})) == FAIL  # worse at ×1
+    assert verdict(cid, every(["NoPE", "RoPE"], {})[lambda d: ~d["method"].str.startswith("DAPE")]) == NOT_RUN
+
+
+def test_improves_additive():
+    cid = "dape1x3_improves_additive"
+    assert verdict(cid, every(["ALiBi", "Kerple", "FIRE"], {})) == PASS
+    assert verdict(cid, every(["ALiBi", "Kerple", "FIRE"], {"FIRE": (9.5, 19.9)})) == FAIL  # 0.5% beyond
+    assert verdict(cid, every(["NoPE"], {})) == NOT_RUN
+
+
+def test_beats_dape_additive():
+    cid = "dape1x3_beats_dape_additive"
+    lm = every(["ALiBi", "Kerple", "FIRE"], {}, base=lambda enc: f"DAPE-{enc}")
+    assert verdict(cid, lm) == PASS
+    worse = every(["ALiBi", "Kerple", "FIRE"], {"ALiBi": (9.5, 20.5)}, base=lambda enc: f"DAPE-{enc}")
+    assert verdict(cid, worse) == FAIL
+    assert verdict(cid, every(["Kerple"], {})) == NOT_RUN  # no DAPE (k = 1) run
+
+
+def test_naive_dape_degrades_rope():
+    cid = "naive_dape_degrades_rope"
+    base = runs(E, "RoPE", {1: 10, 2: 30})
+    assert verdict(cid, frame(base, runs(E, "DAPE-RoPE", {1: 10.5, 2: 40}))) == PASS
+    assert verdict(cid, frame(base, runs(E, "DAPE-RoPE", {1: 9.5, 2: 20}))) == FAIL
+    assert verdict(cid, base) == NOT_RUN
+
+
+# --------------------------------------------------------------------------- §4.5 leakage
+def leak(no_tril):
+    return frame(runs("leakage", "DAPE1x3-Kerple", {1: 10, 2: 11}),
+                 runs("leakage", "DAPE1x3-Kerple (no tril)", {1: no_tril, 2: no_tril}))
+
+
+def test_leakage_collapse():
+    assert verdict("leakage_collapse", leak(1.2)) == PASS
+    assert verdict("leakage_collapse", leak(4.0)) == PASS  # < 0.5 × tril
+    assert verdict("leakage_collapse", leak(8.0)) == FAIL
+    assert verdict("leakage_collapse", leak([1.2, 1.2, 8.0])) == FAIL
+    assert verdict("leakage_collapse", runs("leakage", "DAPE1x3-Kerple", {1: 10})) == NOT_RUN
+
+
+# --------------------------------------------------------------------------- §4.6 hidden width
+W = "hidden_width"
+
+
+def widths(d21_within=8.9):
+    return frame(runs(W, "DAPE1x3-Kerple", {1: 9.0, 2: 9.5}, dape_width=10),
+                 runs(W, "DAPE1x3-Kerple", {1: d21_within, 2: 9.4}, dape_width=21),
+                 runs(W, "DAPE-Kerple", {1: 9.2, 2: 10.0}, dape_width=64),
+                 runs(W, "DAPE-Kerple", {1: 8.0, 2: 8.0}, dape_width=32))
+
+
+def test_narrow_beats_wide():
+    cid = "narrow_dape1x3_beats_wide_dape"
+    assert verdict(cid, widths()) == PASS  # the better D=32 DAPE does not enter the rule
+    assert verdict(cid, widths(d21_within=9.3)) == FAIL
+    assert verdict(cid, widths()[lambda d: d["dape_width"] != 64]) == NOT_RUN
+
+
+# --------------------------------------------------------------------------- §4.7 kernel sizes
+K = "kernel_sizes"
+
+
+def kernels(k7=(9.3, 9.5)):
+    return frame(runs(K, "DAPE-Kerple", {1: 10, 2: 10}), runs(K, "DAPE1x3-Kerple", {1: 9.5, 2: 9.4}),
+                 runs(K, "DAPE1x5-Kerple", {1: 9.4, 2: 9.45}), runs(K, "DAPE1x7-Kerple", dict(zip((1, 2), k7))))
+
+
+def test_kernel_not_always_largest():
+    cid = "kernel_size_not_always_largest"
+    assert verdict(cid, kernels()) == PASS
+    assert verdict(cid, kernels(k7=(9.3, 9.3))) == FAIL
+    assert verdict(cid, kernels()[lambda d: d["method"].isin(["DAPE-Kerple", "DAPE1x3-Kerple"])]) == NOT_RUN
+
+
+# --------------------------------------------------------------------------- §4.2 equal tokens
+T = "equal_tokens"
+
+
+def equal_tokens(short_at_256=5.1):
+    return frame(runs(T, "DAPE1x3-Kerple", {8: short_at_256}, train_len=32),
+                 runs(T, "DAPE1x3-Kerple", {4: 5.05}, train_len=64),
+                 runs(T, "DAPE1x3-Kerple", {1: 5.0}, train_len=256))
+
+
+def test_equal_tokens_comparable():
+    cid = "equal_tokens_comparable"
+    assert verdict(cid, equal_tokens()) == PASS
+    assert verdict(cid, equal_tokens(short_at_256=5.5)) == FAIL
+    assert verdict(cid, runs(T, "DAPE1x3-Kerple", {1: 5.0}, train_len=256)) == NOT_RUN
+
+
+def test_long_training_hurts_short():
+    cid = "long_training_hurts_short"
+    short = runs(T, "RoPE", {1: 6.0}, train_len=32)
+    assert verdict(cid, frame(short, runs(T, "RoPE", {0.125: 6.5, 1: 5.0}, train_len=256))) == PASS
+    assert verdict(cid, frame(short, runs(T, "RoPE", {0.125: 6.05, 1: 5.0}, train_len=256))) == FAIL
+    assert verdict(cid, frame(short, runs(T, "RoPE", {1: 5.0}, train_len=256))) == NOT_RUN
+
+
+# --------------------------------------------------------------------------- App. A ΔP
+def delta(dape_dp=0.5):
+    return frame(runs(B, "RoPE", {2: 50, 4: 80}, delta_p=-40.0, ppl_local=10.0),
+                 runs(B, "DAPE1x3-Kerple", {2: 9.5, 4: 9.4}, delta_p=dape_dp, ppl_local=10.0))
+
+
+def test_delta_p_sign():
+    assert verdict("delta_p_sign", delta()) == PASS
+    assert verdict("delta_p_sign", delta(dape_dp=-0.1)) == FAIL
+    assert verdict("delta_p_sign", delta(dape_dp=0.05)) == FAIL  # 0.5% of the local ppl
+    assert verdict("delta_p_sign", delta()[lambda d: d["method"] != "RoPE"]) == NOT_RUN
+
+
+# --------------------------------------------------------------------------- §4.9 timing
+def timing(ratios=(0.5, 0.6, 0.7), mode="forward"):
+    rows = []
+    for (size, n_layer, d_model), ratio in zip([("tiny", 2, 64), ("small", 4, 128), ("base", 6, 256)], ratios):
+        for method, ms in [("DAPE1x3-Kerple", 100.0), ("Kerple", 100.0 * ratio)]:
+            rows.append({"method": method, "encoding": "kerple", "size": size, "n_layer": n_layer,
+                         "d_model": d_model, "n_head": 4, "seq_len": 256, "batch_size": 1, "mode": mode,
+                         "repeats": 5, "median_ms": ms, "per_layer_ms": ms / n_layer, "peak_mem_mb": 1.0,
+                         "device": "cpu", "threads": 2})
+    return pd.DataFrame(rows)
+
+
+def test_timing_overhead_shrinks():
+    cid = "timing_overhead_shrinks"
+    assert verdict(cid, timing=timing()) == PASS
+    assert verdict(cid, timing=timing(ratios=(0.5, 0.51, 0.7))) == FAIL
+    assert verdict(cid, timing=timing(ratios=(0.7, 0.6, 0.5))) == FAIL
+    assert verdict(cid, timing=timing(mode="train_step")) == NOT_RUN
+    assert verdict(cid) == NOT_RUN
+
+
+# --------------------------------------------------------------------------- §4.8 CHE
+def che(wins=3):
+    rows = []
+    tasks = ["even_pairs", "reverse_string", "stack_manipulation", "odds_first", "parity_check"]
+    for t, task in enumerate(tasks):
+        for seed in (0, 1):
+            for lr, bump in ((1e-4, 0.0), (3e-4, 0.05)):
+                kerple = 0.6 + bump
+                dape = kerple + (0.1 if t < wins or task == "parity_check" else -0.05)
+                for method, acc in (("Kerple", kerple), ("DAPE1x3-Kerple", dape)):
+                    rows.append({"task": task, "method": method, "seed": seed, "lr": lr, "accuracy": acc,
+                                 "length": None, "row_type": "summary"})
+                rows.append({"task": task, "method": "Kerple", "seed": seed, "lr": lr, "accuracy": 0.99,
+                             "length": 41, "row_type": "length"})
+    return pd.DataFrame(rows)
+
+
+def test_che_most_tasks():
+    cid = "che_dape1x3_beats_kerple"
+    assert verdict(cid, che=che(wins=3)) == PASS
+    assert verdict(cid, che=che(wins=2)) == FAIL  # 2 of 4 is not most; parity_check does not count
+    assert verdict(cid, che=che()[lambda d: d["task"] == "parity_check"]) == NOT_RUN
+    assert verdict(cid) == NOT_RUN
+
+
+# --------------------------------------------------------------------------- App. K sink
+def sink(d3=0.4):
+    rows = []
+    for method, run, mass in [("DAPE1x3-Kerple", "a", d3), ("DAPE1x3-Kerple", "b", d3 + 0.01),
+                              ("DAPE-Kerple", "c", 0.2), ("DAPE-Kerple", "d", 0.19)]:
+        for layer in (0, 1):
+            rows.append({"run": run, "method": method, "eval_len": 128, "layer": layer, "sink_mass": mass})
+    return pd.DataFrame(rows)
+
+
+def test_sink_stronger():
+    cid = "sink_stronger_with_dape1x3"
+    assert verdict(cid, sink=sink()) == PASS
+    assert verdict(cid, sink=sink(d3=0.205)) == FAIL
+    assert verdict(cid, sink=sink()[lambda d: d["method"] == "DAPE-Kerple"]) == NOT_RUN
+
+
+# --------------------------------------------------------------------------- §4.3 model size, App. J
+def test_larger_models():
+    cid = "dape1x3_beats_dape_larger_models"
+    parts = [runs("model_size", m, {1: v, 2: v + 0.5}, size=s)
+             for s in ("small", "base") for m, v in (("DAPE-Kerple", 9.0), ("DAPE1x3-Kerple", 8.8))]
+    assert verdict(cid, frame(*parts)) == PASS
+    parts[-1] = runs("model_size", "DAPE1x3-Kerple", {1: 9.1, 2: 9.6}, size="base")
+    assert verdict(cid, frame(*parts)) == FAIL
+    assert verdict(cid, runs("model_size", "DAPE-Kerple", {1: 9.0})) == NOT_RUN
+
+
+def test_beats_data_adaptive():
+    cid = "dape1x3_beats_data_adaptive"
+    d3 = runs(B, "DAPE1x3-Kerple", {1: 9.0, 2: 9.5})
+    assert verdict(cid, frame(d3, runs(B, "CoPE", {1: 9.3, 2: 12}), runs(B, "XL", {1: 9.4, 2: 11}))) == PASS
+    assert verdict(cid, frame(d3, runs(B, "CoPE", {1: 9.3, 2: 9.6}))) == FAIL
+    assert verdict(cid, d3) == NOT_RUN
+
+
+# --------------------------------------------------------------------------- the whole table
+def test_every_claim_is_tested_and_cites_a_section():
+    tested = {"baselines_explode_bounded", "dape_ordering_beyond", "dape1x3_best_within",
+              "dape1x3_improves_nope_rope", "dape1x3_improves_additive", "dape1x3_beats_dape_additive",
+              "naive_dape_degrades_rope", "leakage_collapse", "narrow_dape1x3_beats_wide_dape",
+              "kernel_size_not_always_largest", "equal_tokens_comparable", "long_training_hurts_short",
+              "delta_p_sign", "timing_overhead_shrinks", "che_dape1x3_beats_kerple", "sink_stronger_with_dape1x3",
+              "dape1x3_beats_dape_larger_models", "dape1x3_beats_data_adaptive"}
+    assert {c.claim_id for c in CLAIMS} == tested
+    assert set(CORE_CLAIMS) == {"baselines_explode_bounded", "dape_ordering_beyond", "dape1x3_improves_nope_rope",
+                                "leakage_collapse", "narrow_dape1x3_beats_wide_dape", "timing_overhead_shrinks"}
+    for c in CLAIMS:
+        assert c.section.startswith(("§", "App.")) and c.rule and c.statement.endswith(".")
+
+
+def test_records_and_markdown(on_paper):
+    df = evaluate_claims(trio(), timing=timing())
+    assert list(df.columns) == ["claim_id", "section", "statement", "rule", "core", "informational", "verdict",
+                                "summary", "numbers"]
+    row = df.set_index("claim_id").loc["dape_ordering_beyond"]
+    first = next(iter(row["numbers"].values()))
+    assert first["holds"] and first["gain"] > 0.01 and first["n_seeds"] == 3
+    md = claims_markdown(df, paper=on_paper.reset_index())
+    assert "| `dape_ordering_beyond` ★ | §4.1 |" in md and "## Rules" in md and "on the paper's numbers" in md
+    assert md.count("\n- `") == len(CLAIMS)
+
+
+@pytest.mark.parametrize("claim_id, expected", [
+    ("baselines_explode_bounded", PASS), ("dape_ordering_beyond", PASS), ("dape1x3_best_within", PASS),
+    ("dape1x3_improves_additive", PASS), ("dape1x3_beats_dape_additive", PASS),
+    ("narrow_dape1x3_beats_wide_dape", PASS), ("kernel_size_not_always_largest", PASS), ("delta_p_sign", PASS),
+    ("timing_overhead_shrinks", PASS), ("che_dape1x3_beats_kerple", PASS),
+    ("dape1x3_beats_dape_larger_models", PASS), ("dape1x3_beats_data_adaptive", PASS),
+    ("dape1x3_improves_nope_rope", NOT_RUN), ("naive_dape_degrades_rope", NOT_RUN), ("leakage_collapse", NOT_RUN),
+    ("equal_tokens_comparable", NOT_RUN), ("long_training_hurts_short", NOT_RUN),
+    ("sink_stronger_with_dape1x3", NOT_RUN)])
+def test_the_rules_accept_the_papers_own_numbers(on_paper, claim_id, expected):
+    """Rules the paper's printed numbers fail would be miscalibrated; figure-only claims are NOT-RUN."""
+    assert on_paper.loc[claim_id, "verdict"] == expected
