@@ -150,8 +150,13 @@ def run(args) -> int:
     from dape_core.data import load_split
     from dape_core.train import load_model
 
+    for length in args.eval_lens:
+        require_positive("eval_lens", length)
+    for name in ("window", "query_chunk_size", "max_windows", "batch_size", "threads", "min_scored_tokens"):
+        require_positive(name, getattr(args, name))
+    if not Path(args.checkpoint).is_file():
+        raise ConfigError(f"checkpoint: {args.checkpoint!r} does not exist; allowed values: a model.pt of `dape train`")
     torch.set_num_threads(args.threads)
-    require_positive("query_chunk_size", args.query_chunk_size)
     model, ckpt = load_model(args.checkpoint)
     model.cfg.query_chunk_size = args.query_chunk_size
     mc, ts = ckpt["model_config"], ckpt["train_settings"]
