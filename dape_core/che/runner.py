@@ -1,0 +1,236 @@
+"""Train and range-evaluate one CHE cell (Table 6, appendix G): task × encoding × processor × seed × lr.
+
+Protocol of Ruoss et al. (2023), which the paper follows: ``output_length(N)`` query tokens (id = input_size)
+follow the input and the encoder's outputs there are the prediction; the loss is the cross-entropy over all
+output positions, the accuracy the per-token argmax accuracy averaged over the task's mask per sample, then over
+samples. Every training step draws one length uniformly from 1…``train_max_len`` for the whole batch; Adam with a
+constant learning rate and global-norm clipping 1.0. With ``randomized_positions`` every batch, at training and
+test time, gets sorted positions drawn without replacement from [0, ``max_position``).
+
+The CSV has one ``row_type="length"`` row per evaluated length (1…``train_max_len`` for reference, then
+``eval_min_len``…``eval_max_len``) and one ``row_type="summary"`` row whose accuracy is the mean per-length
+accuracy over ``eval_min_len``…``eval_max_len`` (the number reported in Table 6).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from dape_core import io
+from dape_core.che.tasks import TASKS, Task, get_task
+from dape_core.dape import PADDINGS, PROCESSORS
+from dape_core.encodings import ENCODINGS
+from dape_core.errors import ConfigError, require_choice, require_positive
+from dape_core.model import Encoder, EncoderConfig, method_label
+
+AGGREGATIONS = ("max", "mean")
+COLUMNS = ["task", "encoding", "processor", "kernel_size", "dape_width", "method", "seed", "lr", "steps", "length",
+           "accuracy", "n_samples", "row_type"]  # fmt: skip
+CELL_COLUMNS = ["task", "encoding", "processor", "kernel_size", "dape_width", "method", "steps"]  # all but seed, lr
+
+
+@dataclass
+class CHESettings:
+    """One run: the task, the model (che-spec: 5 layers, width 64, 8 heads, FFN 256, dropout 0.1) and the protocol."""
+
+    task: str = "reverse_string"
+    encoding: str = "kerple"
+    processor: str = "none"
+    kernel_size: int = 1
+    dape_width: int = 32
+    padding: str = "same"
+    n_layer: int = 5
+    d_model: int = 64
+    n_head: int = 8
+    d_ff: int = 256
+    dropout: float = 0.1
+    seed: int = 0
+    lr: float = 1e-4
+    steps: int = 1000
+    batch_size: int = 128
+    train_max_len: int = 40
+    eval_min_len: int = 41
+    eval_max_len: int = 500
+    eval_samples: int = 512
+    eval_batch_size: int = 64
+    eval_score_budget: int = 2**24  # batch × T² attention scores per evaluation forward: bounds memory
+    randomized_positions: bool = True
+    max_position: int = 2048
+    threads: int = 2
+
+    def __post_init__(self):
+        require_choice("task", self.task, TASKS)
+        require_choice("encoding", self.encoding, ENCODINGS)
+        require_choice("processor", self.processor, PROCESSORS)
+        require_choice("padding", self.padding, PADDINGS)
+        for name in ("kernel_size", "dape_width", "n_layer", "d_model", "n_head", "d_ff", "steps", "batch_size",
+                     "train_max_len", "eval_min_len", "eval_max_len", "eval_samples", "eval_batch_size",
+                     "eval_score_budget", "max_position", "threads"):  # fmt: skip
+            require_positive(name, getattr(self, name))
+        require_positive("lr", self.lr, integer=False)
+        if not 0 <= self.dropout < 1:
+            raise ConfigError(f"dropout: {self.dropout!r} is not allowed; allowed values: 0 ≤ x < 1")
+        if self.eval_max_len < self.eval_min_len:
+            raise ConfigError(
+                f"eval_max_len: {self.eval_max_len} is not allowed; "
+                f"allowed values: ≥ eval_min_len ({self.eval_min_len})"
+            )
+        task = get_task(self.task)
+        longest = max(n + task.output_length(n) for n in (self.train_max_len, self.eval_max_len))
+        if self.randomized_positions and longest > self.max_position:
+            raise ConfigError(
+                f"max_position: {self.max_position} is not allowed; allowed values: ≥ {longest} "
+                f"(input plus query tokens at the longest length)"
+            )
+
+    @property
+    def eval_lengths(self) -> list[int]:
+        """In-distribution lengths 1…train_max_len, then the out-of-distribution range."""
+        return sorted({*range(1, self.train_max_len + 1), *range(self.eval_min_len, self.eval_max_len + 1)})
+
+    def encoder_config(self) -> EncoderConfig:
+        task = get_task(self.task)
+        return EncoderConfig(
+            input_vocab=task.input_size, output_vocab=task.output_size, n_layer=self.n_layer, d_model=self.d_model,
+            n_head=self.n_head, d_ff=self.d_ff, dropout=self.dropout, encoding=self.encoding,
+            processor=self.processor, kernel_size=self.kernel_size, dape_width=self.dape_width, padding=self.padding,
+            train_len=self.train_max_len,
+        )  # fmt: skip
+
+
+def draw_positions(rng: np.random.Generator, length: int, settings: CHESettings) -> torch.Tensor | None:
+    """Sorted positions without replacement from [0, max_position) (Ruoss et al., 2023), or None (0…T−1)."""
+    if not settings.randomized_positions:
+        return None
+    return torch.from_numpy(np.sort(rng.choice(settings.max_position, size=length, replace=False)))
+
+
+def output_logits(model: Encoder, task: Task, inputs: np.ndarray, n_outputs: int, positions, device) -> torch.Tensor:
+    """Logits [B, n_outputs, output_size] at the query tokens appended after ``inputs``."""
+    queries = np.full((inputs.shape[0], n_outputs), task.input_size, dtype=np.int64)
+    tokens = torch.from_numpy(np.concatenate([inputs, queries], axis=1)).to(device)
+    if positions is not None:
+        positions = positions.to(device)
+    return model(tokens, positions)[:, -n_outputs:]
+
+
+def per_sample_accuracy(logits: torch.Tensor, targets: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
+    """Argmax accuracy over each sample's masked positions: [B] (float64)."""
+    correct = (logits.argmax(dim=-1) == targets) & masks
+    return correct.sum(dim=1).double() / masks.sum(dim=1)
+
+
+def train(settings: CHESettings, model: Encoder, rng: np.random.Generator, device) -> list[float]:
+    """Adam (constant lr, clipping 1.0) on batches of one uniformly drawn length each; returns the losses."""
+    task = get_task(settings.task)
+    optimizer = torch.optim.Adam(model.parameters(), lr=settings.lr)
+    model.train()
+    losses = []
+    for _ in range(settings.steps):
+        length = int(rng.integers(1, settings.train_max_len + 1))
+        inputs, targets, _ = task.sample(settings.batch_size, length, rng)
+        positions = draw_positions(rng, inputs.shape[1] + targets.shape[1], settings)
+        logits = output_logits(model, task, inputs, targets.shape[1], positions, device)
+        loss = F.cross_entropy(logits.flatten(0, 1), torch.from_numpy(targets).to(device).flatten())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+@torch.inference_mode()
+def evaluate_length(settings: CHESettings, model: Encoder, length: int, rng: np.random.Generator, device) -> float:
+    """Mean per-sample accuracy over ``eval_samples`` samples of one length, in memory-bounded batches."""
+    task = get_task(settings.task)
+    model.eval()
+    total_tokens = length + task.output_length(length)
+    batch_size = max(1, min(settings.eval_batch_size, settings.eval_score_budget // total_tokens**2))
+    accuracies = []
+    for first in range(0, settings.eval_samples, batch_size):
+        inputs, targets, masks = task.sample(min(batch_size, settings.eval_samples - first), length, rng)
+        positions = draw_positions(rng, inputs.shape[1] + targets.shape[1], settings)
+        logits = output_logits(model, task, inputs, targets.shape[1], positions, device)
+        accuracies.append(
+            per_sample_accuracy(logits, torch.from_numpy(targets).to(device), torch.from_numpy(masks).to(device)).cpu()
+        )
+    return float(torch.cat(accuracies).mean())
+
+
+def run_cell(settings: CHESettings) -> pd.DataFrame:
+    """Train one model and evaluate it at every length; returns the CSV's rows (see the module docstring)."""
+    torch.set_num_threads(settings.threads)
+    torch.manual_seed(settings.seed)
+    train_rng, eval_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(settings.seed).spawn(2))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = Encoder(settings.encoder_config()).to(device)
+    train(settings, model, train_rng, device)
+    accuracy = {n: evaluate_length(settings, model, n, eval_rng, device) for n in settings.eval_lengths}
+
+    cell = {
+        "task": settings.task, "encoding": settings.encoding, "processor": settings.processor,
+        "kernel_size": settings.kernel_size, "dape_width": settings.dape_width,
+        "method": method_label(settings.encoding, settings.processor, settings.kernel_size),
+        "seed": settings.seed, "lr": settings.lr, "steps": settings.steps,
+    }  # fmt: skip
+    rows = [{**cell, "length": n, "accuracy": a, "n_samples": settings.eval_samples, "row_type": "length"}
+            for n, a in accuracy.items()]  # fmt: skip
+    ood = [accuracy[n] for n in range(settings.eval_min_len, settings.eval_max_len + 1)]
+    rows.append({**cell, "length": None, "accuracy": float(np.mean(ood)),
+                 "n_samples": settings.eval_samples * len(ood), "row_type": "summary"})  # fmt: skip
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    frame["length"] = frame["length"].astype("Int64")
+    return frame
+
+
+def aggregate_cells(df: pd.DataFrame, aggregation: str = "max") -> pd.DataFrame:
+    """One accuracy per (task, method) cell: max or mean of the summary rows over seeds × learning rates.
+
+    Cells are keyed by every setting but seed and lr (``CELL_COLUMNS``); ``n_runs`` counts the runs reduced.
+    """
+    require_choice("aggregation", aggregation, AGGREGATIONS)
+    summary = df[df["row_type"] == "summary"]
+    cells = summary.groupby(CELL_COLUMNS, as_index=False, sort=True).agg(
+        accuracy=("accuracy", aggregation), n_runs=("accuracy", "size")
+    )
+    cells["aggregation"] = aggregation
+    return cells
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    d = CHESettings()
+    p.add_argument("--out", required=True, help="the CSV to write (atomically)")
+    p.add_argument("--task", default=d.task, help=f"one of: {', '.join(TASKS)}")
+    p.add_argument("--encoding", default=d.encoding, help=f"one of: {', '.join(ENCODINGS)}")
+    p.add_argument("--processor", default=d.processor, help=f"one of: {', '.join(PROCESSORS)}")
+    p.add_argument("--padding", default=d.padding, help=f"one of: {', '.join(PADDINGS)}")
+    for name in ("kernel_size", "dape_width", "n_layer", "d_model", "n_head", "d_ff", "seed", "steps", "batch_size",
+                 "train_max_len", "eval_min_len", "eval_max_len", "eval_samples", "eval_batch_size",
+                 "eval_score_budget", "max_position", "threads"):  # fmt: skip
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name))
+    p.add_argument("--lr", type=float, default=d.lr, help="one per run (the reference sweeps 1e-4, 3e-4, 5e-4)")
+    p.add_argument("--dropout", type=float, default=d.dropout)
+    p.add_argument("--randomized-positions", action=argparse.BooleanOptionalAction, default=d.randomized_positions,
+                   help="sorted random positions from [0, max_position) per batch (Ruoss et al., 2023)")  # fmt: skip
+
+
+def run(args) -> int:
+    fields = {f.name for f in dataclasses.fields(CHESettings)}
+    settings = CHESettings(**{k: v for k, v in vars(args).items() if k in fields})
+    start = time.perf_counter()
+    frame = run_cell(settings)
+    io.write_csv(args.out, frame)
+    summary = frame[frame["row_type"] == "summary"].iloc[0]
+    print(json.dumps({"method": summary["method"], "task": settings.task, "ood_accuracy": round(summary["accuracy"], 4),
+                      "wall_s": round(time.perf_counter() - start, 1), "out": str(args.out)}))  # fmt: skip
+    return 0
