@@ -2,13 +2,17 @@
 
     scores = q·kᵀ/√d  →  + encoding bias B  →  DAPE processor  →  causal mask  →  softmax  →  ·V
 
-Three ways to run it, all computing the same function:
-* the plain path (``_attend_rows`` on all rows): the readable reference, materialises [batch, H, T, T];
-* a fast path through ``scaled_dot_product_attention`` (B as a float mask) when there is no processor;
-* an exact query-chunked path (``query_chunk_size``): the 1×k convolution runs along keys only, so query rows
-  are independent. A chunk of rows r0…r1−1 needs its row offset (for tril and the causal mask) and, with
-  ``same`` padding, the 2·(k//2) key columns right of its last row (the conv halo); keys beyond are never read.
-  Peak memory then grows with chunk × T × dape_width instead of T² × dape_width.
+Four ways to run it, all computing the same function:
+* the plain path (``fast_path=False``, ``_attend_rows`` on all rows): the readable reference, materialises
+  [batch, H, T, T] and the processor's [batch, 2H, T, T] input and [batch, D_DAPE, T, T] hidden map;
+* without a processor, ``scaled_dot_product_attention`` (B as a float mask);
+* with a processor, the default fast path (``_attend_processed``): query rows in chunks, the processor's
+  blocked GEMM form (``ScoreProcessor.fast``), each chunk reading only the keys its rows can reach;
+* an exact query-chunked plain path (``query_chunk_size`` with ``fast_path=False``): the 1×k convolution runs
+  along keys only, so query rows are independent. A chunk of rows r0…r1−1 needs its row offset (for tril and
+  the causal mask) and, with ``same`` padding, the key columns right of its last row that the convolutions
+  read (``ScoreProcessor.needed_halo``); keys beyond are never read. Peak memory then grows with
+  chunk × T × dape_width instead of T² × dape_width.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from torch import nn
 
 from dape_core.dape import ScoreProcessor
 from dape_core.encodings import PositionalEncoding
+
+DEFAULT_CHUNK_BYTES = 16 * 2**20  # one chunk's [batch, H, rows, T] fp32 scores on the fast path
+MIN_CHUNK_ROWS = 64  # fewer query rows make q·kᵀ a memory-bound, matrix-vector-like product
 
 
 def attend(
@@ -35,10 +42,17 @@ def attend(
     dropout_p: float = 0.0,
     query_chunk_size: int | None = None,
     fast_path: bool = True,
+    dape_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """Self-attention of q, k, v [batch, H, T, d_head] at ``positions`` [T]; returns [batch, H, T, d_head]."""
     q, k = encoding.rotate(q, k, positions, positions)
     n = q.shape[2]
+    if processor is not None and fast_path:
+        return _attend_processed(
+            q, k, v, encoding=encoding, processor=processor, positions=positions, causal=causal,
+            dropout_p=dropout_p, chunk=query_chunk_size or auto_chunk_rows(q.shape[0], q.shape[1], n),
+            dape_dtype=dape_dtype,
+        )
     kwargs = dict(
         encoding=encoding, processor=processor, positions=positions, causal=causal, dropout_p=dropout_p,
         fast_path=fast_path,
@@ -52,21 +66,50 @@ def attend(
     return torch.cat(chunks, dim=2)
 
 
+def auto_chunk_rows(batch: int, heads: int, n: int, budget: int = DEFAULT_CHUNK_BYTES) -> int:
+    """Query rows per chunk on the fast path: one chunk's fp32 scores within ``budget``, at least 64 rows."""
+    return max(MIN_CHUNK_ROWS, budget // max(1, batch * heads * n * 4))
+
+
+def _key_range(processor, causal, rows_end, n):
+    """(keys read, keys kept): the processor reads up to its halo right of the last row, the mask keeps ≤ row."""
+    if not causal:
+        return n, n
+    halo = processor.needed_halo() if processor is not None else 0
+    return min(n, rows_end + halo), rows_end
+
+
+def _causal_allowed(row_offset, rows_end, keys_kept, device):
+    row_index = torch.arange(row_offset, rows_end, device=device)[:, None]
+    return torch.arange(keys_kept, device=device)[None, :] <= row_index
+
+
+def _attend_processed(q, k, v, *, encoding, processor, positions, causal, dropout_p, chunk, dape_dtype):
+    """The fast path with a processor: per chunk of query rows, q·kᵀ/√d on the keys the rows reach, B, the
+    processor's blocked form (A + B + f with the causal mask), softmax, ·V."""
+    n, scale = q.shape[2], 1.0 / math.sqrt(q.shape[-1])
+    outputs = []
+    for r0 in range(0, n, chunk):
+        rows_end = min(n, r0 + chunk)
+        keys_read, keys_kept = _key_range(processor, causal, rows_end, n)
+        q_rows, k_read = q[:, :, r0:rows_end], k[:, :, :keys_read]
+        scores = torch.matmul(q_rows, k_read.transpose(-2, -1)).mul_(scale)  # A = q·kᵀ/√d
+        bias = encoding.bias(q_rows, k_read, scores, positions[r0:rows_end], positions[:keys_read]) if encoding.has_bias else None
+        scores = processor.fast(scores, bias, r0, causal=causal, keys_out=keys_kept, compute_dtype=dape_dtype)
+        probs = torch.softmax(scores, dim=-1)
+        if dropout_p > 0:
+            probs = F.dropout(probs, p=dropout_p)
+        outputs.append(torch.matmul(probs, v[:, :, :keys_kept]))
+    return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)
+
+
 def _attend_rows(q, k, v, row_offset, *, encoding, processor, positions, causal, dropout_p, fast_path):
     """Attention output for query rows ``row_offset … row_offset + len(q) − 1`` against the keys they can reach."""
     rows_end = row_offset + q.shape[2]
     q_pos = positions[row_offset:rows_end]
-    if causal:
-        halo = processor.right_halo if processor is not None else 0
-        keys_read = min(k.shape[2], rows_end + halo)  # keys the processor reads
-        keys_kept = rows_end  # keys that survive the causal mask
-    else:
-        keys_read = keys_kept = k.shape[2]
+    keys_read, keys_kept = _key_range(processor, causal, rows_end, k.shape[2])
     k_read, k_pos = k[:, :, :keys_read], positions[:keys_read]
-    allowed = None
-    if causal:
-        row_index = torch.arange(row_offset, rows_end, device=q.device)[:, None]
-        allowed = torch.arange(keys_kept, device=q.device)[None, :] <= row_index
+    allowed = _causal_allowed(row_offset, rows_end, keys_kept, q.device) if causal else None
 
     if processor is None and fast_path and not encoding.needs_scores:
         bias = encoding.bias(q, k_read, None, q_pos, k_pos) if encoding.has_bias else None
@@ -106,7 +149,7 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
 
-    def forward(self, x, *, encoding, processor, positions, query_chunk_size=None, fast_path=True):
+    def forward(self, x, *, encoding, processor, positions, query_chunk_size=None, fast_path=True, dape_dtype=None):
         b, t, c = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.n_head, self.head_dim).permute(2, 0, 3, 1, 4)
         y = attend(
@@ -118,5 +161,6 @@ class SelfAttention(nn.Module):
             dropout_p=self.dropout if self.training else 0.0,
             query_chunk_size=query_chunk_size,
             fast_path=fast_path,
+            dape_dtype=dape_dtype,
         )
         return self.out(y.transpose(1, 2).reshape(b, t, c))

@@ -10,11 +10,16 @@ hooks that the score pipeline (``dape_core.attention``) calls:
 ``q_pos``/``k_pos`` are 1-D position vectors; ``scores`` is q·kᵀ/√d of the same rows. With ``causal=False``
 (the CHE encoder) each encoding tells left from right; the choice per encoding is written in its docstring.
 A new encoding is one class decorated with ``@register("name")``; it then joins the tests and configs by name.
+
+What does not change within a forward pass and has no parameters — distances, T5's buckets, masks, XL's
+sinusoids, ALiBi's whole bias — is built once per pair of position tensors and reused by every layer
+(``geometry``); anything that depends on a parameter is recomputed at every call, so it follows its parameters.
 """
 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from typing import Callable
 
 import torch
@@ -42,6 +47,57 @@ def register(name: str, display: str) -> Callable[[type], type]:
 def relative_distance(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
     """i − j for every (query i, key j) pair: positive for keys to the left of the query."""
     return q_pos[:, None] - k_pos[None, :]
+
+
+GEOMETRY_CACHE_BYTES = 32 * 2**20
+
+
+def _position_key(pos: torch.Tensor):
+    try:
+        version = pos._version
+    except RuntimeError:  # inference tensors carry no version counter (and are not modified in place)
+        version = None
+    return pos.device, pos.dtype, pos.data_ptr(), tuple(pos.shape), tuple(pos.stride()), version
+
+
+class GeometryCache:
+    """Parameter-free tensors derived from a pair of position vectors, shared by every layer of a forward pass.
+
+    Keyed by what is built and by the identity (device, address, shape, strides, version counter) of the two
+    position tensors; an entry holds on to those tensors, so their memory cannot be reused by other positions
+    while the entry lives. Least recently used entries go first once ``max_bytes`` is exceeded; an entry larger
+    than the budget is built and returned but not kept, so memory stays bounded at any length.
+    """
+
+    def __init__(self, max_bytes: int = GEOMETRY_CACHE_BYTES):
+        self.max_bytes = max_bytes
+        self.entries: OrderedDict = OrderedDict()
+        self.bytes = 0
+        self.hits = self.misses = 0
+
+    def get(self, what: tuple, q_pos: torch.Tensor, k_pos: torch.Tensor, build: Callable[[], torch.Tensor]):
+        key = (what, _position_key(q_pos), _position_key(k_pos))
+        entry = self.entries.get(key)
+        if entry is not None:
+            self.entries.move_to_end(key)
+            self.hits += 1
+            return entry[0]
+        self.misses += 1
+        value = build()
+        size = value.numel() * value.element_size()
+        if size <= self.max_bytes:
+            self.entries[key] = (value, q_pos, k_pos, size)
+            self.bytes += size
+            while self.bytes > self.max_bytes:
+                self.bytes -= self.entries.popitem(last=False)[1][3]
+        return value
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.bytes = 0
+
+
+geometry = GeometryCache()
 
 
 class PositionalEncoding(nn.Module):
@@ -130,10 +186,15 @@ class ALiBi(PositionalEncoding):
         self.register_buffer("slopes", alibi_slopes(n_head), persistent=False)
 
     def bias(self, q, k, scores, q_pos, k_pos):
-        dist = relative_distance(q_pos, k_pos).to(q.dtype)
-        if not self.causal:
-            dist = dist.abs() + 0.5 * (dist > 0).to(q.dtype)
-        return -self.slopes.to(q.dtype)[:, None, None] * dist
+        """Parameter-free (the slopes are fixed), so built once per forward for all layers."""
+
+        def build():
+            dist = relative_distance(q_pos, k_pos).to(q.dtype)
+            if not self.causal:
+                dist = dist.abs() + 0.5 * (dist > 0).to(q.dtype)
+            return -self.slopes.to(q.dtype)[:, None, None] * dist
+
+        return geometry.get(("alibi", self.causal, self.n_head, q.dtype, self.slopes.device), q_pos, k_pos, build)
 
 
 @register("kerple", "Kerple")
@@ -157,13 +218,16 @@ class Kerple(PositionalEncoding):
             for param in (self.r1, self.r2):
                 if bool((param < self.min_value).any()):
                     param.clamp_(min=self.min_value)
-        dist = relative_distance(q_pos, k_pos).to(q.dtype)
+        distance = geometry.get(
+            ("abs_distance", q.dtype), q_pos, k_pos, lambda: relative_distance(q_pos, k_pos).abs().to(q.dtype)
+        )
         r1 = self.r1.to(q.dtype)[:, :, None, None]
         r2 = self.r2.to(q.dtype)[:, :, None, None]
-        kernel = -r1 * torch.log1p(r2 * dist.abs())  # [sides, H, Tq, Tk]
+        kernel = -r1 * torch.log1p(r2 * distance)  # [sides, H, Tq, Tk]
         if self.causal:
             return kernel[0]
-        return torch.where(dist >= 0, kernel[0], kernel[1])
+        left = geometry.get(("left_or_self",), q_pos, k_pos, lambda: relative_distance(q_pos, k_pos) >= 0)
+        return torch.where(left, kernel[0], kernel[1])
 
 
 @register("fire", "FIRE")
@@ -188,7 +252,7 @@ class FIRE(PositionalEncoding):
 
     def bias(self, q, k, scores, q_pos, k_pos):
         dtype = torch.promote_types(q.dtype, torch.float32)
-        dist = relative_distance(q_pos, k_pos).to(dtype)
+        dist = geometry.get(("distance", dtype), q_pos, k_pos, lambda: relative_distance(q_pos, k_pos).to(dtype))
         threshold = torch.abs(self.L_multiplier * self.L_init)
         if self.causal:
             normaliser = torch.maximum(q_pos.to(dtype), threshold)[:, None]
@@ -233,11 +297,16 @@ class T5Bias(PositionalEncoding):
         self.table = nn.Embedding(t5_buckets, n_head)
 
     def bias(self, q, k, scores, q_pos, k_pos):
-        buckets = t5_bucket(
-            relative_distance(q_pos, k_pos),
-            bidirectional=not self.causal,
-            num_buckets=self.num_buckets,
-            max_distance=self.max_distance,
+        buckets = geometry.get(
+            ("t5_buckets", self.causal, self.num_buckets, self.max_distance),
+            q_pos,
+            k_pos,
+            lambda: t5_bucket(
+                relative_distance(q_pos, k_pos),
+                bidirectional=not self.causal,
+                num_buckets=self.num_buckets,
+                max_distance=self.max_distance,
+            ),
         )
         return self.table(buckets).permute(2, 0, 1).to(q.dtype)
 
@@ -268,13 +337,13 @@ class CoPE(PositionalEncoding):
         return hi * w + lo * (1 - w)
 
     def bias(self, q, k, scores, q_pos, k_pos):
-        left = (k_pos[None, :] <= q_pos[:, None]).to(q.dtype)
+        left = geometry.get(("left_or_self", q.dtype), q_pos, k_pos, lambda: (k_pos[None, :] <= q_pos[:, None]).to(q.dtype))
         gates = torch.sigmoid(scores)
         pos_left = (gates * left).flip(-1).cumsum(-1).flip(-1) * left
         out = self._interpolate(q, pos_left, 0)
         if self.causal:
             return out
-        right = (k_pos[None, :] >= q_pos[:, None]).to(q.dtype)
+        right = geometry.get(("right_or_self", q.dtype), q_pos, k_pos, lambda: (k_pos[None, :] >= q_pos[:, None]).to(q.dtype))
         pos_right = (gates * right).cumsum(-1) * right
         return torch.where(left.bool(), out, self._interpolate(q, pos_right, 1))
 
@@ -301,16 +370,22 @@ class TransformerXL(PositionalEncoding):
         self.u = nn.Parameter(torch.zeros(n_head, head_dim))
         self.v = nn.Parameter(torch.zeros(n_head, head_dim))
 
-    def bias(self, q, k, scores, q_pos, k_pos):
+    def _geometry(self, q_pos, k_pos):
+        """(index of each pair's distance in the table [Tq, Tk], the sinusoids R of the table's distances)."""
         dist = relative_distance(q_pos, k_pos)
         if self.causal:
             dist = dist.clamp(min=0)
         lo, hi = int(dist.min()), int(dist.max())
-        table = torch.arange(lo, hi + 1, device=q.device)
-        r = self.w_r(sinusoid(table, self.rel_dim).to(q.dtype)).view(-1, self.n_head, self.head_dim)
+        return dist - lo, sinusoid(torch.arange(lo, hi + 1, device=dist.device), self.rel_dim)
+
+    def bias(self, q, k, scores, q_pos, k_pos):
+        index = geometry.get(("xl_index", self.causal), q_pos, k_pos, lambda: self._geometry(q_pos, k_pos)[0])
+        table = geometry.get(
+            ("xl_sinusoids", self.causal, self.rel_dim), q_pos, k_pos, lambda: self._geometry(q_pos, k_pos)[1]
+        )
+        r = self.w_r(table.to(q.dtype)).view(-1, self.n_head, self.head_dim)
         pos_term = torch.einsum("bhqd,nhd->bhqn", q + self.v[None, :, None, :].to(q.dtype), r)
-        idx = (dist - lo).expand(q.shape[0], self.n_head, -1, -1)
-        pos_term = pos_term.gather(-1, idx)
+        pos_term = pos_term.gather(-1, index.expand(q.shape[0], self.n_head, -1, -1))
         content_term = torch.einsum("hd,bhkd->bhk", self.u.to(k.dtype), k)[:, :, None, :]
         return (pos_term + content_term) / math.sqrt(self.head_dim)
 
@@ -326,6 +401,8 @@ __all__ = [
     "register",
     "build_encoding",
     "relative_distance",
+    "GeometryCache",
+    "geometry",
     "alibi_slopes",
     "t5_bucket",
     "sinusoid",

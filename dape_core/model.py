@@ -35,6 +35,10 @@ SIZE_PRESETS: dict[str, tuple[int, int, int]] = {
 }
 
 
+ATTENTION_IMPLS = ("fast", "plain")
+DAPE_DTYPES = {"float32": None, "bfloat16": torch.bfloat16}  # None: the scores' own precision
+
+
 def method_label(encoding: str, processor: str = "none", kernel_size: int = 1, tril: bool = True) -> str:
     """The paper's method names: "Kerple", "DAPE-Kerple" (V1), "DAPE1x3-Kerple" (V2, k = 3)."""
     name = display_name(encoding)
@@ -68,6 +72,8 @@ class GPTConfig:
     encoding_shared: bool | None = None  # None: as the public code (only T5's table shared across layers)
     tie_embeddings: bool = False  # public code: untied
     query_chunk_size: int | None = None  # exact query-chunked attention beyond this many rows
+    attention_impl: str = "fast"  # fast | plain (the readable reference: materialised, nn.Conv2d)
+    dape_dtype: str = "float32"  # float32 (the scores' precision) | bfloat16: DAPE's GEMMs on the fast path
 
     def __post_init__(self):
         resolve_shape(self)
@@ -75,6 +81,8 @@ class GPTConfig:
         require_choice("encoding", self.encoding, ENCODINGS)
         if self.query_chunk_size is not None:
             require_positive("query_chunk_size", self.query_chunk_size)
+        require_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
+        require_choice("dape_dtype", self.dape_dtype, DAPE_DTYPES)
 
 
 @dataclass
@@ -177,7 +185,7 @@ class _Stack(nn.Module):
     def encoding(self, layer: int):
         return self.encodings[layer if len(self.encodings) > 1 else 0]
 
-    def forward(self, x, positions, query_chunk_size=None, fast_path=True):
+    def forward(self, x, positions, query_chunk_size=None, fast_path=True, dape_dtype=None):
         for i, block in enumerate(self.blocks):
             x = block(
                 x,
@@ -186,6 +194,7 @@ class _Stack(nn.Module):
                 positions=positions,
                 query_chunk_size=query_chunk_size,
                 fast_path=fast_path,
+                dape_dtype=dape_dtype,
             )
         return x
 
@@ -213,7 +222,8 @@ class GPT(nn.Module):
         ``targets`` also the mean cross-entropy."""
         positions = torch.arange(idx.shape[1], device=idx.device)
         x = self.drop(self.embed(idx))
-        x = self.stack(x, positions, self.cfg.query_chunk_size, fast_path)
+        fast_path = fast_path and self.cfg.attention_impl == "fast"
+        x = self.stack(x, positions, self.cfg.query_chunk_size, fast_path, DAPE_DTYPES[self.cfg.dape_dtype])
         if last is not None:
             x = x[:, -last:]
         logits = self.head(self.norm(x))

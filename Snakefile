@@ -1,0 +1,36 @@
+"""DAPE V2 reproduction: corpora → language models (train, evaluate, attention maps), timing, CHE → reports/.
+
+`snakemake --cores 2` runs config.yaml; `--configfile configs/smoke.yaml` or `configs/paper.yaml` replaces it.
+`snakemake --report reports/report.html` then collects the captioned figures.
+"""
+
+from snakemake.utils import min_version, validate
+
+min_version("8.20")
+
+# A configuration given with --configfile is complete (configs/smoke.yaml, configs/paper.yaml): it replaces
+# config.yaml instead of being merged into it.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config.yaml"
+
+
+validate(config, "workflow/schemas/config.schema.yaml")
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/lm.smk"
+include: "workflow/rules/leakage.smk"
+include: "workflow/rules/timing.smk"
+include: "workflow/rules/che.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        all_targets(),
+    localrule: True

@@ -1,0 +1,246 @@
+"""Kerple, DAPE1×3-Kerple and DAPE-Kerple on the plain and the fast path, side by side (paper Table 7, §4.2).
+
+Each group (a shape, a length, a mode) is timed in one fresh process that builds every method's model from the
+same seed and runs them round-robin, so that all methods see the same machine load; a method's time is the
+median over rounds and its ratio the median of its per-round ratios to the fastest Kerple variant of the group
+(Kerple on its own fastest path: SDPA with a float mask, whole or in query chunks). Peak memory is measured
+per method in another fresh process (the process-wide high-water mark of the resident set, and its rise above
+the resident set right after building the model).
+
+Modes: ``train`` — one optimiser step of the whole model (AdamW); ``layer`` — forward and backward of one
+decoder layer alone (attention with its encoding and processor, MLP), the per-layer cost; ``eval`` — forward
+without gradients, logits of the last 256 positions (as the evaluation stage scores them).
+
+    python benchmarks/bench_dape.py --suite default 125m eval --out benchmarks/results/dape_paths.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from dape_core.model import GPT, GPTConfig
+
+KERPLE = dict(encoding="kerple", processor="none", kernel_size=1)
+DAPE_V2 = dict(encoding="kerple", processor="dape_v2", kernel_size=3)
+DAPE_V1 = dict(encoding="kerple", processor="dape_v1", kernel_size=1)
+
+
+def methods(n: int, mode: str) -> list[dict]:
+    """The methods of a group at length ``n``: Kerple whole and chunked, DAPE on the plain and fast paths."""
+    out = [dict(label="Kerple", **KERPLE)]
+    for chunk in (64, 128, 256):
+        if chunk < n:
+            out.append(dict(label=f"Kerple (query chunks of {chunk})", query_chunk_size=chunk, **KERPLE))
+    if mode == "eval" and n > 2048:
+        out = [m for m in out if m.get("query_chunk_size")]  # whole [H, T, T] masks need gigabytes at 8192
+    plain_chunk = 256 if mode == "eval" and n > 512 else None
+    if mode != "eval" or n <= 2048:
+        out.append(dict(label="DAPE1x3-Kerple plain", attention_impl="plain", query_chunk_size=plain_chunk, **DAPE_V2))
+    out.append(dict(label="DAPE1x3-Kerple fast", **DAPE_V2))
+    out.append(dict(label="DAPE1x3-Kerple fast bf16", dape_dtype="bfloat16", **DAPE_V2))
+    if mode != "eval" or n <= 2048:
+        out.append(dict(label="DAPE-Kerple plain", attention_impl="plain", query_chunk_size=plain_chunk, **DAPE_V1))
+    out.append(dict(label="DAPE-Kerple fast", **DAPE_V1))
+    return out
+
+
+SUITES = {
+    # the default preset (2 layers, width 128, 4 heads), batch 16: the DAG's training runs
+    "default": [dict(mode="train", size="small", batch=16, seq_len=n, repeats=7) for n in (64, 128, 256)],
+    # the 125M shape (width 768, 12 heads) at T = 512: one layer, and the model at reduced depth
+    "125m": [
+        dict(mode="layer", size="125M", n_layer=1, batch=4, seq_len=512, repeats=5),
+        dict(mode="train", size="125M", n_layer=4, batch=4, seq_len=512, repeats=3),
+    ],
+    # long-context evaluation at batch 1 on the 125M shape, reduced depth
+    "eval": [dict(mode="eval", size="125M", n_layer=2, batch=1, seq_len=n, repeats=3) for n in (2048, 8192)],
+    # a fast check of the script itself
+    "quick": [dict(mode="train", size="tiny", batch=4, seq_len=64, repeats=3)],
+}
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux reports KiB
+
+
+def _build(group: dict, method: dict):
+    settings = {k: v for k, v in method.items() if k != "label"}
+    cfg = GPTConfig(vocab_size=group.get("vocab_size", 4096), size=group["size"], n_layer=group.get("n_layer"),
+                    train_len=group["seq_len"], **settings)
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    model.train(group["mode"] != "eval")
+    return model
+
+
+def _step(group: dict, model: GPT, data: dict):
+    """One measured unit of work: a training step, a layer's forward and backward, or an evaluation forward."""
+    mode = group["mode"]
+    if mode == "train":
+        optimizer = data.setdefault(id(model), torch.optim.AdamW(model.parameters(), lr=1e-4))
+
+        def run():
+            optimizer.zero_grad(set_to_none=True)
+            _, loss = model(data["tokens"], data["tokens"])
+            loss.backward()
+            optimizer.step()
+
+    elif mode == "layer":
+
+        def run():
+            x = data["hidden"].detach().requires_grad_()
+            model.zero_grad(set_to_none=True)
+            fast = model.cfg.attention_impl == "fast"
+            dtype = torch.bfloat16 if model.cfg.dape_dtype == "bfloat16" else None
+            y = model.stack(x, data["positions"], model.cfg.query_chunk_size, fast, dtype)
+            (y * data["weights"]).sum().backward()
+
+    else:
+
+        def run():
+            with torch.no_grad():
+                model(data["tokens"], last=min(256, group["seq_len"]))
+
+    return run
+
+
+def _inputs(group: dict, d_model: int) -> dict:
+    torch.manual_seed(1)
+    b, n = group["batch"], group["seq_len"]
+    return {
+        "tokens": torch.randint(0, group.get("vocab_size", 4096), (b, n)),
+        "hidden": torch.randn(b, n, d_model),
+        "weights": torch.randn(b, n, d_model),
+        "positions": torch.arange(n),
+    }
+
+
+def time_group(group: dict) -> list[dict]:
+    """All methods of a group in this process, round-robin; raw times per method."""
+    torch.set_num_threads(group["threads"])
+    ms = methods(group["seq_len"], group["mode"])
+    models = [_build(group, m) for m in ms]
+    data = _inputs(group, models[0].cfg.d_model)
+    runs = [_step(group, model, data) for model in models]
+    for run in runs:  # warm-up: allocator, optimiser state, caches
+        run()
+    times = [[] for _ in runs]
+    for _ in range(group["repeats"]):
+        for i, run in enumerate(runs):
+            start = time.perf_counter()
+            run()
+            times[i].append((time.perf_counter() - start) * 1000)
+    return [dict(label=m["label"], times_ms=t) for m, t in zip(ms, times)]
+
+
+def memory_case(group: dict, label: str) -> dict:
+    """Peak resident memory of one method in this (fresh) process: warm-up and one measured unit of work."""
+    torch.set_num_threads(group["threads"])
+    method = next(m for m in methods(group["seq_len"], group["mode"]) if m["label"] == label)
+    model = _build(group, method)
+    data = _inputs(group, model.cfg.d_model)
+    run = _step(group, model, data)
+    after_build = _rss_mb()
+    run()
+    if group["mode"] == "train":
+        run()  # the optimiser state exists from the first step on
+    return dict(label=label, peak_rss_mb=_rss_mb(), peak_over_model_mb=_rss_mb() - after_build)
+
+
+def _worker(kind: str, payload: dict):
+    out = subprocess.run([sys.executable, __file__, "--worker", kind, json.dumps(payload)], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{kind} worker failed for {payload}:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _machine() -> dict:
+    model = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return dict(cpu=model, cores=os.cpu_count(), torch=torch.__version__, python=platform.python_version())
+
+
+def run_group(group: dict, memory: bool) -> list[dict]:
+    load_before = os.getloadavg()[0]
+    timed = _worker("time", dict(group=group))
+    load_after = os.getloadavg()[0]
+    medians = {t["label"]: statistics.median(t["times_ms"]) for t in timed}
+    reference = min((label for label in medians if label.startswith("Kerple")), key=medians.get)
+    ref_times = next(t["times_ms"] for t in timed if t["label"] == reference)
+    n_layer = _build(group, dict(**KERPLE)).cfg.n_layer if group["mode"] != "layer" else 1
+    rows = []
+    for t in timed:
+        row = dict(
+            suite=group["suite"], mode=group["mode"], size=group["size"], n_layer=n_layer, seq_len=group["seq_len"],
+            batch=group["batch"], method=t["label"], median_ms=medians[t["label"]], min_ms=min(t["times_ms"]),
+            per_layer_ms=medians[t["label"]] / n_layer,
+            ratio_vs_kerple=statistics.median(a / b for a, b in zip(t["times_ms"], ref_times)),
+            kerple_reference=reference, repeats=group["repeats"], threads=group["threads"],
+            load_before=load_before, load_after=load_after,
+        )
+        if memory:
+            row.update({k: v for k, v in _worker("memory", dict(group=group, label=t["label"])).items() if k != "label"})
+        rows.append(row)
+    if memory:
+        ref = next(r for r in rows if r["method"] == reference)
+        for r in rows:
+            r["peak_ratio_vs_kerple"] = r["peak_rss_mb"] / ref["peak_rss_mb"]
+            r["peak_over_model_ratio_vs_kerple"] = r["peak_over_model_mb"] / max(ref["peak_over_model_mb"], 1.0)
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--suite", nargs="+", default=["default"], choices=sorted(SUITES))
+    p.add_argument("--out", required=True, help="CSV path (benchmarks/results/*.csv)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=None, help="rounds per group (default: the suite's)")
+    p.add_argument("--seq-lens", type=int, nargs="+", default=None, help="only these lengths")
+    p.add_argument("--no-memory", action="store_true", help="skip the per-method peak-memory processes")
+    args = p.parse_args(argv)
+    machine = _machine()
+    stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    rows = []
+    for suite in args.suite:
+        for group in SUITES[suite]:
+            if args.seq_lens and group["seq_len"] not in args.seq_lens:
+                continue
+            group = dict(group, suite=suite, threads=args.threads, repeats=args.repeats or group["repeats"])
+            print(f"[{suite}] {group['mode']} {group['size']} T={group['seq_len']} B={group['batch']} …", file=sys.stderr, flush=True)
+            for row in run_group(group, memory=not args.no_memory):
+                rows.append(dict(row, **machine, timestamp=stamp))
+                mem = f", peak {row['peak_rss_mb']:.0f} MB (+{row['peak_over_model_mb']:.0f})" if "peak_rss_mb" in row else ""
+                print(f"  {row['method']:36s} {row['median_ms']:10.1f} ms  ×{row['ratio_vs_kerple']:.2f}{mem}", file=sys.stderr, flush=True)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(out, index=False)
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
+        payload = json.loads(sys.argv[3])
+        result = time_group(payload["group"]) if sys.argv[2] == "time" else memory_case(payload["group"], payload["label"])
+        print(json.dumps(result))
+    else:
+        sys.exit(main())

@@ -1,0 +1,193 @@
+"""Per-job outputs → tidy CSVs: one row per observation, the run's settings, its families and provenance.
+
+``lm_results.csv`` has one row per run × evaluation length × seed; ``families`` (semicolon-joined) lists the
+families that asked for that row (a run shared by families appears once, listed in each). A diverged run keeps
+its rows, with ``status`` "diverged" and NaN metrics. The plan (``results/plan.json``, written from
+``dape_core.config.Plan.report_spec``) supplies families, memberships and every run setting.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import dape_core
+
+LM_SETTING_COLUMNS = ("dataset", "tag", "encoding", "processor", "kernel_size", "dape_width", "tril", "padding", "size",
+                      "n_layer", "n_head", "d_model", "dropout", "tie_embeddings", "encoding_shared", "train_len",
+                      "batch_size", "grad_accum", "steps", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay",
+                      "grad_clip", "beta1", "beta2", "precision")
+SUMMARY_COLUMNS = {"status": "train_status", "steps_done": "steps_done", "final_loss": "final_loss",
+                   "tokens_per_s": "tokens_per_s", "wall_s": "train_wall_s", "parameters": "parameters",
+                   "non_embedding_parameters": "non_embedding_parameters", "flops_per_token": "flops_per_token",
+                   "git_commit": "train_git_commit", "threads": "train_threads"}
+LEADING = ["run", "seed", "families", "method", "eval_len", "status", "ppl", "ppl_ci_low", "ppl_ci_high", "loss",
+           "bpb", "window", "delta_p_window", "ppl_dp", "ppl_local", "delta_p"]
+
+
+def read_plan(path: str | Path) -> dict:
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def run_and_seed(path: str | Path, levels_up: int = 1) -> tuple[str, int]:
+    """(run, seed) of ``results/lm/{run}/seed{seed}/…`` (``levels_up`` directories between the file and seed)."""
+    seed_dir = Path(path).parents[levels_up - 1]
+    return seed_dir.parent.name, int(seed_dir.name.removeprefix("seed"))
+
+
+def report_commit() -> str:
+    """The commit of the checkout the report is built from (runs record their own in ``git_commit``)."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True,
+                             text=True, timeout=10)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _families_by_length(plan: dict) -> dict[tuple[str, int], list[tuple[str, set]]]:
+    members: dict[tuple[str, int], list[tuple[str, set]]] = {}
+    for m in plan["lm_members"]:
+        members.setdefault((m["run"], int(m["seed"])), []).append((m["family"], set(m["eval_lens"])))
+    return members
+
+
+def _join(families) -> str:
+    return ";".join(dict.fromkeys(families))
+
+
+def lm_results(plan: dict, eval_paths: list[str], summary_paths: list[str]) -> pd.DataFrame:
+    """One row per run × evaluation length × seed, with settings, families, training summary and provenance."""
+    summaries = {run_and_seed(p): json.loads(Path(p).read_text(encoding="utf-8")) for p in summary_paths}
+    members = _families_by_length(plan)
+    frames = []
+    for path in eval_paths:
+        run, seed = run_and_seed(path)
+        frame = pd.read_csv(path)
+        settings = plan["lm_runs"][run]["settings"]
+        frame["run"], frame["seed"] = run, seed
+        for key in LM_SETTING_COLUMNS:
+            if key not in frame or frame[key].isna().all():
+                frame[key] = settings[key]
+        frame["families"] = [_join(f for f, lens in members.get((run, seed), []) if int(n) in lens)
+                             for n in frame["eval_len"]]
+        summary = summaries.get((run, seed), {})
+        for key, column in SUMMARY_COLUMNS.items():
+            frame[column] = summary.get(key, np.nan)
+        for key, value in summary.get("versions", {}).items():
+            frame[f"{key}_version"] = value
+        frame["device"] = (summary.get("hardware") or {}).get("cuda") or "cpu"
+        if summary.get("status") == "diverged":
+            frame["status"] = "diverged"
+        frame["source_file"] = str(path)
+        frames.append(frame)
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=LEADING)
+    df["report_git_commit"] = report_commit()
+    df = df.sort_values(["run", "seed", "eval_len"], kind="stable")
+    return df[[c for c in LEADING if c in df] + [c for c in df if c not in LEADING]].reset_index(drop=True)
+
+
+def sink_results(plan: dict, sink_paths: list[str]) -> pd.DataFrame:
+    """Attention-sink mass per run × seed × length × layer; a diverged run keeps one row with status diverged."""
+    families: dict[tuple[str, int], list[str]] = {}
+    attention_families = {f for f, spec in plan["families"].items() if spec.get("attention_maps")}
+    for m in plan["lm_members"]:
+        if m["family"] in attention_families:
+            families.setdefault((m["run"], int(m["seed"])), []).append(m["family"])
+    frames = []
+    for path in sink_paths:
+        run, seed = run_and_seed(path, levels_up=3)
+        length = int(Path(path).parent.name.removeprefix("L"))
+        frame = pd.read_csv(path)
+        side = pd.read_csv(Path(path).with_name("eval.csv"))
+        status = str(side["status"].iloc[0]) if len(side) else "diverged"
+        if frame.empty:
+            frame = pd.DataFrame([{"method": side["method"].iloc[0] if "method" in side and len(side) else "",
+                                   "eval_len": length, "layer": np.nan, "sink_mass": np.nan}])
+        frame["run"], frame["seed"], frame["heatmap_len"], frame["status"] = run, seed, length, status
+        for key in ("encoding", "processor", "kernel_size", "dape_width", "train_len", "dataset", "size"):
+            frame[key] = plan["lm_runs"][run]["settings"][key]
+        frame["families"] = _join(families.get((run, seed), []))
+        frame["source_file"] = str(path)
+        frames.append(frame)
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run", "seed", "sink_mass"])
+    df["dape_core_version"], df["report_git_commit"] = dape_core.__version__, report_commit()
+    lead = ["run", "seed", "families", "method", "heatmap_len", "layer", "sink_mass", "status"]
+    return df[[c for c in lead if c in df] + [c for c in df if c not in lead]]
+
+
+def timing_results(plan: dict, timing_paths: list[str]) -> pd.DataFrame:
+    """The timing CSVs with their run name and families."""
+    families: dict[str, list[str]] = {}
+    for m in plan["timing_members"]:
+        families.setdefault(m["run"], []).append(m["family"])
+    frames = []
+    for path in timing_paths:
+        frame = pd.read_csv(path)
+        run = Path(path).stem
+        frame.insert(0, "run", run)
+        frame.insert(1, "families", _join(families.get(run, [])))
+        frame["source_file"] = str(path)
+        frames.append(frame)
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run", "families"])
+    df["dape_core_version"], df["report_git_commit"] = dape_core.__version__, report_commit()
+    return df
+
+
+def che_results(plan: dict, cell_paths: list[str]) -> pd.DataFrame:
+    """The CHE CSVs (length and summary rows) with their cell name and families."""
+    families: dict[tuple[str, int], list[str]] = {}
+    for m in plan["che_members"]:
+        families.setdefault((m["cell"], int(m["seed"])), []).append(m["family"])
+    frames = []
+    for path in cell_paths:
+        frame = pd.read_csv(path)
+        cell, seed = Path(path).parent.name, int(Path(path).stem.removeprefix("seed"))
+        frame.insert(0, "cell", cell)
+        frame.insert(1, "families", _join(families.get((cell, seed), [])))
+        frame["source_file"] = str(path)
+        frames.append(frame)
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["cell", "families"])
+    df["dape_core_version"], df["report_git_commit"] = dape_core.__version__, report_commit()
+    return df
+
+
+def leakage_results(plan: dict, eval_paths: list[str]) -> pd.DataFrame:
+    """Each run without tril next to its tril twin: ppl of both and their ratio, per evaluation length and seed."""
+    evals = {run_and_seed(p): pd.read_csv(p).set_index("eval_len") for p in eval_paths}
+    rows = []
+    for family, pairs in plan["leakage_pairs"].items():
+        for pair in pairs:
+            run, twin = pair["run"], pair["twin"]
+            settings = plan["lm_runs"][run]["settings"]
+            for (name, seed), frame in sorted(evals.items()):
+                if name != run or (twin, seed) not in evals:
+                    continue
+                twin_frame = evals[(twin, seed)]
+                for eval_len in frame.index.intersection(twin_frame.index):
+                    a, b = frame.loc[eval_len], twin_frame.loc[eval_len]
+                    ok = a["status"] == "ok" and b["status"] == "ok"
+                    rows.append({
+                        "family": family, "run": run, "twin": twin, "seed": seed, "method": b.get("method", ""),
+                        "encoding": settings["encoding"], "kernel_size": settings["kernel_size"],
+                        "padding": settings["padding"], "dataset": settings["dataset"],
+                        "train_len": settings["train_len"], "eval_len": int(eval_len),
+                        "ppl_no_tril": a["ppl"], "ppl_tril": b["ppl"],
+                        "ratio": a["ppl"] / b["ppl"] if ok else np.nan,
+                        "status": "ok" if ok else "diverged",
+                    })
+    df = pd.DataFrame(rows, columns=["family", "run", "twin", "seed", "method", "encoding", "kernel_size", "padding",
+                                     "dataset", "train_len", "eval_len", "ppl_no_tril", "ppl_tril", "ratio", "status"])
+    df["dape_core_version"], df["report_git_commit"] = dape_core.__version__, report_commit()
+    return df
+
+
+def in_family(df: pd.DataFrame, family: str) -> pd.DataFrame:
+    """Rows whose semicolon-joined ``families`` include ``family``."""
+    member = df["families"].fillna("").astype(str).str.split(";").apply(lambda names: family in names)
+    return df[member]

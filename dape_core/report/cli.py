@@ -1,0 +1,199 @@
+"""Aggregate results into tidy CSVs, paper-style tables, figures, claim verdicts and the paper comparison.
+
+Sub-commands (each writes its outputs atomically):
+
+- ``lm``, ``sink``, ``timing``, ``che``, ``leakage``: per-job files → ``reports/*.csv`` (``--plan`` is
+  ``results/plan.json``, the families and run settings of the configuration);
+- ``tables``: Markdown and LaTeX tables of every family into ``--out-dir``;
+- ``figure ppl|sweep|timing|che|attention|sink``: one figure;
+- ``claims``: the claim verdicts (``claims.md``, ``claims.csv``); ``compare``: the paper-vs-run comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from dape_core import io
+
+LM_STAGES = ("lm", "leakage")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="report_command", required=True)
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_text, description=help_text)
+
+    p = command("lm", "lm_results.csv: one row per run × evaluation length × seed")
+    p.add_argument("--plan", required=True)
+    p.add_argument("--evals", nargs="+", required=True, help="results/lm/{run}/seed{seed}/eval.csv files")
+    p.add_argument("--summaries", nargs="+", required=True, help="the matching summary.json files")
+    p.add_argument("--out", required=True)
+
+    p = command("sink", "sink.csv: attention-sink mass per run × seed × length × layer")
+    p.add_argument("--plan", required=True)
+    p.add_argument("--sinks", nargs="+", required=True)
+    p.add_argument("--out", required=True)
+
+    p = command("timing", "timing.csv: every timing run, with its families")
+    p.add_argument("--plan", required=True)
+    p.add_argument("--timings", nargs="+", required=True)
+    p.add_argument("--out", required=True)
+
+    p = command("che", "che_results.csv: every CHE cell and seed, with its families")
+    p.add_argument("--plan", required=True)
+    p.add_argument("--cells", nargs="+", required=True)
+    p.add_argument("--out", required=True)
+
+    p = command("leakage", "leakage.csv: each run without tril next to its tril twin")
+    p.add_argument("--plan", required=True)
+    p.add_argument("--evals", nargs="+", required=True)
+    p.add_argument("--out", required=True)
+
+    p = command("tables", "Markdown and LaTeX tables of every family")
+    _add_sources(p)
+    p.add_argument("--out-dir", required=True)
+
+    p = command("figure", "one figure")
+    p.add_argument("kind", choices=("ppl", "sweep", "timing", "che", "attention", "sink"))
+    p.add_argument("--plan")
+    p.add_argument("--family")
+    p.add_argument("--lm")
+    p.add_argument("--timing")
+    p.add_argument("--che")
+    p.add_argument("--sink")
+    p.add_argument("--maps", help="maps.npz of an attention_maps job")
+    p.add_argument("--out", required=True)
+
+    p = command("claims", "claim verdicts: claims.md and claims.csv")
+    _add_sources(p)
+    p.add_argument("--out-md", required=True)
+    p.add_argument("--out-csv", required=True)
+
+    p = command("compare", "paper vs run: orderings and relative improvements")
+    p.add_argument("--lm", required=True)
+    p.add_argument("--out-md", required=True)
+    p.add_argument("--out-csv", required=True)
+
+
+def _add_sources(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plan", required=True)
+    p.add_argument("--lm", help="lm_results.csv")
+    p.add_argument("--timing", help="timing.csv")
+    p.add_argument("--che", help="che_results.csv")
+    p.add_argument("--sink", help="sink.csv")
+    p.add_argument("--leakage", help="leakage.csv")
+
+
+def _read(path: str | None) -> pd.DataFrame | None:
+    return pd.read_csv(path) if path else None
+
+
+def run(args) -> int:
+    from dape_core.report import aggregate
+
+    command = args.report_command
+    if command in ("lm", "sink", "timing", "che", "leakage"):
+        plan = aggregate.read_plan(args.plan)
+        if command == "lm":
+            frame = aggregate.lm_results(plan, args.evals, args.summaries)
+        elif command == "sink":
+            frame = aggregate.sink_results(plan, args.sinks)
+        elif command == "timing":
+            frame = aggregate.timing_results(plan, args.timings)
+        elif command == "che":
+            frame = aggregate.che_results(plan, args.cells)
+        else:
+            frame = aggregate.leakage_results(plan, args.evals)
+        io.write_csv(args.out, frame)
+        print(f"{len(frame)} rows → {args.out}")
+    elif command == "tables":
+        for path in write_tables(aggregate.read_plan(args.plan), _read(args.lm), _read(args.timing),
+                                 _read(args.che), _read(args.leakage), args.out_dir):
+            print(path)
+    elif command == "figure":
+        draw_figure(args)
+    elif command == "claims":
+        write_claims(_read(args.lm), _read(args.timing), _read(args.che), _read(args.sink), args.out_md,
+                     args.out_csv)
+    else:
+        from dape_core.report.compare import compare_markdown, ordering
+
+        lm = pd.read_csv(args.lm)
+        io.write_text(args.out_md, compare_markdown(lm))
+        io.write_csv(args.out_csv, ordering(lm))
+    return 0
+
+
+def family_heading(name: str, spec: dict) -> str:
+    parts = [name]
+    if spec.get("title"):
+        parts.append(spec["title"])
+    heading = " — ".join(parts)
+    return heading + (f" ({spec['paper']})" if spec.get("paper") else "")
+
+
+def write_tables(plan: dict, lm, timing, che, leakage, out_dir: str | Path) -> list[Path]:
+    """Every table of the plan's families: {family}_ppl, _delta_p, _accuracy, _time, _leakage (.md and .tex)."""
+    from dape_core.report import tables
+
+    out_dir = Path(out_dir)
+    written = []
+
+    def emit(stem: str, heading: str, content: list) -> None:
+        for ext, render in (("md", tables.to_markdown), ("tex", tables.to_latex)):
+            path = out_dir / f"{stem}.{ext}"
+            io.write_text(path, render(content, heading))
+            written.append(path)
+
+    for family, spec in plan["families"].items():
+        heading = family_heading(family, spec)
+        if spec["stage"] in LM_STAGES:
+            panel_by, runs = spec.get("panel_by"), spec["runs"]
+            emit(f"{family}_ppl", f"{heading}: perplexity", tables.ppl_tables(lm, family, panel_by, runs))
+            if spec.get("delta_p"):
+                emit(f"{family}_delta_p", f"{heading}: ΔP", tables.delta_p_tables(lm, family, panel_by, runs))
+        if spec["stage"] == "leakage":
+            emit(f"{family}_leakage", f"{heading}: without / with tril", tables.leakage_tables(leakage, family))
+        if spec["stage"] == "che":
+            emit(f"{family}_accuracy", f"{heading}: accuracy",
+                 tables.che_tables(che, family, spec.get("aggregation", "max")))
+        if spec["stage"] == "timing":
+            emit(f"{family}_time", f"{heading}: time", tables.timing_tables(timing, family))
+    return written
+
+
+def draw_figure(args) -> None:
+    from dape_core.report import aggregate, figures
+
+    if args.kind == "attention":
+        figures.attention_figure(args.maps, args.out)
+        return
+    if args.kind == "sink":
+        figures.sink_figure(pd.read_csv(args.sink), args.out)
+        return
+    spec = aggregate.read_plan(args.plan)["families"][args.family]
+    title = family_heading(args.family, spec)
+    if args.kind == "ppl":
+        figures.ppl_figure(pd.read_csv(args.lm), args.family, spec.get("panel_by"), title, args.out, spec["runs"])
+    elif args.kind == "sweep":
+        figures.sweep_figure(pd.read_csv(args.lm), args.family, spec["sweep"], title, args.out)
+    elif args.kind == "timing":
+        figures.timing_figure(pd.read_csv(args.timing), args.family, title, args.out)
+    else:
+        figures.che_figure(pd.read_csv(args.che), args.family, spec.get("aggregation", "max"), title, args.out)
+
+
+def write_claims(lm, timing, che, sink, out_md: str | Path, out_csv: str | Path) -> pd.DataFrame:
+    """The claim verdicts on this run, next to the same rules applied to the paper's own numbers."""
+    from dape_core.report.claims import claims_markdown, evaluate_claims, evaluate_claims_on_paper
+
+    verdicts = evaluate_claims(lm, timing=timing, che=che, sink=sink)
+    io.write_text(out_md, claims_markdown(verdicts, paper=evaluate_claims_on_paper()))
+    table = verdicts.assign(numbers=verdicts["numbers"].map(lambda n: json.dumps(n, default=str, sort_keys=True)))
+    io.write_csv(out_csv, table)
+    return verdicts

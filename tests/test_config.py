@@ -1,0 +1,323 @@
+"""dape_core.config: the grid expansion (families → runs, names, sharing) and the configuration checks."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import shlex
+from pathlib import Path
+
+import pytest
+
+from dape_core import config as grid
+from dape_core.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG_FILES = [REPO / "config.yaml", REPO / "configs" / "smoke.yaml", REPO / "configs" / "paper.yaml"]
+
+
+def base_config(**families) -> dict:
+    """A small valid configuration: one built-in dataset, the schema's defaults, the given families."""
+    return {
+        "datasets": {"code": {"source": "builtin-code", "vocab_size": 300}},
+        "defaults": {"lm": {"size": "tiny", "train_len": 32, "steps": 10, "batch_size": 4,
+                            "eval": {"eval_lens": [32, 64]}}},
+        "families": families or {"baselines": {"axes": {"method": ["Kerple", "DAPE1x3-Kerple"]}}},
+    }
+
+
+def rejected(config: dict) -> str:
+    with pytest.raises(ConfigError) as info:
+        grid.build_plan(config)
+    return str(info.value)
+
+
+# ------------------------------------------------------------------------------------------------ expansion
+def test_axes_are_crossed_and_names_are_deterministic():
+    plan = grid.build_plan(base_config(every={"axes": {"encoding": ["alibi", "kerple"], "variant": [
+        {"processor": "none"}, {"processor": "dape_v2", "kernel_size": 3}]}}))
+    assert list(plan.lm_runs) == ["code-T32-alibi-none", "code-T32-alibi-dape_v2-k3-w32", "code-T32-kerple-none",
+                                  "code-T32-kerple-dape_v2-k3-w32"]
+    assert plan.lm_jobs() == [(name, 0) for name in plan.lm_runs]
+    assert grid.build_plan(base_config(every={"axes": {"encoding": ["alibi", "kerple"], "variant": [
+        {"processor": "none"}, {"processor": "dape_v2", "kernel_size": 3}]}})).lm_runs == plan.lm_runs
+
+
+def test_method_labels_follow_the_paper():
+    assert grid.parse_method("Kerple") == {"encoding": "kerple", "processor": "none", "kernel_size": 1}
+    assert grid.parse_method("DAPE-Kerple") == {"encoding": "kerple", "processor": "dape_v1", "kernel_size": 1}
+    assert grid.parse_method("DAPE1x5-FIRE") == {"encoding": "fire", "processor": "dape_v2", "kernel_size": 5}
+    assert grid.parse_method("DAPE1×3-NoPE")["kernel_size"] == 3
+
+
+def test_a_run_shared_by_families_is_trained_once_and_listed_in_each():
+    plan = grid.build_plan(base_config(
+        baselines={"seeds": [0, 1], "axes": {"method": ["Kerple", "DAPE1x3-Kerple"]}},
+        kernel_sizes={"axes": {"method": ["DAPE1x3-Kerple", "DAPE1x5-Kerple"]}, "set": {"eval": {"eval_lens": [128]}}},
+    ))
+    shared = "code-T32-kerple-dape_v2-k3-w32"
+    assert plan.lm_runs[shared]["seeds"] == [0, 1]
+    assert plan.lm_runs[shared]["families"] == ["baselines", "kernel_sizes"]
+    assert plan.lm_runs[shared]["eval"]["eval_lens"] == [32, 64, 128]  # union of the families' lengths
+    assert len(plan.lm_jobs()) == 5
+    members = [(m["family"], m["seed"], m["eval_lens"]) for m in plan.lm_members if m["run"] == shared]
+    assert members == [("baselines", 0, [32, 64]), ("baselines", 1, [32, 64]), ("kernel_sizes", 0, [128])]
+
+
+def test_settings_outside_the_name_differing_from_defaults_add_a_suffix_only_for_name_settings():
+    plan = grid.build_plan(base_config(reduced={"set": {"steps": 5, "batch_size": 2, "lr": 0.01},
+                                                "axes": {"method": ["Kerple"]}}))
+    assert list(plan.lm_runs) == ["code-T32-kerple-none-B2-S5"]  # lr is not part of the name
+    assert plan.lm_runs["code-T32-kerple-none-B2-S5"]["settings"]["lr"] == 0.01
+
+
+def test_runs_without_a_processor_ignore_processor_settings():
+    plan = grid.build_plan(base_config(a={"set": {"kernel_size": 3, "dape_width": 10},
+                                          "axes": {"method": ["Kerple", "DAPE1x3-Kerple"]}},
+                                       b={"axes": {"method": ["Kerple"]}}))
+    assert "code-T32-kerple-none" in plan.lm_runs and len(plan.lm_runs) == 2
+
+
+def test_grids_share_the_family_set_and_may_replace_seeds():
+    plan = grid.build_plan(base_config(baselines={"set": {"lr": 0.01}, "grids": [
+        {"seeds": [0, 1], "axes": {"method": ["Kerple"]}},
+        {"set": {"steps": 5}, "axes": {"method": ["RoPE"]}}]}))
+    assert plan.lm_runs["code-T32-kerple-none"]["seeds"] == [0, 1]
+    assert plan.lm_runs["code-T32-rope-none-S5"]["seeds"] == [0]
+    assert {run["settings"]["lr"] for run in plan.lm_runs.values()} == {0.01}
+
+
+def test_leakage_runs_get_their_tril_twin():
+    plan = grid.build_plan(base_config(leakage={"stage": "leakage", "set": {"tril": False, "processor": "dape_v2",
+                                                                            "kernel_size": 3},
+                                                "axes": {"encoding": ["kerple"]}}))
+    assert plan.leakage_pairs["leakage"] == [{"run": "code-T32-kerple-dape_v2-k3-w32-notril",
+                                              "twin": "code-T32-kerple-dape_v2-k3-w32"}]
+
+
+def test_run_overrides_change_one_run_without_renaming_it():
+    config = base_config()
+    config["run_overrides"] = {"code-T32-kerple-none": {"lr": 0.5}}
+    plan = grid.build_plan(config)
+    assert plan.lm_runs["code-T32-kerple-none"]["settings"]["lr"] == 0.5
+    assert plan.lm_runs["code-T32-kerple-dape_v2-k3-w32"]["settings"]["lr"] != 0.5
+
+
+def test_timing_and_che_families():
+    config = base_config(
+        time={"stage": "timing", "set": {"equal_tokens": 128, "seq_lens": [32, 64]}, "axes": {"method": ["Kerple"]}},
+        che={"stage": "che", "seeds": [0, 1], "axes": {"task": ["even_pairs"], "lr": [0.001, 0.0003]}},
+    )
+    plan = grid.build_plan(config)
+    assert list(plan.timing_runs) == ["forward-small-kerple-none-N128"]
+    assert plan.timing_runs["forward-small-kerple-none-N128"]["batch_size"] is None
+    assert list(plan.che_cells) == ["even_pairs-kerple-none-lr0.001", "even_pairs-kerple-none-lr0.0003"]
+    assert len(plan.che_jobs()) == 4
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: p.name)
+def test_shipped_configurations_expand(path):
+    plan = grid.build_plan(grid.load_yaml(path))
+    assert plan.lm_runs and plan.timing_runs and plan.che_cells
+    assert len(set(plan.lm_runs)) == len(plan.lm_runs)
+    stages = {spec["stage"] for spec in plan.families.values()}
+    assert stages == {"lm", "leakage", "timing", "che"}
+
+
+def test_default_config_holds_every_family_and_the_central_comparison_at_calibration_scale():
+    plan = grid.build_plan(grid.load_yaml(REPO / "config.yaml"))
+    families = set(plan.families)
+    assert {"baselines", "dape_every_encoding", "kernel_sizes", "hidden_width", "equal_tokens", "model_size",
+            "leakage", "attention_maps", "forward_time", "step_time", "che"} <= families
+    central = ["NoPE", "RoPE", "ALiBi", "Kerple", "FIRE", "DAPE-Kerple", "DAPE1x3-Kerple"]
+    for label in central:
+        method = grid.parse_method(label)
+        runs = [name for name in plan.families["baselines"]["runs"]
+                if {k: plan.lm_runs[name]["settings"][k] for k in method} == method
+                and plan.lm_runs[name]["settings"]["dataset"] == "code"]
+        assert runs, label
+        run = plan.lm_runs[runs[0]]
+        s = run["settings"]
+        assert run["seeds"] == [0, 1], label
+        assert (s["size"], s["train_len"], s["batch_size"], s["steps"]) == ("small", 64, 32, 600), label
+        assert max(run["eval"]["eval_lens"]) == 16 * s["train_len"], label
+    assert plan.families["baselines"]["delta_p"] and plan.attention_jobs()
+
+
+def test_paper_config_uses_the_appendix_i_settings():
+    plan = grid.build_plan(grid.load_yaml(REPO / "configs" / "paper.yaml"))
+    runs = plan.lm_runs.values()
+    assert {r["settings"]["train_len"] for r in runs} >= {128, 512, 1024}
+    assert {(r["settings"]["size"], r["settings"]["lr"]) for r in runs} >= {("125M", 0.0006), ("350M", 0.0003)}
+    assert all(r["settings"]["steps"] == 50000 and r["settings"]["batch_size"] * r["settings"]["grad_accum"]
+               * r["settings"]["train_len"] >= 32 * 8 * 128 for r in runs)
+    assert max(max(r["eval"]["eval_lens"]) for r in runs) == 8192
+    assert {d["filter_value"] for d in plan.datasets.values()} == {"ArXiv", "Gutenberg (PG-19)"}
+    assert plan.config["resources"]["train_lm"]["gpu"] == 1
+    estimate = grid.estimate(plan)
+    assert estimate["gpu_hours"] > 100 and estimate["jobs"]["train_lm"] == len(plan.lm_jobs())
+
+
+def test_estimate_is_printed(capsys):
+    assert grid.main([str(REPO / "configs" / "paper.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "GPU-hours" in out and "baselines" in out
+
+
+# ------------------------------------------------------------------------------------------------ CLI options
+def _parse(module_name: str, options: str, *required: str) -> argparse.Namespace:
+    import importlib
+
+    parser = argparse.ArgumentParser()
+    importlib.import_module(module_name).add_arguments(parser)
+    return parser.parse_args([*shlex.split(options), *required])
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: p.name)
+def test_every_setting_reaches_its_command_under_the_same_name(path):
+    """The options a rule passes parse with each stage's own parser, to the same values."""
+    plan = grid.build_plan(grid.load_yaml(path))
+    for settings in plan.datasets.values():
+        args = _parse("dape_core.data", grid.tokenize_options(settings), "--out-dir", "x")
+        assert args.source == settings["source"] and list(args.data_files) == settings["data_files"]
+    for run in plan.lm_runs.values():
+        s = run["settings"]
+        args = _parse("dape_core.train", grid.train_options(s), "--data-dir", "d", "--out-dir", "o")
+        for key in grid.TRAIN_OPTIONS:
+            expected = {None: "default", True: "true", False: "false"}[s[key]] if key == "encoding_shared" else s[key]
+            assert getattr(args, key) == expected, (key, s[key])
+        args = _parse("dape_core.evaluate", grid.eval_options(run["eval"]), "--checkpoint", "c", "--data-dir", "d",
+                      "--out", "o")
+        for key in grid.EVAL_OPTIONS:
+            assert getattr(args, key) == run["eval"][key], key
+        for length in run["attention_settings"]["heatmap_lens"]:
+            args = _parse("dape_core.evaluate", grid.attention_options(run["eval"], run["attention_settings"], length),
+                          "--checkpoint", "c", "--data-dir", "d", "--out", "o")
+            assert args.heatmap_len == length and args.eval_lens == [length]
+    for settings in plan.timing_runs.values():
+        args = _parse("dape_core.timing", grid.timing_options(settings), "--out", "o")
+        for key in grid.TIMING_OPTIONS:
+            assert getattr(args, key) == settings[key], key
+    for cell in plan.che_cells.values():
+        args = _parse("dape_core.che.runner", grid.che_options(cell["settings"]), "--out", "o")
+        for key in grid.CHE_OPTIONS:
+            assert getattr(args, key) == cell["settings"][key], key
+
+
+# ------------------------------------------------------------------------------------------------ schema
+def test_schema_enums_are_the_library_registries():
+    from dape_core.dape import PADDINGS, PROCESSORS
+    from dape_core.encodings import ENCODINGS
+    from dape_core.model import SIZE_PRESETS
+    from dape_core.train import PRECISIONS
+
+    defs = grid.load_yaml(grid.SCHEMA_PATH)["$defs"]
+    for block in ("lm_settings", "timing_settings", "che_settings"):
+        props = defs[block]["properties"]
+        assert props["encoding"]["enum"] == list(ENCODINGS), block
+        assert props["processor"]["enum"] == list(PROCESSORS), block
+        if "size" in props:
+            assert props["size"]["enum"] == list(SIZE_PRESETS), block
+        if "padding" in props:
+            assert props["padding"]["enum"] == list(PADDINGS), block
+    assert defs["lm_settings"]["properties"]["precision"]["enum"] == list(PRECISIONS)
+    assert defs["family"]["properties"]["stage"]["enum"] == list(grid.STAGES)
+
+
+def test_schema_defaults_are_the_library_defaults():
+    from dape_core.model import GPTConfig
+    from dape_core.train import TrainSettings
+
+    props = grid.load_yaml(grid.SCHEMA_PATH)["$defs"]["lm_settings"]["properties"]
+    library = {f.name: f.default for cls in (GPTConfig, TrainSettings) for f in dataclasses.fields(cls)}
+    for key in grid.TRAIN_OPTIONS:
+        assert props[key]["default"] == library[key], key
+
+
+def test_schema_fills_defaults():
+    config = grid.validate_schema(base_config())
+    assert config["defaults"]["lm"]["padding"] == "same"
+    assert config["defaults"]["che"]["train_max_len"] == 40
+    assert config["families"]["baselines"]["seeds"] == [0]
+    assert config["resources"]["train_lm"]["threads"] == 1
+
+
+# ------------------------------------------------------------------------------------------------ errors
+def _with(family: dict) -> dict:
+    return base_config(bad=family)
+
+
+@pytest.mark.parametrize("family, field, allowed", [
+    ({"axes": {"encoding": ["sinusoidal"]}}, "encoding", "kerple"),
+    ({"set": {"processor": "dape_v3"}, "axes": {}}, "processor", "dape_v2"),
+    ({"stage": "che", "axes": {"task": ["sorting"]}}, "task", "even_pairs"),
+    ({"set": {"processor": "dape_v2", "kernel_size": 2}}, "kernel_size", "odd"),
+    ({"set": {"processor": "dape_v2", "kernel_size": 3, "padding": "valid"}}, "padding", "causal"),
+    ({"set": {"train_len": 64}}, "eval_lens", "≥ train_len"),
+    ({"set": {"steps": 0}}, "steps", "positive integer"),
+    ({"set": {"batch_size": -4}}, "batch_size", "positive integer"),
+    ({"stage": "che", "set": {"steps": 0}}, "steps", "positive integer"),
+    ({"set": {"size": "huge"}}, "size", "125M"),
+    ({"stage": "leakage", "set": {"processor": "dape_v2", "kernel_size": 3}}, "tril", "false"),
+    ({"axes": {"method": ["DAPE2x3-Kerple"]}}, "method", "DAPE1x<k>"),
+    ({"axes": {"learning_rate_typo": [0.1]}}, "learning_rate_typo", "a setting"),
+])
+def test_bad_settings_are_rejected_naming_field_and_allowed_values(family, field, allowed):
+    message = rejected(_with(family))
+    assert field in message and "allowed values" in message and allowed in message, message
+
+
+def test_schema_errors_name_field_and_allowed_values():
+    config = base_config()
+    config["defaults"]["lm"]["encoding"] = "sinusoidal"
+    message = rejected(config)
+    assert "defaults.lm.encoding" in message and "allowed values: nope, rope" in message
+    config = base_config()
+    config["families"]["baselines"]["stage"] = "pretrain"
+    assert "families.baselines.stage" in rejected(config)
+    config = base_config()
+    config["unknown_block"] = {}
+    assert "unknown_block" in rejected(config)
+
+
+def test_local_data_path_must_exist_but_hub_sources_are_not_checked(tmp_path):
+    config = base_config()
+    config["datasets"]["mine"] = {"source": "local", "data_files": [str(tmp_path / "missing.jsonl")]}
+    message = rejected(config)
+    assert "datasets.mine.data_files" in message and "does not exist" in message and "allowed values" in message
+    (tmp_path / "present.jsonl").write_text('{"text": "x"}\n')
+    config["datasets"]["mine"]["data_files"] = [str(tmp_path / "present.jsonl")]
+    grid.build_plan(config)
+    config["datasets"]["hub"] = {"source": "hub", "dataset": "org/name", "tokenizer": "file",
+                                 "tokenizer_file": str(tmp_path / "not-downloaded-yet.json")}
+    grid.build_plan(config)  # the Hub and its tokenizer are the job's business, not the parser's
+
+
+def test_duplicate_run_names_with_different_settings_are_rejected():
+    message = rejected(base_config(a={"axes": {"method": ["Kerple"]}},
+                                   b={"set": {"lr": 0.1}, "axes": {"method": ["Kerple"]}}))
+    assert "duplicate run name 'code-T32-kerple-none'" in message and "lr" in message
+    assert "allowed values" in message and "tag" in message
+    grid.build_plan(base_config(a={"axes": {"method": ["Kerple"]}},
+                                b={"set": {"lr": 0.1, "tag": "fast"}, "axes": {"method": ["Kerple"]}}))
+
+
+def test_run_overrides_may_not_rename_a_run_or_name_an_unknown_one():
+    config = base_config()
+    config["run_overrides"] = {"code-T32-kerple-none": {"batch_size": 2}}
+    assert "batch_size" in rejected(config) and "allowed values" in rejected(config)
+    config["run_overrides"] = {"no-such-run": {"lr": 0.1}}
+    assert "no-such-run" in rejected(config)
+
+
+def test_extrapolation_check_can_be_turned_off():
+    plan = grid.build_plan(_with({"extrapolates": False, "set": {"train_len": 64}}))
+    assert plan.lm_runs["code-T64-kerple-none"]["eval"]["eval_lens"] == [32, 64]
+
+
+def test_the_configuration_is_not_modified():
+    config = base_config()
+    before = copy.deepcopy(config)
+    grid.build_plan(config)
+    assert config == before

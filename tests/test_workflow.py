@@ -1,0 +1,170 @@
+"""The Snakemake workflow: lint, dry runs of the three configurations, the smoke DAG end to end, partial reruns,
+and the conda environment files."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+
+import pytest
+import yaml
+
+from dape_core.config import build_plan, load_yaml
+
+from workflow_fixture import CONFIGS, REPO, job_counts, job_outputs, smoke_run, snakemake  # noqa: F401
+
+REPORT_RULES = {"write_plan", "aggregate_lm", "aggregate_sink", "aggregate_timing", "aggregate_che", "leakage_table",
+                "tables", "ppl_figure", "sweep_figure", "timing_figure", "che_figure", "attention_figure",
+                "sink_figure", "claims", "paper_comparison", "all"}
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_lint_reports_nothing(tmp_path):
+    result = snakemake(tmp_path, CONFIGS["default"], "--lint", timeout=300)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert "Lints for" not in out and "Congratulations, your workflow is in a good condition!" in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["default", "smoke", "paper"])
+def test_dry_run_builds_the_dag(tmp_path, name):
+    """The paper's DAG builds here, without its Hub data or tokenizer file."""
+    result = snakemake(tmp_path, CONFIGS[name], "-n", "--cores", "2", timeout=300)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    counts = job_counts(out)
+    assert counts["train_lm"] > 0 and counts["evaluate_lm"] == counts["train_lm"]
+    for rule in ("tokenize", "time_lm", "che", "tables", "claims", "paper_comparison"):
+        assert counts.get(rule, 0) > 0, (rule, counts)
+    assert "GPU-hours" in out  # the printed estimate
+
+
+@pytest.mark.slow
+def test_smoke_dag_produces_every_report_artefact(smoke_run):
+    assert smoke_run.returncode == 0, smoke_run.log_tail
+    assert smoke_run.report_returncode == 0, smoke_run.log_tail
+    for name in ("lm_results.csv", "timing.csv", "che_results.csv", "sink.csv", "leakage.csv", "claims.csv",
+                 "paper_comparison.csv"):
+        lines = smoke_run.path(f"reports/{name}").read_text().splitlines()
+        assert len(lines) >= 2, name  # header and at least one row
+    tables = sorted(smoke_run.path("reports/tables").iterdir())
+    assert {t.suffix for t in tables} == {".md", ".tex"} and len(tables) >= 10
+    for table in tables:
+        text = table.read_text()
+        assert ("|---|" in text) if table.suffix == ".md" else (r"\begin{tabular}" in text), table
+    figures = sorted(smoke_run.path("reports/figures").rglob("*.png"))
+    assert len(figures) >= 7
+    for figure in figures:
+        assert_valid_png(figure.read_bytes())
+    for name in ("claims.md", "paper_comparison.md"):
+        assert smoke_run.path(f"reports/{name}").read_text().startswith("# ")
+    html = smoke_run.path("reports/report.html").read_text(errors="replace")
+    assert "<html" in html.lower() and len(html) > 10_000
+
+
+def assert_valid_png(data: bytes) -> None:
+    """Signature, an IHDR chunk of positive size first and an IEND chunk last."""
+    assert data[:8] == PNG_MAGIC
+    length, kind = int.from_bytes(data[8:12], "big"), data[12:16]
+    assert kind == b"IHDR" and length == 13
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert width > 0 and height > 0
+    assert data[-8:-4] == b"IEND"
+
+
+@pytest.mark.slow
+def test_smoke_shows_the_diverged_run(smoke_run):
+    assert smoke_run.returncode == 0, smoke_run.log_tail
+    table = smoke_run.path("reports/tables/divergence_ppl.md").read_text()
+    assert "diverged" in table
+    lm = smoke_run.path("reports/lm_results.csv").read_text()
+    assert "diverged" in lm
+
+
+def _modified_config(tmp_path, change) -> str:
+    config = yaml.safe_load(CONFIGS["smoke"].read_text())
+    change(config)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))  # family order is the order of tables
+    return path
+
+
+def _dry_run_after(smoke_run, config_path) -> str:
+    assert smoke_run.returncode == 0, smoke_run.log_tail
+    result = snakemake(smoke_run.workdir, config_path, "-n", "--nolock", "--rerun-triggers", "params", "--cores", "2",
+                       timeout=300)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    return result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_unchanged_configuration_schedules_nothing(smoke_run, tmp_path):
+    out = _dry_run_after(smoke_run, _modified_config(tmp_path, lambda c: None))
+    assert job_counts(out) == {}, out[-3000:]
+
+
+@pytest.mark.slow
+def test_new_eval_lens_rerun_evaluation_and_reports_only(smoke_run, tmp_path):
+    def change(config):
+        config["defaults"]["lm"]["eval"]["eval_lens"] = [32, 64, 128]
+
+    counts = job_counts(_dry_run_after(smoke_run, _modified_config(tmp_path, change)))
+    assert counts["evaluate_lm"] == len(build_plan(load_yaml(CONFIGS["smoke"])).lm_jobs())  # every (run, seed)
+    assert set(counts) - {"evaluate_lm"} <= REPORT_RULES, counts
+    assert "train_lm" not in counts and "tokenize" not in counts
+
+
+@pytest.mark.slow
+def test_one_runs_learning_rate_reruns_that_run_and_the_aggregation(smoke_run, tmp_path):
+    run = "code-T32-kerple-dape_v1-k1-w32"  # listed by kernel_sizes only, one seed
+
+    def change(config):
+        config["run_overrides"] = {run: {"lr": 0.002}}
+
+    out = _dry_run_after(smoke_run, _modified_config(tmp_path, change))
+    counts = job_counts(out)
+    assert counts["train_lm"] == 1 and counts["evaluate_lm"] == 1, counts
+    assert job_outputs(out, "train_lm")[0].startswith(f"results/lm/{run}/seed0/")
+    assert set(counts) - {"train_lm", "evaluate_lm"} <= REPORT_RULES, counts
+
+
+# ------------------------------------------------------------------------------------------------ environments
+def _pyproject_dependencies() -> dict[str, str]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    specs = {}
+    for requirement in project["dependencies"]:
+        name = re.match(r"[A-Za-z0-9_.-]+", requirement).group(0).lower()
+        specs[name] = requirement.replace(" ", "")
+    return specs
+
+
+def test_environment_files_pin_as_pyproject():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    pins = _pyproject_dependencies()
+    env_files = sorted((REPO / "envs").glob("*.yaml"))
+    assert {p.stem for p in env_files} == {"data", "lm", "report"}
+    covered = set()
+    for path in env_files:
+        env = yaml.safe_load(path.read_text())
+        conda = [d for d in env["dependencies"] if isinstance(d, str)]
+        assert f"python{project['requires-python']}" in conda, path
+        pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+        for requirement in pip:
+            name = re.match(r"[A-Za-z0-9_.-]+", requirement).group(0).lower()
+            assert pins.get(name) == requirement, (path.name, requirement, pins.get(name))
+            covered.add(name)
+        assert (path.with_suffix(".post-deploy.sh")).is_file(), path  # installs the checkout's dape_core
+    assert set(pins) - covered == {"snakemake"}, set(pins) - covered  # Snakemake runs the jobs, it is not in them
+
+
+def test_every_rule_names_an_existing_environment():
+    for smk in sorted((REPO / "workflow" / "rules").glob("*.smk")):
+        text = smk.read_text()
+        rules = re.findall(r"^rule (\w+):", text, flags=re.M)
+        envs = re.findall(r'conda:\s*\n\s*"([^"]+)"', text)
+        runs = len(re.findall(r"^    run:", text, flags=re.M))
+        assert len(envs) + runs == len(rules), smk.name
+        for env in envs:
+            assert (smk.parent / env).resolve().is_file(), (smk.name, env)

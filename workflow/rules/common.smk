@@ -1,0 +1,202 @@
+"""The plan (config.yaml's families expanded into runs by dape_core.config), each job's options and the targets.
+
+Rules read their settings only through the functions below, as `params:`: a changed setting reruns exactly the
+jobs it reaches (`--rerun-triggers params`).
+"""
+
+import os
+import re
+import sys
+from pathlib import Path
+
+from snakemake.logging import logger
+
+from dape_core import config as grid
+
+# Jobs call `dape` of the Python that runs Snakemake, so a virtual environment need not be activated; under
+# --use-conda the environment's own bin directory still comes first. The environments of envs/ install this
+# checkout's dape_core from DAPE_CORE_SRC (their post-deploy scripts).
+os.environ.update(PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+os.environ.setdefault("DAPE_CORE_SRC", str(Path(workflow.basedir).resolve()))
+
+PLAN = grid.build_plan(config)
+logger.info(grid.estimate_line(PLAN))
+
+DATA_FILES = ("train.bin", "val.bin", "train.docs.npy", "val.docs.npy", "token_bytes.npy", "tokenizer.json",
+              "meta.json")
+
+
+def alternatives(names):
+    """A wildcard constraint that matches exactly these names (and nothing when there are none)."""
+    names = sorted(names)
+    return "|".join(re.escape(name) for name in names) if names else "(?!x)x"
+
+
+wildcard_constraints:
+    dataset=alternatives(PLAN.datasets),
+    run=alternatives(PLAN.lm_runs),
+    timing_run=alternatives(PLAN.timing_runs),
+    cell=alternatives(PLAN.che_cells),
+    seed=r"\d+",
+    length=r"\d+",
+
+
+# ------------------------------------------------------------------------------------------------ resources
+def threads_of(rule_name):
+    return PLAN.resources(rule_name)["threads"]
+
+
+def mem_of(rule_name):
+    return PLAN.resources(rule_name)["mem_mb"]
+
+
+def runtime_of(rule_name):
+    return PLAN.resources(rule_name)["runtime"]
+
+
+def gpu_of(rule_name):
+    return PLAN.resources(rule_name)["gpu"]
+
+
+# ------------------------------------------------------------------------------------------------ data
+def data_path(dataset, name):
+    return f"results/data/{dataset}/{name}"
+
+
+def tokenize_options(wildcards):
+    return grid.tokenize_options(PLAN.datasets[wildcards.dataset])
+
+
+def tokenize_inputs(wildcards):
+    """Local corpora and tokenizer files (Hub datasets are read by the job itself)."""
+    return grid.dataset_inputs(PLAN.datasets[wildcards.dataset])
+
+
+# ------------------------------------------------------------------------------------------------ LM
+def lm_dataset(wildcards):
+    return PLAN.lm_runs[wildcards.run]["settings"]["dataset"]
+
+
+def train_inputs(wildcards):
+    dataset = lm_dataset(wildcards)
+    return {"tokens": data_path(dataset, "train.bin"), "meta": data_path(dataset, "meta.json")}
+
+
+def eval_inputs(wildcards):
+    dataset = lm_dataset(wildcards)
+    return {"model": f"results/lm/{wildcards.run}/seed{wildcards.seed}/model.pt",
+            "tokens": data_path(dataset, "val.bin"), "meta": data_path(dataset, "meta.json")}
+
+
+def train_options(wildcards):
+    return grid.train_options(PLAN.lm_runs[wildcards.run]["settings"])
+
+
+def eval_options(wildcards):
+    return grid.eval_options(PLAN.lm_runs[wildcards.run]["eval"])
+
+
+def attention_options(wildcards):
+    run = PLAN.lm_runs[wildcards.run]
+    return grid.attention_options(run["eval"], run["attention_settings"], int(wildcards.length))
+
+
+def lm_files(name, jobs=None):
+    """``results/lm/{run}/seed{seed}/{name}`` for every (run, seed) of the plan (or of ``jobs``)."""
+    jobs = PLAN.lm_jobs() if jobs is None else jobs
+    return [f"results/lm/{run}/seed{seed}/{name}" for run, seed in jobs]
+
+
+def attention_files(name):
+    return [f"results/lm/{run}/seed{seed}/attention/L{length}/{name}" for run, seed, length in PLAN.attention_jobs()]
+
+
+def leakage_jobs():
+    """(run, seed) of every leakage run and its tril twin."""
+    jobs = []
+    for pairs in PLAN.leakage_pairs.values():
+        for pair in pairs:
+            for name in (pair["run"], pair["twin"]):
+                jobs += [(name, seed) for seed in PLAN.lm_runs[name]["seeds"]]
+    return sorted(set(jobs))
+
+
+# ------------------------------------------------------------------------------------------------ timing, CHE
+def timing_options(wildcards):
+    return grid.timing_options(PLAN.timing_runs[wildcards.timing_run])
+
+
+def timing_files():
+    return [f"results/timing/{name}.csv" for name in PLAN.timing_runs]
+
+
+def che_options(wildcards):
+    return grid.che_options(PLAN.che_cells[wildcards.cell]["settings"])
+
+
+def che_files():
+    return [f"results/che/{cell}/seed{seed}.csv" for cell, seed in PLAN.che_jobs()]
+
+
+# ------------------------------------------------------------------------------------------------ report
+def lm_families():
+    return PLAN.families_of_stage("lm", "leakage")
+
+
+def report_spec():
+    return PLAN.report_spec()
+
+
+def family_param(key):
+    """A family's setting (title, paper, sweep, …) as a params function."""
+    return lambda wildcards: PLAN.families[wildcards.family].get(key)
+
+
+def table_files():
+    """Markdown and LaTeX tables: one per LM family (ΔP too where asked), per CHE, timing and leakage family."""
+    stems = [f"{family}_ppl" for family in lm_families()]
+    stems += [f"{family}_delta_p" for family in lm_families() if PLAN.families[family]["delta_p"]]
+    stems += [f"{family}_accuracy" for family in PLAN.families_of_stage("che")]
+    stems += [f"{family}_time" for family in PLAN.families_of_stage("timing")]
+    stems += [f"{family}_leakage" for family in PLAN.families_of_stage("leakage")]
+    return [f"reports/tables/{stem}.{ext}" for stem in stems for ext in ("md", "tex")]
+
+
+def figure_files():
+    """Every figure of the report (their rules caption them)."""
+    files = [f"reports/figures/ppl_{family}.png" for family in lm_families()]
+    files += [f"reports/figures/sweep_{family}.png" for family in lm_families() if PLAN.families[family]["sweep"]]
+    files += [f"reports/figures/timing_{family}.png" for family in PLAN.families_of_stage("timing")]
+    files += [f"reports/figures/che_{family}.png" for family in PLAN.families_of_stage("che")]
+    files += [f"reports/figures/attention/{run}-seed{seed}-L{length}.png"
+              for run, seed, length in PLAN.attention_jobs()]
+    if PLAN.attention_jobs():
+        files.append("reports/figures/sink.png")
+    return files
+
+
+def aggregate_files():
+    files = ["reports/lm_results.csv"] if PLAN.lm_runs else []
+    files += ["reports/timing.csv"] if PLAN.timing_runs else []
+    files += ["reports/che_results.csv"] if PLAN.che_cells else []
+    files += ["reports/sink.csv"] if PLAN.attention_jobs() else []
+    files += ["reports/leakage.csv"] if PLAN.leakage_pairs else []
+    return files
+
+
+def all_targets():
+    return [*aggregate_files(), *table_files(), *figure_files(), "reports/claims.md", "reports/claims.csv",
+            "reports/paper_comparison.md", "reports/paper_comparison.csv"]
+
+
+def report_inputs(wildcards):
+    """The plan and the aggregated CSVs this configuration produces (as named inputs)."""
+    csvs = {"lm": "reports/lm_results.csv", "timing": "reports/timing.csv", "che": "reports/che_results.csv",
+            "sink": "reports/sink.csv", "leakage": "reports/leakage.csv"}
+    present = aggregate_files()
+    return {"plan": "results/plan.json", **{key: path for key, path in csvs.items() if path in present}}
+
+
+def report_sources(wildcards, input):
+    """``--plan … --lm …``: the named inputs as options of `dape report`."""
+    return " ".join(f"--{key} {path}" for key, path in input.items())

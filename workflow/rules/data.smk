@@ -1,0 +1,29 @@
+"""Corpora → token files: one `dape tokenize` job per dataset of config.yaml (results/data/{dataset}/)."""
+
+
+rule tokenize:
+    input:
+        tokenize_inputs,
+    output:
+        train="results/data/{dataset}/train.bin",
+        val="results/data/{dataset}/val.bin",
+        train_docs="results/data/{dataset}/train.docs.npy",
+        val_docs="results/data/{dataset}/val.docs.npy",
+        token_bytes="results/data/{dataset}/token_bytes.npy",
+        tokenizer="results/data/{dataset}/tokenizer.json",
+        meta="results/data/{dataset}/meta.json",
+    params:
+        options=tokenize_options,
+        out_dir=lambda wildcards, output: str(Path(output.meta).parent),
+    priority: 20  # every LM job waits for the corpora
+    threads: threads_of("tokenize")
+    resources:
+        mem_mb=mem_of("tokenize"),
+        runtime=runtime_of("tokenize"),
+        gpu=gpu_of("tokenize"),
+    log:
+        "logs/data/{dataset}.log",
+    conda:
+        "../../envs/data.yaml"
+    shell:
+        "dape tokenize {params.options} --out-dir {params.out_dir} > {log} 2>&1"

@@ -1,0 +1,81 @@
+"""Language models: train each (run, seed) once, evaluate it at every length its families ask for, and draw the
+attention sink and appendix-K maps for the runs of families with attention_maps (results/lm/{run}/seed{seed}/)."""
+
+
+rule train_lm:
+    input:
+        unpack(train_inputs),
+    output:
+        model="results/lm/{run}/seed{seed}/model.pt",
+        summary="results/lm/{run}/seed{seed}/summary.json",
+        metrics="results/lm/{run}/seed{seed}/metrics.jsonl",
+    params:
+        options=train_options,
+        data_dir=lambda wildcards, input: str(Path(input.meta).parent),
+        out_dir=lambda wildcards, output: str(Path(output.model).parent),
+        # outside the outputs, so that a failed job's clean-up keeps them and a rerun resumes
+        checkpoint_dir="results/checkpoints/{run}/seed{seed}",
+    priority: 10  # the longest jobs first, so that short ones fill the end of the schedule
+    threads: threads_of("train_lm")
+    resources:
+        mem_mb=mem_of("train_lm"),
+        runtime=runtime_of("train_lm"),
+        gpu=gpu_of("train_lm"),
+    log:
+        "logs/lm/{run}/seed{seed}/train.log",
+    benchmark:
+        "logs/lm/{run}/seed{seed}/train.benchmark.tsv"
+    conda:
+        "../../envs/lm.yaml"
+    shell:
+        "dape train --data-dir {params.data_dir} --out-dir {params.out_dir} --checkpoint-dir {params.checkpoint_dir}"
+        " {params.options} --seed {wildcards.seed} --threads {threads} --no-progress > {log} 2>&1"
+
+
+rule evaluate_lm:
+    input:
+        unpack(eval_inputs),
+    output:
+        eval="results/lm/{run}/seed{seed}/eval.csv",
+    params:
+        options=eval_options,
+        data_dir=lambda wildcards, input: str(Path(input.meta).parent),
+    threads: threads_of("evaluate_lm")
+    resources:
+        mem_mb=mem_of("evaluate_lm"),
+        runtime=runtime_of("evaluate_lm"),
+        gpu=gpu_of("evaluate_lm"),
+    log:
+        "logs/lm/{run}/seed{seed}/evaluate.log",
+    benchmark:
+        "logs/lm/{run}/seed{seed}/evaluate.benchmark.tsv"
+    conda:
+        "../../envs/lm.yaml"
+    shell:
+        "dape evaluate --checkpoint {input.model} --data-dir {params.data_dir} {params.options}"
+        " --threads {threads} --out {output.eval} > {log} 2>&1"
+
+
+rule attention_maps:
+    input:
+        unpack(eval_inputs),
+    output:
+        eval="results/lm/{run}/seed{seed}/attention/L{length}/eval.csv",
+        sink="results/lm/{run}/seed{seed}/attention/L{length}/sink.csv",
+        maps="results/lm/{run}/seed{seed}/attention/L{length}/maps.npz",
+    params:
+        options=attention_options,
+        data_dir=lambda wildcards, input: str(Path(input.meta).parent),
+    threads: threads_of("attention_maps")
+    resources:
+        mem_mb=mem_of("attention_maps"),
+        runtime=runtime_of("attention_maps"),
+        gpu=gpu_of("attention_maps"),
+    log:
+        "logs/lm/{run}/seed{seed}/attention-L{length}.log",
+    conda:
+        "../../envs/lm.yaml"
+    shell:
+        "dape evaluate --checkpoint {input.model} --data-dir {params.data_dir} {params.options}"
+        " --threads {threads} --out {output.eval} --sink-out {output.sink} --heatmap-out {output.maps}"
+        " > {log} 2>&1"

@@ -1,0 +1,325 @@
+"""Reports: tidy CSVs with provenance, paper-style tables (Markdown and LaTeX), seaborn figures captioned for
+`snakemake --report`, the claim verdicts and the paper-vs-run comparison (reports/)."""
+
+
+rule write_plan:
+    output:
+        plan="results/plan.json",
+    params:
+        digest=grid.spec_digest(report_spec()),
+    log:
+        "logs/report/plan.log",
+    localrule: True
+    run:
+        grid.write_report_spec(output.plan, report_spec(), log[0])
+
+
+rule aggregate_lm:
+    input:
+        plan="results/plan.json",
+        evals=lm_files("eval.csv"),
+        summaries=lm_files("summary.json"),
+    output:
+        lm=report(
+            "reports/lm_results.csv",
+            caption="../report/lm_results.rst",
+            category="Data",
+        ),
+    threads: threads_of("report")
+    resources:
+        mem_mb=mem_of("report"),
+        runtime=runtime_of("report"),
+    log:
+        "logs/report/aggregate_lm.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "dape report lm --plan {input.plan} --evals {input.evals} --summaries {input.summaries}"
+        " --out {output.lm} > {log} 2>&1"
+
+
+rule aggregate_sink:
+    input:
+        plan="results/plan.json",
+        sinks=attention_files("sink.csv"),
+    output:
+        sink="reports/sink.csv",
+    threads: threads_of("report")
+    resources:
+        mem_mb=mem_of("report"),
+        runtime=runtime_of("report"),
+    log:
+        "logs/report/aggregate_sink.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "dape report sink --plan {input.plan} --sinks {input.sinks} --out {output.sink} > {log} 2>&1"
+
+
+rule aggregate_timing:
+    input:
+        plan="results/plan.json",
+        timings=timing_files(),
+    output:
+        timing=report(
+            "reports/timing.csv",
+            caption="../report/timing_results.rst",
+            category="Data",
+        ),
+    threads: threads_of("report")
+    resources:
+        mem_mb=mem_of("report"),
+        runtime=runtime_of("report"),
+    log:
+        "logs/report/aggregate_timing.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "dape report timing --plan {input.plan} --timings {input.timings} --out {output.timing} > {log} 2>&1"
+
+
+rule aggregate_che:
+    input:
+        plan="results/plan.json",
+        cells=che_files(),
+    output:
+        che=report(
+            "reports/che_results.csv",
+            caption="../report/che_results.rst",
+            category="Data",
+        ),
+    threads: threads_of("report")
+    resources:
+        mem_mb=mem_of("report"),
+        runtime=runtime_of("report"),
+    log:
+        "logs/report/aggregate_che.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "dape report che --plan {input.plan} --cells {input.cells} --out {output.che} > {log} 2>&1"
+
+
+rule tables:
+    input:
+        unpack(report_inputs),
+    output:
+        table_files(),
+    params:
+        sources=report_sources,
+        out_dir=lambda wildcards, output: str(Path(output[0]).parent),
+    threads: threads_of("report")
+    resources:
+        mem_mb=mem_of("report"),
+        runtime=runtime_of("report"),
+    log:
+        "logs/report/tables.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "dape report tables {params.sources} --out-dir {params.out_dir} > {log} 2>&1"
+
+
+rule ppl_figure:
+    input:
+        plan="results/plan.json",
+        lm="reports/lm_results.csv",
+    output:
+        figure=report(
+            "reports/figures/ppl_{family}.png",
+            caption="../report/ppl.rst",
+            category="Language models",
+            subcategory="{family}",
+            labels={"family": "{family}", "figure": "perplexity vs evaluation length"},
+        ),
+    params:
+        title=family_param("title"),
+        paper=family_param("paper"),
+    wildcard_constraints:
+        family=alternatives(lm_families()),
+    threads: threads_of("report")
+    resources:
+        mem_mb=mem_of("report"),
+        runtime=runtime_of("report"),
+    log:
+        "logs/report/ppl_{family}.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "dape report figure ppl --plan {input.plan} --lm {input.lm} --family {wildcards.family}"
+        " --out {output.figure} > {log} 2>&1"
+
+
+rule sweep_figure:
+    input:
+        plan="results/plan.json",
+        lm="reports/lm_results.csv",
+    output:
+        figure=report(
+            "reports/figures/sweep_{family}.png",
+            caption="../report/sweep.rst",
+            category="Language models",
+            subcategory="{family}",
+            labels={"family": "{family}", "figure": "perplexity vs the swept setting"},
+        ),
+    params:
+        title=family_param("title"),
+        paper=family_param("paper"),
+        sweep=family_param("sweep"),
+    wildcard_constraints:
+        family=alternatives(lm_families()),
+    threads: threads_of("report")
+    resources:
+        mem_mb=mem_of("report"),
+        runtime=runtime_of("report"),
+    log:
+        "logs/report/sweep_{family}.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "dape report figure sweep --plan {input.plan} --lm {input.lm} --family {wildcards.family}"
+        " --out {output.figure} > {log} 2>&1"
+
+
+rule timing_figure:
+    input:
+        plan="results/plan.json",
+        timing="reports/timing.csv",
+    output:
+        figure=report(
+            "reports/figures/timing_{family}.png",
+            caption="../report/timing.rst",
+            category="Timing",
+            subcategory="{family}",
+            labels={"family": "{family}", "figure": "time and peak memory"},
+        ),
+    params:
+        title=family_param("title"),
+        paper=family_param("paper"),
+    wildcard_constraints:
+        family=alternatives(PLAN.families_of_stage("timing")),
+    threads: threads_of("report")
+    resources:
+        mem_mb=mem_of("report"),
+        runtime=runtime_of("report"),
+    log:
+        "logs/report/timing_{family}.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "dape report figure timing --plan {input.plan} --timing {input.timing} --family {wildcards.family}"
+        " --out {output.figure} > {log} 2>&1"
+
+
+rule che_figure:
+    input:
+        plan="results/plan.json",
+        che="reports/che_results.csv",
+    output:
+        figure=report(
+            "reports/figures/che_{family}.png",
+            caption="../report/che.rst",
+            category="CHE",
+            subcategory="{family}",
+            labels={"family": "{family}", "figure": "accuracy heat-map"},
+        ),
+    params:
+        title=family_param("title"),
+        paper=family_param("paper"),
+        aggregation=family_param("aggregation"),
+    wildcard_constraints:
+        family=alternatives(PLAN.families_of_stage("che")),
+    threads: threads_of("report")
+    resources:
+        mem_mb=mem_of("report"),
+        runtime=runtime_of("report"),
+    log:
+        "logs/report/che_{family}.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "dape report figure che --plan {input.plan} --che {input.che} --family {wildcards.family}"
+        " --out {output.figure} > {log} 2>&1"
+
+
+rule attention_figure:
+    input:
+        maps="results/lm/{run}/seed{seed}/attention/L{length}/maps.npz",
+    output:
+        figure=report(
+            "reports/figures/attention/{run}-seed{seed}-L{length}.png",
+            caption="../report/attention.rst",
+            category="Attention maps",
+            subcategory="{run}",
+            labels={"run": "{run}", "seed": "{seed}", "length": "{length}"},
+        ),
+    threads: threads_of("report")
+    resources:
+        mem_mb=mem_of("report"),
+        runtime=runtime_of("report"),
+    log:
+        "logs/report/attention/{run}-seed{seed}-L{length}.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "dape report figure attention --maps {input.maps} --out {output.figure} > {log} 2>&1"
+
+
+rule sink_figure:
+    input:
+        sink="reports/sink.csv",
+    output:
+        figure=report(
+            "reports/figures/sink.png",
+            caption="../report/sink.rst",
+            category="Attention maps",
+            subcategory="attention sink",
+        ),
+    threads: threads_of("report")
+    resources:
+        mem_mb=mem_of("report"),
+        runtime=runtime_of("report"),
+    log:
+        "logs/report/sink.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "dape report figure sink --sink {input.sink} --out {output.figure} > {log} 2>&1"
+
+
+rule claims:
+    input:
+        unpack(report_inputs),
+    output:
+        markdown=report("reports/claims.md", caption="../report/claims.rst", category="Claims"),
+        table="reports/claims.csv",
+    params:
+        sources=report_sources,
+    threads: threads_of("report")
+    resources:
+        mem_mb=mem_of("report"),
+        runtime=runtime_of("report"),
+    log:
+        "logs/report/claims.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "dape report claims {params.sources} --out-md {output.markdown} --out-csv {output.table} > {log} 2>&1"
+
+
+rule paper_comparison:
+    input:
+        lm="reports/lm_results.csv",
+    output:
+        markdown=report("reports/paper_comparison.md", caption="../report/paper_comparison.rst", category="Claims"),
+        table="reports/paper_comparison.csv",
+    threads: threads_of("report")
+    resources:
+        mem_mb=mem_of("report"),
+        runtime=runtime_of("report"),
+    log:
+        "logs/report/paper_comparison.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "dape report compare --lm {input.lm} --out-md {output.markdown} --out-csv {output.table} > {log} 2>&1"

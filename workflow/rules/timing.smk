@@ -1,0 +1,20 @@
+"""Forward and training-step times with peak memory (Table 7, §4.2): one `dape time` job per timing run, each
+length measured in a fresh process (results/timing/{timing_run}.csv)."""
+
+
+rule time_lm:
+    output:
+        timing="results/timing/{timing_run}.csv",
+    params:
+        options=timing_options,
+    threads: threads_of("time_lm")
+    resources:
+        mem_mb=mem_of("time_lm"),
+        runtime=runtime_of("time_lm"),
+        gpu=gpu_of("time_lm"),
+    log:
+        "logs/timing/{timing_run}.log",
+    conda:
+        "../../envs/lm.yaml"
+    shell:
+        "dape time {params.options} --threads {threads} --out {output.timing} > {log} 2>&1"
