@@ -45,22 +45,27 @@ def test_dry_run_builds_the_dag(tmp_path, name):
 def test_smoke_dag_produces_every_report_artefact(smoke_run):
     assert smoke_run.returncode == 0, smoke_run.log_tail
     assert smoke_run.report_returncode == 0, smoke_run.log_tail
+    check_report_artefacts(smoke_run.workdir)
+
+
+def check_report_artefacts(workdir) -> None:
+    """Every report artefact of a finished smoke run: CSV rows, non-empty tables, valid figures, report.html."""
     for name in ("lm_results.csv", "timing.csv", "che_results.csv", "sink.csv", "leakage.csv", "claims.csv",
                  "paper_comparison.csv"):
-        lines = smoke_run.path(f"reports/{name}").read_text().splitlines()
+        lines = (workdir / f"reports/{name}").read_text().splitlines()
         assert len(lines) >= 2, name  # header and at least one row
-    tables = sorted(smoke_run.path("reports/tables").iterdir())
+    tables = sorted((workdir / "reports/tables").iterdir())
     assert {t.suffix for t in tables} == {".md", ".tex"} and len(tables) >= 10
     for table in tables:
         text = table.read_text()
         assert ("|---|" in text) if table.suffix == ".md" else (r"\begin{tabular}" in text), table
-    figures = sorted(smoke_run.path("reports/figures").rglob("*.png"))
+    figures = sorted((workdir / "reports/figures").rglob("*.png"))
     assert len(figures) >= 7
     for figure in figures:
         assert_valid_png(figure.read_bytes())
     for name in ("claims.md", "paper_comparison.md"):
-        assert smoke_run.path(f"reports/{name}").read_text().startswith("# ")
-    html = smoke_run.path("reports/report.html").read_text(errors="replace")
+        assert (workdir / f"reports/{name}").read_text().startswith("# ")
+    html = (workdir / "reports/report.html").read_text(errors="replace")
     assert "<html" in html.lower() and len(html) > 10_000
 
 
