@@ -40,12 +40,12 @@ DAPE_V1 = dict(encoding="kerple", processor="dape_v1", kernel_size=1)
 
 def methods(n: int, mode: str) -> list[dict]:
     """The methods of a group at length ``n``: Kerple whole and chunked, DAPE on the plain and fast paths."""
-    out = [dict(label="Kerple", **KERPLE)]
+    out = [dict(label="Kerple", **KERPLE)]  # the default: query chunks sized by memory at long lengths
+    if n <= 2048:  # one chunk: the whole [H, T, T] mask (gigabytes at 8192)
+        out.append(dict(label="Kerple (whole mask)", query_chunk_size=n, **KERPLE))
     for chunk in (64, 128, 256):
         if chunk < n:
             out.append(dict(label=f"Kerple (query chunks of {chunk})", query_chunk_size=chunk, **KERPLE))
-    if mode == "eval" and n > 2048:
-        out = [m for m in out if m.get("query_chunk_size")]  # whole [H, T, T] masks need gigabytes at 8192
     plain_chunk = 256 if mode == "eval" and n > 512 else None
     if mode != "eval" or n <= 2048:
         out.append(dict(label="DAPE1x3-Kerple plain", attention_impl="plain", query_chunk_size=plain_chunk, **DAPE_V2))

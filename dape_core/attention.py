@@ -5,7 +5,8 @@
 Four ways to run it, all computing the same function:
 * the plain path (``fast_path=False``, ``_attend_rows`` on all rows): the readable reference, materialises
   [batch, H, T, T] and the processor's [batch, 2H, T, T] input and [batch, D_DAPE, T, T] hidden map;
-* without a processor, ``scaled_dot_product_attention`` (B as a float mask);
+* without a processor, ``scaled_dot_product_attention`` (B as a float mask, in query chunks at long lengths:
+  each chunk reads only the keys its rows can reach, and the mask is never [H, T, T] whole);
 * with a processor, the default fast path (``_attend_processed``): query rows in chunks, the processor's
   blocked GEMM form (``ScoreProcessor.fast``), each chunk reading only the keys its rows can reach;
 * an exact query-chunked plain path (``query_chunk_size`` with ``fast_path=False``): the 1×k convolution runs
@@ -57,13 +58,19 @@ def attend(
         encoding=encoding, processor=processor, positions=positions, causal=causal, dropout_p=dropout_p,
         fast_path=fast_path,
     )
+    if fast_path and processor is None and encoding.has_bias and not query_chunk_size:
+        query_chunk_size = auto_chunk_rows(q.shape[0], q.shape[1], n)  # SDPA with a float mask: rows ≤ keys only
     if not query_chunk_size or n <= query_chunk_size:
         return _attend_rows(q, k, v, 0, **kwargs)
-    chunks = [
-        _attend_rows(q[:, :, r0 : r0 + query_chunk_size], k, v, r0, **kwargs)
-        for r0 in range(0, n, query_chunk_size)
-    ]
-    return torch.cat(chunks, dim=2)
+    starts = range(0, n, query_chunk_size)
+    chunks = {r0: _attend_rows(q[:, :, r0 : r0 + query_chunk_size], k, v, r0, **kwargs) for r0 in _longest_first(starts)}
+    return torch.cat([chunks[r0] for r0 in starts], dim=2)
+
+
+def _longest_first(starts: range) -> list[int]:
+    """Chunks in reverse order: each chunk's [.., rows, keys] temporaries are then no larger than the previous
+    chunk's, so the allocator reuses their memory instead of growing the heap (peak memory at long lengths)."""
+    return list(reversed(starts))
 
 
 def auto_chunk_rows(batch: int, heads: int, n: int, budget: int = DEFAULT_CHUNK_BYTES) -> int:
@@ -88,8 +95,8 @@ def _attend_processed(q, k, v, *, encoding, processor, positions, causal, dropou
     """The fast path with a processor: per chunk of query rows, q·kᵀ/√d on the keys the rows reach, B, the
     processor's blocked form (A + B + f with the causal mask), softmax, ·V."""
     n, scale = q.shape[2], 1.0 / math.sqrt(q.shape[-1])
-    outputs = []
-    for r0 in range(0, n, chunk):
+    outputs = {}
+    for r0 in _longest_first(range(0, n, chunk)):
         rows_end = min(n, r0 + chunk)
         keys_read, keys_kept = _key_range(processor, causal, rows_end, n)
         q_rows, k_read = q[:, :, r0:rows_end], k[:, :, :keys_read]
@@ -99,8 +106,8 @@ def _attend_processed(q, k, v, *, encoding, processor, positions, causal, dropou
         probs = torch.softmax(scores, dim=-1)
         if dropout_p > 0:
             probs = F.dropout(probs, p=dropout_p)
-        outputs.append(torch.matmul(probs, v[:, :, :keys_kept]))
-    return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)
+        outputs[r0] = torch.matmul(probs, v[:, :, :keys_kept])
+    return outputs[0] if len(outputs) == 1 else torch.cat([outputs[r0] for r0 in sorted(outputs)], dim=2)
 
 
 def _attend_rows(q, k, v, row_offset, *, encoding, processor, positions, causal, dropout_p, fast_path):

@@ -73,6 +73,8 @@ rule attention_maps:
         gpu=gpu_of("attention_maps"),
     log:
         "logs/lm/{run}/seed{seed}/attention-L{length}.log",
+    benchmark:
+        "logs/lm/{run}/seed{seed}/attention-L{length}.benchmark.tsv"
     conda:
         "../../envs/lm.yaml"
     shell:

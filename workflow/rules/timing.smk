@@ -14,6 +14,8 @@ rule time_lm:
         gpu=gpu_of("time_lm"),
     log:
         "logs/timing/{timing_run}.log",
+    benchmark:
+        "logs/timing/{timing_run}.benchmark.tsv"
     conda:
         "../../envs/lm.yaml"
     shell:
