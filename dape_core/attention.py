@@ -95,6 +95,7 @@ def _attend_processed(q, k, v, *, encoding, processor, positions, causal, dropou
     """The fast path with a processor: per chunk of query rows, q·kᵀ/√d on the keys the rows reach, B, the
     processor's blocked form (A + B + f with the causal mask), softmax, ·V."""
     n, scale = q.shape[2], 1.0 / math.sqrt(q.shape[-1])
+    relative = encoding.relative_bias and n > 1 and bool((positions[1:] - positions[:-1] == 1).all())
     outputs = {}
     for r0 in _longest_first(range(0, n, chunk)):
         rows_end = min(n, r0 + chunk)
@@ -102,7 +103,9 @@ def _attend_processed(q, k, v, *, encoding, processor, positions, causal, dropou
         q_rows, k_read = q[:, :, r0:rows_end], k[:, :, :keys_read]
         scores = torch.matmul(q_rows, k_read.transpose(-2, -1)).mul_(scale)  # A = q·kᵀ/√d
         bias = encoding.bias(q_rows, k_read, scores, positions[r0:rows_end], positions[:keys_read]) if encoding.has_bias else None
-        scores = processor.fast(scores, bias, r0, causal=causal, keys_out=keys_kept, compute_dtype=dape_dtype)
+        scores = processor.fast(
+            scores, bias, r0, causal=causal, keys_out=keys_kept, compute_dtype=dape_dtype, relative_bias=relative
+        )
         probs = torch.softmax(scores, dim=-1)
         if dropout_p > 0:
             probs = F.dropout(probs, p=dropout_p)

@@ -152,25 +152,30 @@ class ScoreProcessor(nn.Module):
         block_bytes: int | None = None,
         block_rows: int | None = None,
         share_bias: bool = True,
+        relative_bias: bool = False,
     ) -> torch.Tensor:
         """A + B + f(tril([A; B])) as ``forward``, for the first ``keys_out`` keys (default: all).
 
         With ``causal=True`` the causal mask is applied too: −inf right of each query row, exact elsewhere,
         provided ``scores`` holds the keys up to the last row + ``needed_halo()``. Without it, every position is
-        exact.
+        exact. ``share_bias``: Conv1's half on a batch-free bias once per block of rows (else per batch element);
+        ``relative_bias``: the caller guarantees B[i, j] = φ(i − j) (a relative encoding at contiguous
+        positions), so that under tril and the causal mask Conv1's bias half is computed once per distance.
         """
         if self.bias_channels and bias is None:
             raise ValueError("this processor was built for an encoding with a bias, but got none")
         batch, heads, _, tk = scores.shape
         if not self.bias_channels:
             mode = "none"
+        elif bias.dim() == 3 and relative_bias and self.tril and causal and self.kernel_size > 1:
+            mode = "relative"  # Conv1's bias half once per distance i − j
         elif bias.dim() == 3 and batch > 1 and share_bias:
             mode = "shared"  # Conv1's bias half once per block of rows, not once per batch element
         else:
             mode = "batched"
             bias = bias.expand(batch, -1, -1, -1) if bias.dim() == 4 else bias.unsqueeze(0).expand(batch, -1, -1, -1)
         w1, b1, w2, b2 = self.gemm_weights()
-        if mode == "shared":  # split W1's (tap, channel) columns into the score half and the bias half
+        if mode in ("shared", "relative"):  # split W1's (tap, channel) columns into the score and the bias half
             w1 = w1.view(self.dape_width, self.kernel_size, 2, heads)
             w1a, w1b = w1[:, :, 0].reshape(self.dape_width, -1), w1[:, :, 1].reshape(self.dape_width, -1)
         else:
@@ -196,7 +201,7 @@ class _Plan:
 
     kernel_size: int
     left: int  # zero columns left of key 0 (tap t reads key j + t − left)
-    mode: str  # none (eq. 4) | shared (bias [H, Tq, Tk]) | batched (bias [batch, H, Tq, Tk])
+    mode: str  # none (eq. 4) | shared, relative (bias [H, Tq, Tk]) | batched (bias [batch, H, Tq, Tk])
     tril: bool
     row_offset: int
     halo: int | None  # None: every key of every row; else rows ≤ R need keys ≤ R + halo
@@ -280,7 +285,7 @@ class _Blocks:
         self.itemsize = torch.finfo(cd).bits // 8
         self.width, self.taps = w1a.shape[0], plan.kernel_size
         self.b1 = b1.to(cd)
-        if plan.mode == "shared":
+        if plan.mode in ("shared", "relative"):  # b1 comes with the bias half
             self.w1, self.w1b = w1a.to(cd), w1b.to(cd)
         else:  # b1 enters the GEMM as the weight of a constant input channel
             self.w1, self.w1b = torch.cat([w1a.to(cd), self.b1[:, None]], 1), None
@@ -289,7 +294,7 @@ class _Blocks:
                           for r0, r1, keys in self.rows}
         # one input buffer for all blocks (a block uses its leading part, rows padded to the largest block);
         # without a shared bias half, its last channel is the constant 1 that carries b1 through the GEMM
-        kc, ones = self.taps * self.channels, plan.mode != "shared"
+        kc, ones = self.taps * self.channels, plan.mode not in ("shared", "relative")
         n_max = max(g1 - g0 for groups in self.groups_of.values() for g0, g1 in groups)
         pairs_max = max((r1 - r0) * keys for r0, r1, keys in self.rows)
         self.x_buffer = torch.empty(n_max, kc + ones, pairs_max, dtype=cd, device=x.device)
@@ -305,15 +310,88 @@ class _Blocks:
         return unf, torch.addmm(self.b1[:, None], self.w1b, unf)[None]
 
     def conv1(self, g0, g1, r0, r1, keys, hidden_bias=None):
-        """(Conv1 input unfolded [n, k·C (+1), P], LeakyReLU(Conv1) [n, D, P]) for batch elements g0…g1−1."""
+        """(Conv1 input unfolded [n, k·C (+1), P], LeakyReLU(Conv1) [n, D, P]) for batch elements g0…g1−1.
+        A batch-free ``hidden_bias`` is added in place when it serves a single batch element."""
         n, pairs, kc = g1 - g0, (r1 - r0) * keys, self.taps * self.channels
         x = self.x_buffer[:n, :, :pairs]
         x[:, :kc].view(n, self.taps, self.channels, r1 - r0, keys).copy_(_windows(self.x[g0:g1, :, r0:r1], keys, self.taps))
         if hidden_bias is None:
             hidden = torch.bmm(self.w1.expand(n, -1, -1), x)
+        elif self.batch == 1:
+            hidden = hidden_bias.baddbmm_(self.w1[None], x)
         else:
             hidden = torch.baddbmm(hidden_bias, self.w1.expand(n, -1, -1), x)
         return x, F.leaky_relu_(hidden, NEGATIVE_SLOPE)
+
+
+class _RelativeBiasHalf:
+    """Conv1 on the bias channels when B[i, j] = φ(i − j) (ALiBi, Kerple, T5 at contiguous positions).
+
+    Under tril the bias input is φ̃(i − j) = φ(i − j)·[j ≤ i], so wherever no tap reads left of key 0 (j ≥ left)
+    Conv1's bias half is a function of d = i − j alone, G(d) = b1 + Σ_t W1B_t·φ̃(d − t + left): one small GEMM
+    over the ≤ T distances instead of one over every (query, key) pair, gathered per block. The first ``left``
+    key columns, whose taps read the zero padding, are computed apart (E_j). Keys right of a row are masked and
+    their φ̃ is 0, so the right edge needs nothing. φ is read off the last row: B[R, j] = φ(R − j), j = 0…R.
+    """
+
+    def __init__(self, plan: _Plan, last_row, w1b, b1, n_rows: int, grad_dtype=None):
+        k, left, cd = plan.kernel_size, plan.left, plan.compute_dtype
+        self.plan, self.n_rows, self.k, self.left = plan, n_rows, k, left
+        heads, width = last_row.shape[0], w1b.shape[0]
+        self.last = last = plan.row_offset + n_rows - 1
+        self.w1b = w1b.to(cd).view(width, k, heads)
+        self.w1b_rev = self.w1b.flip(1).reshape(width, k * heads)
+        # φ̃(e − k) at e = 0 … last + k: k zeros, then φ(0 … last)
+        self.phi = F.pad(last_row[:, : last + 1].flip(-1).to(cd), (k, 0))
+        self.n_table = last + 2  # distances −left−1 (G = b1: every tap reads φ̃ < 0) … last − left
+        self.windows = self.phi.unfold(-1, self.n_table, 1).transpose(0, 1).reshape(k * heads, self.n_table)
+        self.table = torch.addmm(b1.to(cd)[:, None], self.w1b_rev, self.windows)  # G [D, n_table]
+        self.edges = []  # per column j < left: (taps, φ̃ values [taps·H, rows], E_j [D, rows])
+        for j in range(left):
+            taps = list(range(left - j, k))
+            starts = [plan.row_offset - j - t + left + k for t in taps]
+            values = torch.stack([self.phi[:, s : s + n_rows] for s in starts]).reshape(-1, n_rows)
+            weight = self.w1b[:, taps].reshape(width, -1)
+            self.edges.append((taps, starts, values, weight, torch.addmm(b1.to(cd)[:, None], weight, values)))
+        if grad_dtype is not None:
+            self.grad_table = torch.zeros(self.table.shape, dtype=grad_dtype, device=self.table.device)
+            self.grad_edges = [torch.zeros(e[-1].shape, dtype=grad_dtype, device=self.table.device) for e in self.edges]
+
+    def hidden(self, r0: int, r1: int, keys: int):
+        """(Conv1's bias half [1, D, rows·keys] for rows r0…r1−1, the table index of every pair)."""
+        rows = torch.arange(self.plan.row_offset + r0, self.plan.row_offset + r1, device=self.table.device)
+        index = (rows[:, None] - torch.arange(keys, device=rows.device)[None, :] + self.left + 1)
+        index = index.clamp_(0, self.n_table - 1).view(-1)
+        hidden = self.table.index_select(1, index).view(-1, r1 - r0, keys)
+        for j, (*_, edge) in enumerate(self.edges[:keys]):
+            hidden[:, :, j] = edge[:, r0:r1]
+        return hidden.view(1, -1, (r1 - r0) * keys), index
+
+    def backward_block(self, grad, r0: int, r1: int, index) -> None:
+        """Accumulate the gradient of one block's bias half [D, rows, keys] (summed over the batch)."""
+        for j, grad_edge in enumerate(self.grad_edges[: grad.shape[-1]]):
+            grad_edge[:, r0:r1] += grad[:, :, j]
+            grad[:, :, j] = 0
+        self.grad_table.index_add_(1, index, grad.reshape(grad.shape[0], -1))
+
+    def finish(self):
+        """(∂/∂W1B [D, k·H] in (tap, head) order, ∂/∂b1, ∂/∂ last row of B) from the accumulated gradients."""
+        k, heads = self.k, self.w1b.shape[2]
+        grad_table = self.grad_table.to(self.table.dtype)
+        acc = self.grad_table.dtype
+        grad_w1b = torch.mm(grad_table, self.windows.t()).view(-1, k, heads).flip(1).to(acc)
+        grad_b1 = self.grad_table.sum(1)
+        grad_phi = torch.zeros(self.phi.shape, dtype=self.grad_table.dtype, device=self.phi.device)
+        grad_windows = torch.mm(self.w1b_rev.t(), grad_table).view(k, heads, self.n_table)
+        for s in range(k):
+            grad_phi[:, s : s + self.n_table] += grad_windows[s]
+        for (taps, starts, values, weight, _), grad_edge in zip(self.edges, self.grad_edges):
+            grad_b1 += grad_edge.sum(1)
+            grad_w1b[:, taps] += torch.mm(grad_edge.to(values.dtype), values.t()).view(-1, len(taps), heads).to(acc)
+            grad_values = torch.mm(weight.t(), grad_edge.to(weight.dtype)).view(len(taps), heads, self.n_rows)
+            for s, g in zip(starts, grad_values):
+                grad_phi[:, s : s + self.n_rows] += g
+        return grad_w1b.reshape(-1, k * heads), grad_b1, grad_phi[:, k:].flip(-1)  # φ(d) = B[R, R − d], d = 0…R
 
 
 class _DapeScores(torch.autograd.Function):
@@ -331,6 +409,8 @@ class _DapeScores(torch.autograd.Function):
         x = _padded([scores] if plan.mode != "batched" else [scores, bias], mask, left, taps - 1 - left, cd)
         b = _padded([bias], mask, left, taps - 1 - left, cd) if plan.mode == "shared" else None
         blocks = _Blocks(plan, x, b, w1a, w1b, b1)
+        last_row = bias[:, -1].clone() if plan.mode == "relative" else None
+        relative = _RelativeBiasHalf(plan, last_row, w1b, b1, n_rows) if plan.mode == "relative" else None
         w2_c = w2.to(cd)
         base = b2.to(scores.dtype).view(heads, 1, 1)
         if causal is not None:  # the causal mask, additive
@@ -339,7 +419,11 @@ class _DapeScores(torch.autograd.Function):
             base = bias[..., :kout] + base
         out = scores[..., :kout] + base
         for r0, r1, keys in blocks.rows:
-            hidden_bias = blocks.bias_half(r0, r1, keys)[1] if plan.mode == "shared" else None
+            hidden_bias = None
+            if plan.mode == "shared":
+                hidden_bias = blocks.bias_half(r0, r1, keys)[1]
+            elif plan.mode == "relative":
+                hidden_bias = relative.hidden(r0, r1, keys)[0]
             for g0, g1 in blocks.groups(r0, r1, keys):
                 _, hidden = blocks.conv1(g0, g1, r0, r1, keys, hidden_bias)
                 z = torch.bmm(w2_c.expand(g1 - g0, -1, -1), hidden).view(g1 - g0, taps, heads, r1 - r0, keys)
@@ -349,13 +433,13 @@ class _DapeScores(torch.autograd.Function):
                     if lo < hi:
                         dst[..., lo:hi].add_(z[:, t, ..., lo + t - left : hi + t - left])
         ctx.plan, ctx.heads, ctx.has_bias = plan, heads, bias is not None
-        ctx.save_for_backward(x, b, mask, w1a, w1b, b1, w2)
+        ctx.save_for_backward(x, b, last_row, mask, w1a, w1b, b1, w2)
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         plan, heads = ctx.plan, ctx.heads
-        x, b, mask, w1a, w1b, b1, w2 = ctx.saved_tensors
+        x, b, last_row, mask, w1a, w1b, b1, w2 = ctx.saved_tensors
         blocks = _Blocks(plan, x, b, w1a, w1b, b1)
         taps, width, kout, cd, left = plan.kernel_size, blocks.width, plan.keys_out, plan.compute_dtype, plan.left
         batch, channels, n_rows, padded_keys = x.shape
@@ -372,6 +456,7 @@ class _DapeScores(torch.autograd.Function):
         grad_b = None
         if plan.mode == "shared":
             grad_b = _padded([grad_out.sum(0)], None, left, n_keys - kout + taps - 1, acc)
+        relative = _RelativeBiasHalf(plan, last_row, w1b, b1, n_rows, acc) if plan.mode == "relative" else None
         n_max = max(g1 - g0 for r0, r1, keys in blocks.rows for g0, g1 in blocks.groups(r0, r1, keys))
         grad_w1 = torch.zeros(n_max, *blocks.w1.shape, dtype=acc, device=dev)  # [n, D, k·C (+1 for b1)]
         grad_w2_rev = torch.zeros(n_max, *w2.shape, dtype=acc, device=dev)
@@ -382,6 +467,9 @@ class _DapeScores(torch.autograd.Function):
             hidden_bias = None
             if plan.mode == "shared":
                 bias_unf, hidden_bias = blocks.bias_half(r0, r1, keys)
+            elif plan.mode == "relative":
+                hidden_bias, index = relative.hidden(r0, r1, keys)
+            if hidden_bias is not None:
                 grad_hidden_bias = torch.zeros(width, pairs, dtype=acc, device=dev)
             for g0, g1 in blocks.groups(r0, r1, keys):
                 n = g1 - g0
@@ -392,12 +480,14 @@ class _DapeScores(torch.autograd.Function):
                 grad_hidden = torch.bmm(w2_rev.t().expand(n, -1, -1), grad_z)
                 grad_hidden = torch.ops.aten.leaky_relu_backward(grad_hidden, hidden, NEGATIVE_SLOPE, True)
                 del hidden, grad_z
-                if plan.mode == "shared":
+                if hidden_bias is not None:
                     grad_hidden_bias += grad_hidden.sum(0)
                 _accumulate_bmm(grad_w1[:n], grad_hidden, x_unf.transpose(1, 2))
                 grad_unf = torch.bmm(w1_t.expand(n, -1, -1), grad_hidden).view(n, taps, channels, rows, keys)
                 for t in range(taps):
                     dst[..., t : t + keys].add_(grad_unf[:, t])
+            if plan.mode == "relative":
+                relative.backward_block(grad_hidden_bias.view(width, rows, keys), r0, r1, index)
             if plan.mode == "shared":
                 grad_b1 += grad_hidden_bias.sum(1)
                 grad_w1b += torch.mm(grad_hidden_bias.to(cd), bias_unf.t())
@@ -406,7 +496,11 @@ class _DapeScores(torch.autograd.Function):
                 for t in range(taps):
                     dst[..., t : t + keys].add_(grad_unf[t])
         grad_w1 = grad_w1.sum(0)
-        if plan.mode != "shared":
+        if plan.mode == "relative":
+            grad_w1b_rel, grad_b1_rel, grad_last_row = relative.finish()
+            grad_w1b += grad_w1b_rel
+            grad_b1 += grad_b1_rel
+        elif plan.mode != "shared":
             grad_b1 += grad_w1[:, kc]
         inner = slice(left, left + n_keys)
         grad_in = _through_tril(grad_in[..., inner], mask, plan, [grad_out] * (channels // heads))
@@ -414,6 +508,9 @@ class _DapeScores(torch.autograd.Function):
         if ctx.has_bias and ctx.needs_input_grad[1]:
             if plan.mode == "shared":
                 grad_bias = _through_tril(grad_b[..., inner], mask, plan, [grad_out.sum(0)])
+            elif plan.mode == "relative":  # the direct term, and Conv1's through φ = the last row
+                grad_bias = _padded([grad_out.sum(0)], None, 0, n_keys - kout, acc).mul_(mask)
+                grad_bias[:, -1, : grad_last_row.shape[-1]] += grad_last_row
             else:
                 grad_bias = grad_in[:, heads:]
         grad_w2 = grad_w2_rev.sum(0).view(taps, heads, width).flip(0).reshape(taps * heads, width)

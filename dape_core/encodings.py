@@ -106,6 +106,7 @@ class PositionalEncoding(nn.Module):
     name = "base"
     has_bias = True  # False: the DAPE processor sees the score channels alone (paper eq. 4)
     needs_scores = False  # True: the bias is a function of q·kᵀ (CoPE's gates)
+    relative_bias = False  # True: B[i, j] depends on pos_i − pos_j alone (lets DAPE's Conv1 work per distance)
     shared_by_default = False  # one instance for all layers (public code: only the T5 table)
 
     def __init__(self, n_head: int, head_dim: int, *, causal: bool = True, train_len: int = 512, **_: object):
@@ -181,6 +182,8 @@ class ALiBi(PositionalEncoding):
     Encoder (two-sided): b = −m_h·(|i − j| + 0.5·[j < i]), the reference CHE encoder's symmetry break.
     """
 
+    relative_bias = True
+
     def __init__(self, n_head, head_dim, **kw):
         super().__init__(n_head, head_dim, **kw)
         self.register_buffer("slopes", alibi_slopes(n_head), persistent=False)
@@ -205,6 +208,7 @@ class Kerple(PositionalEncoding):
     as the reference does. Encoder (two-sided): separate (r1, r2) for keys left and right of the query.
     """
 
+    relative_bias = True
     min_value = 0.01
 
     def __init__(self, n_head, head_dim, **kw):
@@ -287,6 +291,8 @@ class T5Bias(PositionalEncoding):
 
     One table shared by all layers (public code). Encoder: T5's bidirectional buckets (left and right apart).
     """
+
+    relative_bias = True
 
     shared_by_default = True
 

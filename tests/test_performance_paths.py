@@ -1,9 +1,9 @@
 """Fast paths equal the plain reference path; caches hold only parameter-free geometry and follow parameters.
 
 The plain path (``fast_path=False`` / ``attention_impl="plain"``) materialises the paper's form; every fast path —
-the blocked GEMM processor with its shared bias half, trimmed keys and fused causal mask, query chunks, the
-batched (per-element bias) and bias-free modes, the non-causal encoder — must give the same outputs and
-gradients in fp32 (1e-5 relative to each tensor's scale). Speed is benchmarked in ``benchmarks/``, not here.
+the blocked GEMM processor with its shared and per-distance bias halves, trimmed keys and fused causal mask,
+query chunks, the batched (per-element bias) and bias-free modes, the non-causal encoder — must give the same
+outputs and gradients in fp32 (1e-5 relative to each tensor's scale). Speed is benchmarked in ``benchmarks/``.
 """
 
 import copy
@@ -22,6 +22,7 @@ PROCESSORS = {
     "v1": dict(processor="dape_v1", kernel_size=1),
     "v2-same": dict(processor="dape_v2", kernel_size=3, padding="same"),
     "v2-causal": dict(processor="dape_v2", kernel_size=3, padding="causal"),
+    "v2-k5": dict(processor="dape_v2", kernel_size=5),
     "v2-k5-no-tril": dict(processor="dape_v2", kernel_size=5, tril=False),
 }
 
@@ -79,6 +80,22 @@ def test_fast_path_with_batch_one_and_default_blocks(encoding):
     model = tiny_gpt(encoding, processor="dape_v2", kernel_size=3)
     x = torch.randint(0, VOCAB, (1, 40))
     assert_same(outputs_and_grads(model, x), outputs_and_grads(model, x, fast_path=False))
+
+
+@pytest.mark.parametrize("encoding,relative", [("kerple", True), ("t5", True), ("alibi", True), ("fire", False)])
+def test_a_relative_bias_is_convolved_once_per_distance(encoding, relative, monkeypatch):
+    """ALiBi, Kerple and T5 at contiguous positions take the per-distance path; FIRE (normalised by i) does not."""
+    built = []
+    original = dape._RelativeBiasHalf.__init__
+
+    def counting(self, *args, **kwargs):
+        built.append(1)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(dape._RelativeBiasHalf, "__init__", counting)
+    with torch.no_grad():
+        tiny_gpt(encoding, processor="dape_v2", kernel_size=3)(torch.randint(0, VOCAB, (2, 12)))
+    assert bool(built) == relative
 
 
 def test_attention_impl_plain_selects_the_reference(monkeypatch):
