@@ -46,17 +46,18 @@ TOKENIZE_OPTIONS = ("source", "data_files", "dataset", "dataset_config", "datase
 TRAIN_OPTIONS = ("encoding", "processor", "kernel_size", "dape_width", "tril", "padding", "size", "n_layer", "n_head",
                  "d_model", "dropout", "tie_embeddings", "encoding_shared", "train_len", "batch_size", "grad_accum",
                  "steps", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "grad_clip", "beta1", "beta2",
-                 "precision", "checkpoint_every", "log_every")
+                 "precision", "attention_impl", "dape_dtype", "checkpoint_every", "log_every")
 EVAL_OPTIONS = ("eval_lens", "window", "delta_p_window", "min_scored_tokens", "max_windows", "batch_size",
                 "query_chunk_size", "bootstrap", "seed")
 ATTENTION_OPTIONS = ("eval_lens", "window", "min_scored_tokens", "max_windows", "batch_size", "query_chunk_size",
                      "bootstrap", "seed", "heatmap_len")
 TIMING_OPTIONS = ("encoding", "processor", "kernel_size", "dape_width", "size", "n_layer", "vocab_size", "seq_lens",
-                  "batch_size", "equal_tokens", "mode", "repeats", "warmup", "query_chunk_size")
+                  "batch_size", "equal_tokens", "mode", "repeats", "warmup", "query_chunk_size", "attention_impl",
+                  "dape_dtype")
 CHE_OPTIONS = ("task", "encoding", "processor", "kernel_size", "dape_width", "padding", "lr", "steps", "batch_size",
                "train_max_len", "eval_min_len", "eval_max_len", "eval_samples", "eval_batch_size",
                "eval_score_budget", "randomized_positions", "max_position", "n_layer", "d_model", "n_head", "d_ff",
-               "dropout")
+               "dropout", "attention_impl")
 LM_SETTINGS = ("dataset", "tag", *TRAIN_OPTIONS)
 
 # Settings that are part of a run's name: (setting, suffix when it differs from the defaults).

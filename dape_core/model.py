@@ -104,9 +104,11 @@ class EncoderConfig:
     train_len: int = 40
     encoding_shared: bool | None = None
     size: str | None = None
+    attention_impl: str = "fast"  # fast | plain (the readable reference)
 
     def __post_init__(self):
         resolve_shape(self)
+        require_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
         require_positive("input_vocab", self.input_vocab)
         require_positive("output_vocab", self.output_vocab)
         require_choice("encoding", self.encoding, ENCODINGS)
@@ -269,7 +271,7 @@ class Encoder(nn.Module):
         elif positions.dim() == 2:
             positions = positions[0]
         x = self.drop(self.embed(tokens) * math.sqrt(self.cfg.d_model))
-        return self.head(self.stack(x, positions))
+        return self.head(self.stack(x, positions, fast_path=self.cfg.attention_impl == "fast"))
 
 
 def _init_weights(module: nn.Module) -> None:

@@ -21,7 +21,7 @@ import torch
 
 from dape_core import io
 from dape_core.errors import ConfigError, require_choice, require_positive
-from dape_core.model import GPT, GPTConfig, method_label
+from dape_core.model import ATTENTION_IMPLS, DAPE_DTYPES, GPT, GPTConfig, method_label
 
 MODES = ("forward", "train_step")
 
@@ -37,7 +37,8 @@ def measure(case: dict) -> dict:
     baseline = _rss_mb()
     cfg = GPTConfig(vocab_size=case["vocab_size"], size=case["size"], n_layer=case.get("n_layer"),
                     encoding=case["encoding"], processor=case["processor"], kernel_size=case["kernel_size"],
-                    dape_width=case["dape_width"], train_len=case["seq_len"], query_chunk_size=case.get("query_chunk_size"))
+                    dape_width=case["dape_width"], train_len=case["seq_len"], query_chunk_size=case.get("query_chunk_size"),
+                    attention_impl=case.get("attention_impl", "fast"), dape_dtype=case.get("dape_dtype", "float32"))
     torch.manual_seed(0)
     model = GPT(cfg).to(device)
     x = torch.randint(0, cfg.vocab_size, (case["batch_size"], case["seq_len"]), device=device)
@@ -75,6 +76,7 @@ def measure(case: dict) -> dict:
         "min_ms": min(times), "per_layer_ms": median / cfg.n_layer, "peak_mem_mb": peak,
         "peak_mem_over_baseline_mb": peak - (0.0 if device.type == "cuda" else baseline),
         "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu", "threads": case["threads"],
+        "attention_impl": cfg.attention_impl, "dape_dtype": cfg.dape_dtype,
     }
 
 
@@ -102,8 +104,10 @@ def cases_from_args(args) -> list[dict]:
                       "dape_width": args.dape_width, "size": args.size, "n_layer": args.n_layer,
                       "vocab_size": args.vocab_size, "seq_len": n, "batch_size": batch, "mode": args.mode,
                       "repeats": args.repeats, "warmup": args.warmup, "threads": args.threads,
-                      "query_chunk_size": args.query_chunk_size})
-    GPTConfig(size=args.size, n_layer=args.n_layer, encoding=args.encoding)  # validates names before any process starts
+                      "query_chunk_size": args.query_chunk_size, "attention_impl": args.attention_impl,
+                      "dape_dtype": args.dape_dtype})
+    GPTConfig(size=args.size, n_layer=args.n_layer, encoding=args.encoding, attention_impl=args.attention_impl,
+              dape_dtype=args.dape_dtype)  # validates names before any process starts
     return cases
 
 
@@ -123,6 +127,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--query-chunk-size", type=int, default=None)
+    p.add_argument("--attention-impl", default="fast", help=f"one of: {', '.join(ATTENTION_IMPLS)}")
+    p.add_argument("--dape-dtype", default="float32", help=f"one of: {', '.join(DAPE_DTYPES)}")
     p.add_argument("--out", required=True)
 
 

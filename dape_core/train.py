@@ -31,7 +31,7 @@ from dape_core import io
 from dape_core.dape import PADDINGS, PROCESSORS
 from dape_core.encodings import ENCODINGS
 from dape_core.errors import ConfigError, require_choice, require_positive
-from dape_core.model import GPT, SIZE_PRESETS, GPTConfig, method_label
+from dape_core.model import ATTENTION_IMPLS, DAPE_DTYPES, GPT, SIZE_PRESETS, GPTConfig, method_label
 
 PRECISIONS = ("fp32", "bf16")
 DISTRIBUTED = ("none", "ddp")
@@ -312,6 +312,9 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--tie-embeddings", action=argparse.BooleanOptionalAction, default=False)
     p.add_argument("--encoding-shared", choices=("default", "true", "false"), default="default")
+    p.add_argument("--attention-impl", default="fast",
+                   help=f"one of: {', '.join(ATTENTION_IMPLS)} (plain: the paper's materialised form, the reference)")
+    p.add_argument("--dape-dtype", default="float32", help=f"one of: {', '.join(DAPE_DTYPES)} (DAPE's GEMMs, fast path)")
 
 
 def model_config_from_args(args, vocab_size: int = 4096, train_len: int = 512) -> GPTConfig:
@@ -319,7 +322,8 @@ def model_config_from_args(args, vocab_size: int = 4096, train_len: int = 512) -
     return GPTConfig(vocab_size=vocab_size, size=args.size, n_layer=args.n_layer, n_head=args.n_head,
                      d_model=args.d_model, dropout=args.dropout, encoding=args.encoding, processor=args.processor,
                      kernel_size=args.kernel_size, dape_width=args.dape_width, tril=args.tril, padding=args.padding,
-                     train_len=train_len, encoding_shared=shared, tie_embeddings=args.tie_embeddings)
+                     train_len=train_len, encoding_shared=shared, tie_embeddings=args.tie_embeddings,
+                     attention_impl=args.attention_impl, dape_dtype=args.dape_dtype)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -209,7 +209,7 @@ def test_every_setting_reaches_its_command_under_the_same_name(path):
 def test_schema_enums_are_the_library_registries():
     from dape_core.dape import PADDINGS, PROCESSORS
     from dape_core.encodings import ENCODINGS
-    from dape_core.model import SIZE_PRESETS
+    from dape_core.model import ATTENTION_IMPLS, DAPE_DTYPES, SIZE_PRESETS
     from dape_core.train import PRECISIONS
 
     defs = grid.load_yaml(grid.SCHEMA_PATH)["$defs"]
@@ -222,6 +222,9 @@ def test_schema_enums_are_the_library_registries():
         if "padding" in props:
             assert props["padding"]["enum"] == list(PADDINGS), block
     assert defs["lm_settings"]["properties"]["precision"]["enum"] == list(PRECISIONS)
+    for block in ("lm_settings", "timing_settings"):
+        assert defs[block]["properties"]["attention_impl"]["enum"] == list(ATTENTION_IMPLS), block
+        assert defs[block]["properties"]["dape_dtype"]["enum"] == list(DAPE_DTYPES), block
     assert defs["family"]["properties"]["stage"]["enum"] == list(grid.STAGES)
 
 

@@ -108,6 +108,10 @@ def test_attention_impl_plain_selects_the_reference(monkeypatch):
     monkeypatch.setattr(ScoreProcessor, "fast", fail)
     with torch.no_grad():
         model(x)
+        torch.manual_seed(0)
+        encoder = Encoder(EncoderConfig(n_layer=1, d_model=16, n_head=4, processor="dape_v2", kernel_size=3,
+                                        attention_impl="plain"))
+        encoder(torch.randint(0, 2, (2, 9)))
 
 
 @pytest.mark.parametrize("mode", ["shared", "batched", "none"])

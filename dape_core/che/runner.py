@@ -30,7 +30,7 @@ from dape_core.che.tasks import TASKS, Task, get_task
 from dape_core.dape import PADDINGS, PROCESSORS
 from dape_core.encodings import ENCODINGS
 from dape_core.errors import ConfigError, require_choice, require_positive
-from dape_core.model import Encoder, EncoderConfig, method_label
+from dape_core.model import ATTENTION_IMPLS, Encoder, EncoderConfig, method_label
 
 AGGREGATIONS = ("max", "mean")
 COLUMNS = ["task", "encoding", "processor", "kernel_size", "dape_width", "method", "seed", "lr", "steps", "length",
@@ -48,6 +48,7 @@ class CHESettings:
     kernel_size: int = 1
     dape_width: int = 32
     padding: str = "same"
+    attention_impl: str = "fast"
     n_layer: int = 5
     d_model: int = 64
     n_head: int = 8
@@ -72,6 +73,7 @@ class CHESettings:
         require_choice("encoding", self.encoding, ENCODINGS)
         require_choice("processor", self.processor, PROCESSORS)
         require_choice("padding", self.padding, PADDINGS)
+        require_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
         for name in ("kernel_size", "dape_width", "n_layer", "d_model", "n_head", "d_ff", "steps", "batch_size",
                      "train_max_len", "eval_min_len", "eval_max_len", "eval_samples", "eval_batch_size",
                      "eval_score_budget", "max_position", "threads"):  # fmt: skip
@@ -103,7 +105,7 @@ class CHESettings:
             input_vocab=task.input_size, output_vocab=task.output_size, n_layer=self.n_layer, d_model=self.d_model,
             n_head=self.n_head, d_ff=self.d_ff, dropout=self.dropout, encoding=self.encoding,
             processor=self.processor, kernel_size=self.kernel_size, dape_width=self.dape_width, padding=self.padding,
-            train_len=self.train_max_len,
+            train_len=self.train_max_len, attention_impl=self.attention_impl,
         )  # fmt: skip
 
 
@@ -214,6 +216,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--encoding", default=d.encoding, help=f"one of: {', '.join(ENCODINGS)}")
     p.add_argument("--processor", default=d.processor, help=f"one of: {', '.join(PROCESSORS)}")
     p.add_argument("--padding", default=d.padding, help=f"one of: {', '.join(PADDINGS)}")
+    p.add_argument("--attention-impl", default=d.attention_impl, help=f"one of: {', '.join(ATTENTION_IMPLS)}")
     for name in ("kernel_size", "dape_width", "n_layer", "d_model", "n_head", "d_ff", "seed", "steps", "batch_size",
                  "train_max_len", "eval_min_len", "eval_max_len", "eval_samples", "eval_batch_size",
                  "eval_score_budget", "max_position", "threads"):  # fmt: skip
