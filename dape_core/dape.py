@@ -18,9 +18,10 @@ Two implementations of the same function:
   ``nn.Conv2d``, add.
 * ``ScoreProcessor.fast`` — the default. The convolutions are GEMMs over an unfolded key axis, taken one block
   of (batch elements × query rows) at a time so that the D_DAPE-wide hidden map stays in cache and is never
-  stored: the backward pass recomputes it block by block (``_DapeScores``). Three exact savings on top:
+  stored: the backward pass recomputes it block by block (``_DapeScores``). Exact savings on top:
   Conv1 is linear, so its half on a batch-independent bias B is computed once per block of rows, not once per
-  batch element; under a causal mask a block of rows ending at row R reads only keys ≤ R + halo (the masked
+  batch element — and once per distance i − j when B is relative (ALiBi, Kerple, T5 at contiguous positions:
+  ``_RelativeBiasHalf``); under a causal mask a block of rows ending at row R reads only keys ≤ R + halo (the masked
   upper triangle beyond the halo is skipped); and tril, the A + B + b₂ base and the output layout are fused
   into the copies the GEMMs need anyway. ``compute_dtype=torch.bfloat16`` runs the two GEMMs in bf16
   (accumulating into the fp32 scores), an option with its perplexity effect measured in ``benchmarks/``.

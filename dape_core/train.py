@@ -293,6 +293,8 @@ def train(
                                               "config_hash": chash, "method": summary["method"]})
         io.write_text(out_dir / "metrics.jsonl", "".join(json.dumps(h) + "\n" for h in history))
         io.write_json(out_dir / "summary.json", summary)
+        # the run is complete: a forced rerun (e.g. after a code change) must train from step 0, not resume
+        last_ckpt.unlink(missing_ok=True)
     dist.close()
     return summary
 

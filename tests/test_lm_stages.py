@@ -54,6 +54,9 @@ def test_resume_after_interruption_reproduces_the_uninterrupted_run(tiny_corpus,
     a = torch.load(tmp_path / "full" / "model.pt", weights_only=False)["model"]
     b = torch.load(tmp_path / "resumed" / "model.pt", weights_only=False)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
+    # a finished run keeps no checkpoint: forcing it again (after a code change) trains from step 0
+    assert not (tmp_path / "full" / "checkpoints" / "last.pt").exists()
+    assert not (tmp_path / "resumed" / "checkpoints" / "last.pt").exists()
     curve = lambda p: [json.loads(line)["loss"] for line in (p / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
     assert curve(tmp_path / "full") == curve(tmp_path / "resumed")
 

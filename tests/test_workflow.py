@@ -173,3 +173,13 @@ def test_every_rule_names_an_existing_environment():
         assert len(envs) + runs == len(rules), smk.name
         for env in envs:
             assert (smk.parent / env).resolve().is_file(), (smk.name, env)
+
+
+def test_the_main_install_can_write_the_html_report():
+    """`snakemake --report` runs in the driver's environment (no rule env) and imports pygments: the package's
+    own dependencies must bring it, not the test extras (pytest happens to depend on pygments too)."""
+    from packaging.requirements import Requirement
+
+    requirements = [Requirement(r) for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]]
+    snakemake = next(r for r in requirements if r.name == "snakemake")
+    assert "reports" in snakemake.extras or any(r.name == "pygments" for r in requirements)
