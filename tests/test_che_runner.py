@@ -46,6 +46,8 @@ def test_settings_reject_bad_values_naming_the_field():
         CHESettings(processor="dape_v3")
     with pytest.raises(ConfigError, match="task"):
         CHESettings(task="sorting")
+    with pytest.raises(ConfigError, match="attention_impl: 'flash'.*fast, plain"):
+        CHESettings(attention_impl="flash")
 
 
 @pytest.mark.slow

@@ -21,6 +21,8 @@ TRAIN = ["train", "--out-dir", "unused", "--size", "tiny", "--no-progress"]
     (["--precision", "fp8"], "precision", "bf16"),
     (["--lr", "0"], "lr", "positive number"),
     (["--distributed", "mpi"], "distributed", "ddp"),
+    (["--attention-impl", "flash"], "attention_impl", "fast, plain"),
+    (["--dape-dtype", "float16"], "dape_dtype", "bfloat16"),
 ])
 def test_train_rejects_bad_settings(tiny_corpus, capsys, args, field, allowed):
     with pytest.raises(SystemExit) as exit_info:
@@ -52,6 +54,7 @@ def test_evaluate_rejects_bad_settings(tmp_path, capsys, args, field):
     (["--size", "huge", "--batch-size", "1"], "size"),
     (["--seq-lens", "128", "--equal-tokens", "64"], "equal_tokens"),
     ([], "batch_size"),
+    (["--batch-size", "1", "--attention-impl", "flash"], "attention_impl"),
 ])
 def test_time_rejects_bad_settings(tmp_path, capsys, args, field):
     base = ["time", "--seq-lens", "32", "--out", str(tmp_path / "t.csv")]
