@@ -121,22 +121,27 @@ def sink_results(plan: dict, sink_paths: list[str]) -> pd.DataFrame:
     return df[[c for c in lead if c in df] + [c for c in df if c not in lead]]
 
 
+def _labelled(paths: list[str], label, families: dict, name: str) -> pd.DataFrame:
+    """Every CSV of ``paths`` stacked, led by its ``name`` (``label(path)`` → (families key, name)) and families."""
+    frames = []
+    for path in paths:
+        frame = pd.read_csv(path)
+        key, value = label(Path(path))
+        frame.insert(0, name, value)
+        frame.insert(1, "families", _join(families.get(key, [])))
+        frame["source_file"] = str(path)
+        frames.append(frame)
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[name, "families"])
+    df["dape_core_version"], df["report_git_commit"] = dape_core.__version__, report_commit()
+    return df
+
+
 def timing_results(plan: dict, timing_paths: list[str]) -> pd.DataFrame:
     """The timing CSVs with their run name and families."""
     families: dict[str, list[str]] = {}
     for m in plan["timing_members"]:
         families.setdefault(m["run"], []).append(m["family"])
-    frames = []
-    for path in timing_paths:
-        frame = pd.read_csv(path)
-        run = Path(path).stem
-        frame.insert(0, "run", run)
-        frame.insert(1, "families", _join(families.get(run, [])))
-        frame["source_file"] = str(path)
-        frames.append(frame)
-    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run", "families"])
-    df["dape_core_version"], df["report_git_commit"] = dape_core.__version__, report_commit()
-    return df
+    return _labelled(timing_paths, lambda path: (path.stem, path.stem), families, "run")
 
 
 def che_results(plan: dict, cell_paths: list[str]) -> pd.DataFrame:
@@ -144,17 +149,12 @@ def che_results(plan: dict, cell_paths: list[str]) -> pd.DataFrame:
     families: dict[tuple[str, int], list[str]] = {}
     for m in plan["che_members"]:
         families.setdefault((m["cell"], int(m["seed"])), []).append(m["family"])
-    frames = []
-    for path in cell_paths:
-        frame = pd.read_csv(path)
-        cell, seed = Path(path).parent.name, int(Path(path).stem.removeprefix("seed"))
-        frame.insert(0, "cell", cell)
-        frame.insert(1, "families", _join(families.get((cell, seed), [])))
-        frame["source_file"] = str(path)
-        frames.append(frame)
-    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["cell", "families"])
-    df["dape_core_version"], df["report_git_commit"] = dape_core.__version__, report_commit()
-    return df
+
+    def label(path: Path):
+        cell = path.parent.name
+        return (cell, int(path.stem.removeprefix("seed"))), cell
+
+    return _labelled(cell_paths, label, families, "cell")
 
 
 def leakage_results(plan: dict, eval_paths: list[str]) -> pd.DataFrame:
