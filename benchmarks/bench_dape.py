@@ -168,14 +168,9 @@ def _worker(kind: str, payload: dict):
 
 
 def _machine() -> dict:
-    model = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpuinfo = Path("/proc/cpuinfo")  # Linux; elsewhere platform.processor()
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
     return dict(cpu=model, cores=os.cpu_count(), torch=torch.__version__, python=platform.python_version())
 
 

@@ -72,7 +72,8 @@ LM_NAME_SUFFIXES = {
 LM_NAME_SETTINGS = ("dataset", "train_len", "encoding", "processor", "kernel_size", "dape_width", *LM_NAME_SUFFIXES)
 CHE_NAME_SUFFIXES = {"padding": lambda v: f"-{v}", "steps": lambda v: f"-S{v}", "batch_size": lambda v: f"-B{v}",
                      "randomized_positions": lambda v: "-randpos" if v else "-norandpos"}
-TIMING_NAME_SUFFIXES = {"n_layer": lambda v: f"-L{v}"}
+TIMING_NAME_SUFFIXES = {"n_layer": lambda v: f"-L{v}", "attention_impl": lambda v: f"-{v}",
+                        "dape_dtype": lambda v: f"-{v}"}
 RULES = ("tokenize", "train_lm", "evaluate_lm", "attention_maps", "time_lm", "che", "report")
 METHOD_PATTERN = re.compile(r"^(?:dape(?:1[x×](?P<k>\d+))?-)?(?P<encoding>[a-z0-9]+)$", re.IGNORECASE)
 

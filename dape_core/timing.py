@@ -30,6 +30,13 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux reports KiB
 
 
+def timed_method(cfg: GPTConfig) -> str:
+    """The paper's label, qualified when the case runs another path than the default (so tables keep them apart)."""
+    label = method_label(cfg.encoding, cfg.processor, cfg.kernel_size)
+    qualifiers = [q for q, default in ((cfg.attention_impl, "fast"), (cfg.dape_dtype, "float32")) if q != default]
+    return f"{label} ({', '.join(qualifiers)})" if qualifiers else label
+
+
 def measure(case: dict) -> dict:
     """Time one case in this process; ``case`` holds the model settings, seq_len, batch_size, mode, repeats…"""
     torch.set_num_threads(case["threads"])
@@ -69,7 +76,7 @@ def measure(case: dict) -> dict:
     median = statistics.median(times)
     peak = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else _rss_mb()
     return {
-        "method": method_label(cfg.encoding, cfg.processor, cfg.kernel_size), "encoding": cfg.encoding,
+        "method": timed_method(cfg), "encoding": cfg.encoding,
         "processor": cfg.processor, "kernel_size": cfg.kernel_size, "dape_width": cfg.dape_width, "size": case["size"],
         "n_layer": cfg.n_layer, "d_model": cfg.d_model, "n_head": cfg.n_head, "seq_len": case["seq_len"],
         "batch_size": case["batch_size"], "mode": case["mode"], "repeats": case["repeats"], "median_ms": median,

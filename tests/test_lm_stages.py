@@ -114,6 +114,16 @@ def test_time_measures_each_length_in_a_fresh_process_with_equal_tokens(tmp_path
     rows = pd.read_csv(out)
     assert list(rows.batch_size) == [4, 2] and (rows.median_ms > 0).all() and (rows.peak_mem_mb > 0).all()
     assert (rows.per_layer_ms * rows.n_layer - rows.median_ms).abs().max() < 1e-6
+    assert set(rows.method) == {"DAPE1x3-Kerple"}
+
+
+def test_timed_method_names_a_path_other_than_the_default():
+    from dape_core.timing import timed_method
+
+    cfg = lambda **kw: GPTConfig(size="tiny", processor="dape_v2", kernel_size=3, **kw)  # noqa: E731
+    assert timed_method(cfg()) == "DAPE1x3-Kerple"
+    assert timed_method(cfg(attention_impl="plain")) == "DAPE1x3-Kerple (plain)"
+    assert timed_method(cfg(dape_dtype="bfloat16")) == "DAPE1x3-Kerple (bfloat16)"
 
 
 @pytest.mark.slow
