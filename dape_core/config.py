@@ -365,14 +365,16 @@ def normalise_lm(settings: dict, defaults: dict) -> dict:
     return settings
 
 
+def _suffixes(settings: dict, defaults: dict, table: dict) -> str:
+    """The name suffix of every setting in ``table`` that differs from its default, in the table's order."""
+    return "".join(suffix(settings[key]) for key, suffix in table.items() if settings[key] != defaults[key])
+
+
 def lm_run_name(settings: dict, defaults: dict) -> str:
     """``code-T64-kerple-dape_v2-k3-w32`` plus a suffix per name setting that differs from ``defaults``."""
     name = f"{settings['dataset']}-T{settings['train_len']}-" + method_slug(
         settings["encoding"], settings["processor"], settings["kernel_size"], settings["dape_width"])
-    for key, suffix in LM_NAME_SUFFIXES.items():
-        if settings[key] != defaults[key]:
-            name += suffix(settings[key])
-    return name
+    return name + _suffixes(settings, defaults, LM_NAME_SUFFIXES)
 
 
 def _add_lm(plan: Plan, family: str, spec: dict, settings: dict, where: str) -> None:
@@ -508,10 +510,7 @@ def timing_run_name(s: dict, defaults: dict) -> str:
     batch = f"N{s['equal_tokens']}" if s["equal_tokens"] is not None else f"B{s['batch_size']}"
     method = method_slug(s["encoding"], s["processor"], s["kernel_size"], s["dape_width"])
     name = f"{s['mode']}-{s['size']}-{method}-{batch}"
-    for key, suffix in TIMING_NAME_SUFFIXES.items():
-        if s[key] != defaults[key]:
-            name += suffix(s[key])
-    return name
+    return name + _suffixes(s, defaults, TIMING_NAME_SUFFIXES)
 
 
 def check_timing_run(s: dict, where: str) -> None:
@@ -539,10 +538,7 @@ def check_timing_run(s: dict, where: str) -> None:
 
 def che_cell_name(s: dict, defaults: dict) -> str:
     name = f"{s['task']}-{method_slug(s['encoding'], s['processor'], s['kernel_size'], s['dape_width'])}-lr{s['lr']:g}"
-    for key, suffix in CHE_NAME_SUFFIXES.items():
-        if s[key] != defaults[key]:
-            name += suffix(s[key])
-    return name
+    return name + _suffixes(s, defaults, CHE_NAME_SUFFIXES)
 
 
 def check_che_run(s: dict, where: str) -> None:
