@@ -33,10 +33,20 @@ def _snakemake(workdir, configfile, target):
             "--configfile", str(configfile), "--cores", "1", target]
 
 
-def _train_pid(run):
+def _train_pid(run, workdir):
+    """The training process of this test's DAG: other tests running side by side may train a run of the same name,
+    so only a process working in `workdir` counts, and the python process rather than the shell that started it."""
     out = subprocess.run(["pgrep", "-f", f"dape train .*{run}/seed0"], capture_output=True, text=True)
-    pids = [int(p) for p in out.stdout.split()]
-    return pids[-1] if pids else None
+    pids = []
+    for pid in (int(p) for p in out.stdout.split()):
+        try:
+            cwd = Path(os.readlink(f"/proc/{pid}/cwd")).resolve()
+            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+        except OSError:  # the process ended meanwhile
+            continue
+        if cwd == Path(workdir).resolve() and not argv0.endswith((b"sh", b"bash")):
+            pids.append(pid)
+    return max(pids) if pids else None
 
 
 @pytest.mark.slow
@@ -58,7 +68,7 @@ def test_sigkilled_training_job_resumes_to_the_uninterrupted_result(tmp_path):
             while not ckpt.exists() and time.time() < deadline and proc.poll() is None:
                 time.sleep(0.2)
             assert ckpt.exists(), "no checkpoint was written"
-            pid = _train_pid(run)
+            pid = _train_pid(run, workdir)
             assert pid is not None
             os.kill(pid, signal.SIGKILL)
             log = proc.communicate(timeout=300)[0]
