@@ -7,11 +7,16 @@ median over rounds and its ratio the median of its per-round ratios to the faste
 per method in another fresh process (the process-wide high-water mark of the resident set, and its rise above
 the resident set right after building the model).
 
+``--compile`` adds Kerple and DAPE1×3-Kerple (plain and fast) under ``torch.compile`` (inductor): timed after
+their compilation (``warmup_s`` holds the first calls, compilation included), against the same eager Kerple
+reference, without a memory figure (compilation's own memory would swamp it); a variant that does not compile
+here (no C++ compiler, an unsupported operation) is left out and the reason printed.
+
 Modes: ``train`` — one optimiser step of the whole model (AdamW); ``layer`` — forward and backward of one
 decoder layer alone (attention with its encoding and processor, MLP), the per-layer cost; ``eval`` — forward
 without gradients, logits of the last 256 positions (as the evaluation stage scores them).
 
-    python benchmarks/bench_dape.py --suite default 125m eval --out benchmarks/results/dape_paths.csv
+    python benchmarks/bench_dape.py --suite default 125m eval --compile --out benchmarks/results/dape_paths.csv
 """
 
 from __future__ import annotations
@@ -38,8 +43,9 @@ DAPE_V2 = dict(encoding="kerple", processor="dape_v2", kernel_size=3)
 DAPE_V1 = dict(encoding="kerple", processor="dape_v1", kernel_size=1)
 
 
-def methods(n: int, mode: str) -> list[dict]:
-    """The methods of a group at length ``n``: Kerple whole and chunked, DAPE on the plain and fast paths."""
+def methods(n: int, mode: str, compiled: bool = False) -> list[dict]:
+    """The methods of a group at length ``n``: Kerple whole and chunked, DAPE on the plain and fast paths, and with
+    ``compiled`` the same under ``torch.compile`` (Kerple, DAPE1×3 plain and fast)."""
     out = [dict(label="Kerple", **KERPLE)]  # the default: query chunks sized by memory at long lengths
     if n <= 2048:  # one chunk: the whole [H, T, T] mask (gigabytes at 8192)
         out.append(dict(label="Kerple (whole mask)", query_chunk_size=n, **KERPLE))
@@ -54,6 +60,9 @@ def methods(n: int, mode: str) -> list[dict]:
     if mode != "eval" or n <= 2048:
         out.append(dict(label="DAPE-Kerple plain", attention_impl="plain", query_chunk_size=plain_chunk, **DAPE_V1))
     out.append(dict(label="DAPE-Kerple fast", **DAPE_V1))
+    if compiled:
+        out += [dict(m, label=m["label"] + " compiled", torch_compile=True) for m in out
+                if m["label"] in ("Kerple", "DAPE1x3-Kerple plain", "DAPE1x3-Kerple fast")]
     return out
 
 
@@ -77,7 +86,7 @@ def _rss_mb() -> float:
 
 
 def _build(group: dict, method: dict):
-    settings = {k: v for k, v in method.items() if k != "label"}
+    settings = {k: v for k, v in method.items() if k not in ("label", "torch_compile")}
     cfg = GPTConfig(vocab_size=group.get("vocab_size", 4096), size=group["size"], n_layer=group.get("n_layer"),
                     train_len=group["seq_len"], **settings)
     torch.manual_seed(0)
@@ -86,15 +95,18 @@ def _build(group: dict, method: dict):
     return model
 
 
-def _step(group: dict, model: GPT, data: dict):
-    """One measured unit of work: a training step, a layer's forward and backward, or an evaluation forward."""
+def _step(group: dict, model: GPT, data: dict, compiled: bool = False):
+    """One measured unit of work: a training step, a layer's forward and backward, or an evaluation forward;
+    ``compiled``: the model (the decoder stack in ``layer`` mode) runs under ``torch.compile`` (inductor)."""
     mode = group["mode"]
+    forward = torch.compile(model) if compiled else model
+    stack = torch.compile(model.stack) if compiled else model.stack
     if mode == "train":
         optimizer = data.setdefault(id(model), torch.optim.AdamW(model.parameters(), lr=1e-4))
 
         def run():
             optimizer.zero_grad(set_to_none=True)
-            _, loss = model(data["tokens"], data["tokens"])
+            _, loss = forward(data["tokens"], data["tokens"])
             loss.backward()
             optimizer.step()
 
@@ -105,14 +117,14 @@ def _step(group: dict, model: GPT, data: dict):
             model.zero_grad(set_to_none=True)
             fast = model.cfg.attention_impl == "fast"
             dtype = torch.bfloat16 if model.cfg.dape_dtype == "bfloat16" else None
-            y = model.stack(x, data["positions"], model.cfg.query_chunk_size, fast, dtype)
+            y = stack(x, data["positions"], model.cfg.query_chunk_size, fast, dtype)
             (y * data["weights"]).sum().backward()
 
     else:
 
         def run():
             with torch.no_grad():
-                model(data["tokens"], last=min(256, group["seq_len"]))
+                forward(data["tokens"], last=min(256, group["seq_len"]))
 
     return run
 
@@ -129,30 +141,43 @@ def _inputs(group: dict, d_model: int) -> dict:
 
 
 def time_group(group: dict) -> list[dict]:
-    """All methods of a group in this process, round-robin; raw times per method."""
+    """All methods of a group in this process, round-robin; raw times per method. A compiled variant whose
+    compilation fails (no C++ compiler, an unsupported operation) is left out with its reason on stderr."""
     torch.set_num_threads(group["threads"])
-    ms = methods(group["seq_len"], group["mode"])
+    ms = methods(group["seq_len"], group["mode"], group.get("compile", False))
     models = [_build(group, m) for m in ms]
     data = _inputs(group, models[0].cfg.d_model)
-    runs = [_step(group, model, data) for model in models]
-    for run in runs:  # warm-up: allocator, optimiser state, caches
-        run()
+    runs = [_step(group, model, data, m.get("torch_compile", False)) for m, model in zip(ms, models)]
+    kept = []
+    for m, run in zip(ms, runs):  # warm-up: allocator, optimiser state, caches, compilation
+        start = time.perf_counter()
+        try:
+            run()
+        except Exception as error:  # noqa: BLE001 — only compiled variants are allowed to fail
+            if not m.get("torch_compile"):
+                raise
+            print(f"bench: {m['label']}: torch.compile failed, left out: {type(error).__name__}: {error}", file=sys.stderr)
+            continue
+        if m.get("torch_compile"):
+            run()  # a recompilation may follow the first call
+        kept.append((m, run, time.perf_counter() - start))
+    ms, runs, warmup_s = [k[0] for k in kept], [k[1] for k in kept], [k[2] for k in kept]
     times = [[] for _ in runs]
     for _ in range(group["repeats"]):
         for i, run in enumerate(runs):
             start = time.perf_counter()
             run()
             times[i].append((time.perf_counter() - start) * 1000)
-    return [dict(label=m["label"], times_ms=t) for m, t in zip(ms, times)]
+    return [dict(label=m["label"], times_ms=t, warmup_s=w) for m, t, w in zip(ms, times, warmup_s)]
 
 
 def memory_case(group: dict, label: str) -> dict:
     """Peak resident memory of one method in this (fresh) process: warm-up and one measured unit of work."""
     torch.set_num_threads(group["threads"])
-    method = next(m for m in methods(group["seq_len"], group["mode"]) if m["label"] == label)
+    method = next(m for m in methods(group["seq_len"], group["mode"], True) if m["label"] == label)
     model = _build(group, method)
     data = _inputs(group, model.cfg.d_model)
-    run = _step(group, model, data)
+    run = _step(group, model, data, method.get("torch_compile", False))
     after_build = _rss_mb()
     run()
     if group["mode"] == "train":
@@ -164,6 +189,9 @@ def _worker(kind: str, payload: dict):
     out = subprocess.run([sys.executable, __file__, "--worker", kind, json.dumps(payload)], capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"{kind} worker failed for {payload}:\n{out.stderr[-3000:]}")
+    for line in out.stderr.splitlines():  # the worker's own messages, not library warnings
+        if line.startswith("bench: "):
+            print(line, file=sys.stderr)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -179,7 +207,10 @@ def run_group(group: dict, memory: bool) -> list[dict]:
     timed = _worker("time", dict(group=group))
     load_after = os.getloadavg()[0]
     medians = {t["label"]: statistics.median(t["times_ms"]) for t in timed}
-    reference = min((label for label in medians if label.startswith("Kerple")), key=medians.get)
+    # the reference: Kerple's fastest path among those the pipeline runs (eager); compiled variants are compared
+    # with the same reference
+    eager_kerple = [label for label in medians if label.startswith("Kerple") and not label.endswith("compiled")]
+    reference = min(eager_kerple, key=medians.get)
     ref_times = next(t["times_ms"] for t in timed if t["label"] == reference)
     n_layer = _build(group, dict(**KERPLE)).cfg.n_layer if group["mode"] != "layer" else 1
     rows = []
@@ -189,15 +220,18 @@ def run_group(group: dict, memory: bool) -> list[dict]:
             batch=group["batch"], method=t["label"], median_ms=medians[t["label"]], min_ms=min(t["times_ms"]),
             per_layer_ms=medians[t["label"]] / n_layer,
             ratio_vs_kerple=statistics.median(a / b for a, b in zip(t["times_ms"], ref_times)),
+            warmup_s=t["warmup_s"],  # the first call(s), compilation included for compiled variants
             kerple_reference=reference, repeats=group["repeats"], threads=group["threads"],
             load_before=load_before, load_after=load_after,
         )
-        if memory:
+        if memory and not t["label"].endswith("compiled"):  # compilation's own memory would swamp the peak
             row.update({k: v for k, v in _worker("memory", dict(group=group, label=t["label"])).items() if k != "label"})
         rows.append(row)
     if memory:
         ref = next(r for r in rows if r["method"] == reference)
         for r in rows:
+            if "peak_rss_mb" not in r:
+                continue
             r["peak_ratio_vs_kerple"] = r["peak_rss_mb"] / ref["peak_rss_mb"]
             r["peak_over_model_ratio_vs_kerple"] = r["peak_over_model_mb"] / max(ref["peak_over_model_mb"], 1.0)
     return rows
@@ -211,6 +245,9 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=None, help="rounds per group (default: the suite's)")
     p.add_argument("--seq-lens", type=int, nargs="+", default=None, help="only these lengths")
     p.add_argument("--no-memory", action="store_true", help="skip the per-method peak-memory processes")
+    p.add_argument("--compile", action="store_true",
+                   help="also time Kerple and DAPE1x3-Kerple (plain, fast) under torch.compile; compilation time "
+                        "is excluded, a variant that fails to compile is left out")
     args = p.parse_args(argv)
     machine = _machine()
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -219,7 +256,8 @@ def main(argv=None) -> int:
         for group in SUITES[suite]:
             if args.seq_lens and group["seq_len"] not in args.seq_lens:
                 continue
-            group = dict(group, suite=suite, threads=args.threads, repeats=args.repeats or group["repeats"])
+            group = dict(group, suite=suite, threads=args.threads, repeats=args.repeats or group["repeats"],
+                         compile=args.compile)
             print(f"[{suite}] {group['mode']} {group['size']} T={group['seq_len']} B={group['batch']} …", file=sys.stderr, flush=True)
             for row in run_group(group, memory=not args.no_memory):
                 rows.append(dict(row, **machine, timestamp=stamp))
