@@ -16,7 +16,8 @@ Modes: ``train`` — one optimiser step of the whole model (AdamW); ``layer`` �
 decoder layer alone (attention with its encoding and processor, MLP), the per-layer cost; ``eval`` — forward
 without gradients, logits of the last 256 positions (as the evaluation stage scores them).
 
-    python benchmarks/bench_dape.py --suite default 125m eval --compile --out benchmarks/results/dape_paths.csv
+    python benchmarks/bench_dape.py --suite default 125m eval --out benchmarks/results/dape_paths.csv
+    python benchmarks/bench_dape.py --suite default 125m --compile --out benchmarks/results/dape_paths_compile.csv
 """
 
 from __future__ import annotations
@@ -101,8 +102,8 @@ def _step(group: dict, model: GPT, data: dict, compiled: bool = False):
     """One measured unit of work: a training step, a layer's forward and backward, or an evaluation forward;
     ``compiled``: the model (the decoder stack in ``layer`` mode) runs under ``torch.compile`` (inductor)."""
     mode = group["mode"]
-    forward = torch.compile(model) if compiled else model
-    stack = torch.compile(model.stack) if compiled else model.stack
+    target = model.stack if mode == "layer" else model
+    forward = torch.compile(target) if compiled else target
     if mode == "train":
         optimizer = data.setdefault(id(model), torch.optim.AdamW(model.parameters(), lr=1e-4))
 
@@ -119,7 +120,7 @@ def _step(group: dict, model: GPT, data: dict, compiled: bool = False):
             model.zero_grad(set_to_none=True)
             fast = model.cfg.attention_impl == "fast"
             dtype = torch.bfloat16 if model.cfg.dape_dtype == "bfloat16" else None
-            y = stack(x, data["positions"], model.cfg.query_chunk_size, fast, dtype)
+            y = forward(x, data["positions"], model.cfg.query_chunk_size, fast, dtype)
             (y * data["weights"]).sum().backward()
 
     else:
