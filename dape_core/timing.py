@@ -33,7 +33,8 @@ def _rss_mb() -> float:
 def timed_method(cfg: GPTConfig) -> str:
     """The paper's label, qualified when the case runs another path than the default (so tables keep them apart)."""
     label = method_label(cfg.encoding, cfg.processor, cfg.kernel_size)
-    qualifiers = [q for q, default in ((cfg.attention_impl, "fast"), (cfg.dape_dtype, "float32")) if q != default]
+    qualifiers = [getattr(cfg, key) for key in ("attention_impl", "dape_dtype")
+                  if getattr(cfg, key) != getattr(GPTConfig, key)]  # the dataclass default
     return f"{label} ({', '.join(qualifiers)})" if qualifiers else label
 
 

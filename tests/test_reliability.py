@@ -44,7 +44,7 @@ def _train_pid(run, workdir):
             argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
         except OSError:  # the process ended meanwhile
             continue
-        if cwd == Path(workdir).resolve() and not argv0.endswith((b"sh", b"bash")):
+        if cwd == Path(workdir).resolve() and not argv0.endswith(b"sh"):  # sh, bash
             pids.append(pid)
     return max(pids) if pids else None
 
