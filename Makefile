@@ -26,9 +26,13 @@ install-test: $(BIN)/python
 test: install-test
 	$(BIN)/python -m pytest -q -n 2 --durations=15 tests --ignore=tests/cluster
 
+# A lock left by a killed Snakemake is cleared first (one printed line); a running Snakemake's lock stops make.
+SNAKEMAKE_ARGS = --profile profiles/default --cores $(CORES) --configfile $(CONFIG)
+
 reproduce: install
-	$(BIN)/snakemake --profile profiles/default --cores $(CORES) --configfile $(CONFIG)
-	$(BIN)/snakemake --profile profiles/default --cores $(CORES) --configfile $(CONFIG) --report reports/report.html
+	$(BIN)/python -m dape_core.workflow_lock -- $(SNAKEMAKE_ARGS)
+	$(BIN)/snakemake $(SNAKEMAKE_ARGS)
+	$(BIN)/snakemake $(SNAKEMAKE_ARGS) --report reports/report.html
 
 clean-results:
 	rm -rf results reports/*.csv reports/tables reports/figures reports/report.html

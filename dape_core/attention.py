@@ -8,7 +8,7 @@ Four ways to run it, all computing the same function:
 * without a processor, ``scaled_dot_product_attention`` (B as a float mask, in query chunks at long lengths:
   each chunk reads only the keys its rows can reach, and the mask is never [H, T, T] whole);
 * with a processor, the default fast path (``_attend_processed``): query rows in chunks, the processor's
-  blocked GEMM form (``ScoreProcessor.fast``), each chunk reading only the keys its rows can reach;
+  blocked GEMM form (:mod:`dape_core.implementations.blocked`), each chunk reading only the keys its rows reach;
 * an exact query-chunked plain path (``query_chunk_size`` with ``fast_path=False``): the 1×k convolution runs
   along keys only, so query rows are independent. A chunk of rows r0…r1−1 needs its row offset (for tril and
   the causal mask) and, with ``same`` padding, the key columns right of its last row that the convolutions
@@ -26,6 +26,7 @@ from torch import nn
 
 from dape_core.dape import ScoreProcessor
 from dape_core.encodings import PositionalEncoding
+from dape_core.implementations.blocked import blocked_scores
 
 DEFAULT_CHUNK_BYTES = 16 * 2**20  # one chunk's [batch, H, rows, T] fp32 scores on the fast path
 MIN_CHUNK_ROWS = 64  # fewer query rows make q·kᵀ a memory-bound, matrix-vector-like product
@@ -103,8 +104,9 @@ def _attend_processed(q, k, v, *, encoding, processor, positions, causal, dropou
         q_rows, k_read = q[:, :, r0:rows_end], k[:, :, :keys_read]
         scores = torch.matmul(q_rows, k_read.transpose(-2, -1)).mul_(scale)  # A = q·kᵀ/√d
         bias = encoding.bias(q_rows, k_read, scores, positions[r0:rows_end], positions[:keys_read]) if encoding.has_bias else None
-        scores = processor.fast(
-            scores, bias, r0, causal=causal, keys_out=keys_kept, compute_dtype=dape_dtype, relative_bias=relative
+        scores = blocked_scores(
+            processor, scores, bias, r0, causal=causal, keys_out=keys_kept, compute_dtype=dape_dtype,
+            relative_bias=relative,
         )
         probs = torch.softmax(scores, dim=-1)
         if dropout_p > 0:

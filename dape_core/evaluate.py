@@ -15,14 +15,44 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
-from dape_core import io
+from dape_core import io, settings as fields
 from dape_core.errors import ConfigError, require_positive
+from dape_core.settings import setting
+
+
+@dataclass(kw_only=True)
+class EvalSettings:
+    """Options of `dape evaluate`: which lengths, which tokens are scored, and the interval."""
+
+    eval_lens: list[int] = setting(default_factory=lambda: [512, 1024, 2048, 4096, 8192],
+                                   help="evaluation lengths (paper: 512 … 8192)")
+    window: int = setting(256, help="score the last WINDOW tokens (paper: 256)")
+    delta_p_window: int | None = setting(None, help="ΔP window of appendix A (default: the training length)")
+    min_scored_tokens: int = setting(8192, help="fail below this many scored tokens per length")
+    max_windows: int = setting(64, help="windows per length at most (seeded choice)")
+    batch_size: int = setting(8, help="windows per forward (1 beyond length 1024)")
+    query_chunk_size: int = setting(1024, help="exact query-chunked attention beyond this length")
+    bootstrap: int = setting(1000, help="bootstrap resamples of the perplexity interval")
+    seed: int = setting(0, help="seed of the window choice and the bootstrap")
+    threads: int = setting(2, help="CPU threads")
+    heatmap_len: int | None = setting(None, help="sequence length of the sink and heat-maps (default: train_len)")
+
+    def __post_init__(self):
+        for length in self.eval_lens:
+            require_positive("eval_lens", length)
+        for name in ("window", "min_scored_tokens", "max_windows", "batch_size", "query_chunk_size", "bootstrap",
+                     "threads"):
+            require_positive(name, getattr(self, name))
+        for name in ("delta_p_window", "heatmap_len"):
+            if getattr(self, name) is not None:
+                require_positive(name, getattr(self, name))
 
 
 def window_anchors(doc_lengths: np.ndarray, max_len: int, window: int, max_windows: int | None, seed: int):
@@ -129,20 +159,10 @@ def evaluate(
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", required=True, help="model.pt written by `dape train`")
     p.add_argument("--data-dir", required=True, help="an --out-dir of `dape tokenize` (its validation split is used)")
-    p.add_argument("--eval-lens", type=int, nargs="+", required=True)
-    p.add_argument("--window", type=int, default=256, help="score the last WINDOW tokens (paper: 256)")
-    p.add_argument("--delta-p-window", type=int, default=None, help="ΔP window (default: the training length)")
-    p.add_argument("--min-scored-tokens", type=int, default=1)
-    p.add_argument("--max-windows", type=int, default=64)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--query-chunk-size", type=int, default=256, help="exact query-chunked attention beyond this length")
-    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the interval")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=2)
+    fields.add_arguments(p, EvalSettings)
     p.add_argument("--out", required=True, help="CSV, one row per evaluation length")
     p.add_argument("--sink-out", default=None, help="CSV of the attention-sink statistic per layer (appendix K)")
     p.add_argument("--heatmap-out", default=None, help="NPZ of A, B and the DAPE term for one sequence (appendix K)")
-    p.add_argument("--heatmap-len", type=int, default=None, help="sequence length of the heat-maps (default: train_len)")
 
 
 def run(args) -> int:
@@ -150,15 +170,12 @@ def run(args) -> int:
     from dape_core.data import load_split
     from dape_core.train import load_model
 
-    for length in args.eval_lens:
-        require_positive("eval_lens", length)
-    for name in ("window", "query_chunk_size", "max_windows", "batch_size", "threads", "min_scored_tokens"):
-        require_positive(name, getattr(args, name))
+    ev = fields.from_args(EvalSettings, args)
     if not Path(args.checkpoint).is_file():
         raise ConfigError(f"checkpoint: {args.checkpoint!r} does not exist; allowed values: a model.pt of `dape train`")
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(ev.threads)
     model, ckpt = load_model(args.checkpoint)
-    model.cfg.query_chunk_size = args.query_chunk_size
+    model.cfg.query_chunk_size = ev.query_chunk_size
     mc, ts = ckpt["model_config"], ckpt["train_settings"]
     settings = {
         "method": ckpt["method"], "encoding": mc["encoding"], "processor": mc["processor"],
@@ -171,21 +188,21 @@ def run(args) -> int:
 
     split = load_split(args.data_dir, "val")
     if ckpt["status"] == "diverged":
-        frame = pd.DataFrame({"eval_len": sorted(set(args.eval_lens)), "status": "diverged"})
+        frame = pd.DataFrame({"eval_len": sorted(set(ev.eval_lens)), "status": "diverged"})
         for col in ("loss", "ppl", "ppl_ci_low", "ppl_ci_high", "bpb", "ppl_dp", "ppl_local", "delta_p"):
             frame[col] = float("nan")
     else:
-        frame = evaluate(model, split, args.eval_lens, train_len=ts["train_len"], window=args.window,
-                         delta_p_window=args.delta_p_window, min_scored_tokens=args.min_scored_tokens,
-                         max_windows=args.max_windows, batch_size=args.batch_size, seed=args.seed,
-                         n_boot=args.bootstrap)
+        frame = evaluate(model, split, ev.eval_lens, train_len=ts["train_len"], window=ev.window,
+                         delta_p_window=ev.delta_p_window, min_scored_tokens=ev.min_scored_tokens,
+                         max_windows=ev.max_windows, batch_size=ev.batch_size, seed=ev.seed,
+                         n_boot=ev.bootstrap)
     for key, value in settings.items():
         frame[key] = value
     frame["git_commit"] = git_commit()
     frame["data_dir"] = str(args.data_dir)
     io.write_csv(args.out, frame)
     if args.sink_out or args.heatmap_out:
-        n = args.heatmap_len or ts["train_len"]
+        n = ev.heatmap_len or ts["train_len"]
         docs = split.long_documents(n)
         if len(docs) == 0:
             raise ConfigError(f"heatmap_len: no validation document has {n} tokens; allowed values: a shorter length")

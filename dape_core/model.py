@@ -20,8 +20,9 @@ from torch import nn
 
 from dape_core.attention import SelfAttention
 from dape_core.dape import build_processor
-from dape_core.encodings import ENCODINGS, build_encoding, display_name
+from dape_core.encodings import ENCODINGS, build_encoding
 from dape_core.errors import ConfigError, require_choice, require_positive
+from dape_core.settings import AttentionSettings, setting
 
 # name -> (n_layer, n_head, d_model)
 SIZE_PRESETS: dict[str, tuple[int, int, int]] = {
@@ -35,59 +36,37 @@ SIZE_PRESETS: dict[str, tuple[int, int, int]] = {
 }
 
 
-ATTENTION_IMPLS = ("fast", "plain")
-DAPE_DTYPES = {"float32": None, "bfloat16": torch.bfloat16}  # None: the scores' own precision
+TORCH_DTYPES = {"float32": None, "bfloat16": torch.bfloat16}  # dape_dtype → DAPE's GEMMs (None: the scores')
 
 
-def method_label(encoding: str, processor: str = "none", kernel_size: int = 1, tril: bool = True) -> str:
-    """The paper's method names: "Kerple", "DAPE-Kerple" (V1), "DAPE1x3-Kerple" (V2, k = 3)."""
-    name = display_name(encoding)
-    if processor == "dape_v1":
-        name = f"DAPE-{name}"
-    elif processor == "dape_v2":
-        name = f"DAPE1x{kernel_size}-{name}"
-    if processor != "none" and not tril:
-        name += " (no tril)"
-    return name
-
-
-@dataclass
-class GPTConfig:
-    """Decoder settings; ``size`` fills n_layer/n_head/d_model unless given explicitly."""
+@dataclass(kw_only=True)
+class GPTConfig(AttentionSettings):
+    """Decoder settings: the attention settings plus the shape; ``size`` fills n_layer/n_head/d_model unless
+    given explicitly."""
 
     vocab_size: int = 4096
-    size: str | None = "small"
-    n_layer: int | None = None
-    n_head: int | None = None
-    d_model: int | None = None
+    size: str | None = setting("small", choices=tuple(SIZE_PRESETS), help="shape preset (n_layer, n_head, d_model)")
+    n_layer: int | None = setting(None, help="override the preset's depth")
+    n_head: int | None = setting(None, help="override the preset's heads")
+    d_model: int | None = setting(None, help="override the preset's width")
     d_ff: int | None = None  # default 4 × d_model
-    dropout: float = 0.0  # paper appendix I
-    encoding: str = "kerple"
-    processor: str = "none"  # none | dape_v1 | dape_v2
-    kernel_size: int = 1
-    dape_width: int = 32
-    tril: bool = True
-    padding: str = "same"
-    train_len: int = 512  # FIRE's L_init is half of it
-    encoding_shared: bool | None = None  # None: as the public code (only T5's table shared across layers)
-    tie_embeddings: bool = False  # public code: untied
+    dropout: float = setting(0.0, help="dropout (paper appendix I: 0)")
+    train_len: int = setting(512, help="training length (FIRE's L_init is half of it)")
+    tie_embeddings: bool = setting(False, help="tie input and output embeddings (public code: untied)")
     query_chunk_size: int | None = None  # exact query-chunked attention beyond this many rows
-    attention_impl: str = "fast"  # fast | plain (the readable reference: materialised, nn.Conv2d)
-    dape_dtype: str = "float32"  # float32 (the scores' precision) | bfloat16: DAPE's GEMMs on the fast path
 
     def __post_init__(self):
+        super().__post_init__()
         resolve_shape(self)
         require_positive("vocab_size", self.vocab_size)
-        require_choice("encoding", self.encoding, ENCODINGS)
         if self.query_chunk_size is not None:
             require_positive("query_chunk_size", self.query_chunk_size)
-        require_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
-        require_choice("dape_dtype", self.dape_dtype, DAPE_DTYPES)
 
 
-@dataclass
-class EncoderConfig:
-    """CHE encoder settings (che-spec: 5 layers, width 64, 8 heads, FFN ×4 ReLU, post-LN, dropout 0.1)."""
+@dataclass(kw_only=True)
+class EncoderConfig(AttentionSettings):
+    """CHE encoder settings (che-spec: 5 layers, width 64, 8 heads, FFN ×4 ReLU, post-LN, dropout 0.1); the
+    encoder is not causal, so ``tril`` does not apply to it."""
 
     input_vocab: int = 2
     output_vocab: int = 2
@@ -96,22 +75,14 @@ class EncoderConfig:
     n_head: int = 8
     d_ff: int | None = None
     dropout: float = 0.1
-    encoding: str = "kerple"
-    processor: str = "none"
-    kernel_size: int = 1
-    dape_width: int = 32
-    padding: str = "same"
     train_len: int = 40
-    encoding_shared: bool | None = None
     size: str | None = None
-    attention_impl: str = "fast"  # fast | plain (the readable reference)
 
     def __post_init__(self):
+        super().__post_init__()
         resolve_shape(self)
-        require_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
         require_positive("input_vocab", self.input_vocab)
         require_positive("output_vocab", self.output_vocab)
-        require_choice("encoding", self.encoding, ENCODINGS)
 
 
 def resolve_shape(cfg) -> None:
@@ -168,15 +139,10 @@ class _Stack(nn.Module):
         self.encodings = nn.ModuleList([first] if shared else [first] + [make_encoding() for _ in range(cfg.n_layer - 1)])
         self.processors = nn.ModuleList()
         for _ in range(cfg.n_layer):
-            proc = build_processor(
-                cfg.n_head,
-                processor=cfg.processor,
-                kernel_size=cfg.kernel_size,
-                dape_width=cfg.dape_width,
-                tril=getattr(cfg, "tril", False) if causal else False,  # the encoder needs no tril
-                padding=cfg.padding,
-                bias_channels=first.has_bias,
-            )
+            settings = cfg.attention_settings()
+            if not causal:  # the encoder sees every key: nothing to hide from the processor
+                settings = dataclasses.replace(settings, tril=False)
+            proc = build_processor(cfg.n_head, settings, bias_channels=first.has_bias)
             self.processors.append(proc if proc is not None else nn.Identity())
         self.has_processor = cfg.processor != "none"
         self.blocks = nn.ModuleList(
@@ -225,7 +191,7 @@ class GPT(nn.Module):
         positions = torch.arange(idx.shape[1], device=idx.device)
         x = self.drop(self.embed(idx))
         fast_path = fast_path and self.cfg.attention_impl == "fast"
-        x = self.stack(x, positions, self.cfg.query_chunk_size, fast_path, DAPE_DTYPES[self.cfg.dape_dtype])
+        x = self.stack(x, positions, self.cfg.query_chunk_size, fast_path, TORCH_DTYPES[self.cfg.dape_dtype])
         if last is not None:
             x = x[:, -last:]
         logits = self.head(self.norm(x))
@@ -271,7 +237,8 @@ class Encoder(nn.Module):
         elif positions.dim() == 2:
             positions = positions[0]
         x = self.drop(self.embed(tokens) * math.sqrt(self.cfg.d_model))
-        return self.head(self.stack(x, positions, fast_path=self.cfg.attention_impl == "fast"))
+        return self.head(self.stack(x, positions, fast_path=self.cfg.attention_impl == "fast",
+                                    dape_dtype=TORCH_DTYPES[self.cfg.dape_dtype]))
 
 
 def _init_weights(module: nn.Module) -> None:

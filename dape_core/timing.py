@@ -9,32 +9,68 @@ machine can be timed at reduced depth (``--n-layer``): rows carry the depth and 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import resource
 import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
 import pandas as pd
 import torch
 
-from dape_core import io
-from dape_core.errors import ConfigError, require_choice, require_positive
-from dape_core.model import ATTENTION_IMPLS, DAPE_DTYPES, GPT, GPTConfig, method_label
+from dape_core import io, settings as fields
+from dape_core.errors import ConfigError, require_positive
+from dape_core.methods import method_label
+from dape_core.model import GPT, SIZE_PRESETS, GPTConfig
+from dape_core.settings import AttentionSettings, setting
 
 MODES = ("forward", "train_step")
+
+
+@dataclass(kw_only=True)
+class TimingSettings(AttentionSettings):
+    """One timing run: the attention settings, the timed shape and the protocol (Table 7, §4.2)."""
+
+    size: str = setting("small", choices=tuple(SIZE_PRESETS), help="shape preset of the timed model")
+    n_layer: int | None = setting(None, help="reduced depth for shapes that do not fit")
+    vocab_size: int = setting(50257, help="vocabulary of the timed model (GPT-2's for Table 7)")
+    seq_lens: list[int] = setting(default_factory=lambda: [512], help="lengths, each timed in a fresh process")
+    batch_size: int | None = setting(1, help="sequences per forward (replaced by equal_tokens / seq_len)")
+    equal_tokens: int | None = setting(None, help="batch = EQUAL_TOKENS / seq_len (§4.2)")
+    mode: str = setting("forward", choices=MODES, help="forward, or a training step (forward, backward, AdamW)")
+    repeats: int = setting(10, help="timed runs per length (the median is reported)")
+    warmup: int = setting(2, help="untimed runs first")
+    query_chunk_size: int | None = setting(None, help="exact query-chunked attention beyond this many rows")
+    threads: int = setting(2, help="CPU threads")
+
+    def __post_init__(self):
+        super().__post_init__()
+        fields.check_choices(self, TimingSettings)
+        for name in ("repeats", "threads", *(("n_layer",) if self.n_layer is not None else ())):
+            require_positive(name, getattr(self, name))
+        for n in self.seq_lens:
+            require_positive("seq_lens", n)
+        if self.equal_tokens is not None:
+            require_positive("equal_tokens", self.equal_tokens)
+            self.batch_size = None  # equal tokens replace the batch size
+        elif self.batch_size is None:
+            raise ConfigError("batch_size: give --batch-size or --equal-tokens; allowed values: a positive integer")
+        else:
+            require_positive("batch_size", self.batch_size)
 
 
 def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux reports KiB
 
 
-def timed_method(cfg: GPTConfig) -> str:
+def timed_method(cfg: AttentionSettings) -> str:
     """The paper's label, qualified when the case runs another path than the default (so tables keep them apart)."""
     label = method_label(cfg.encoding, cfg.processor, cfg.kernel_size)
     qualifiers = [getattr(cfg, key) for key in ("attention_impl", "dape_dtype")
-                  if getattr(cfg, key) != getattr(GPTConfig, key)]  # the dataclass default
+                  if getattr(cfg, key) != getattr(AttentionSettings, key)]  # the one default
     return f"{label} ({', '.join(qualifiers)})" if qualifiers else label
 
 
@@ -43,10 +79,9 @@ def measure(case: dict) -> dict:
     torch.set_num_threads(case["threads"])
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     baseline = _rss_mb()
+    attention = {name: case[name] for name in fields.field_names(AttentionSettings) if name in case}
     cfg = GPTConfig(vocab_size=case["vocab_size"], size=case["size"], n_layer=case.get("n_layer"),
-                    encoding=case["encoding"], processor=case["processor"], kernel_size=case["kernel_size"],
-                    dape_width=case["dape_width"], train_len=case["seq_len"], query_chunk_size=case.get("query_chunk_size"),
-                    attention_impl=case.get("attention_impl", "fast"), dape_dtype=case.get("dape_dtype", "float32"))
+                    train_len=case["seq_len"], query_chunk_size=case.get("query_chunk_size"), **attention)
     torch.manual_seed(0)
     model = GPT(cfg).to(device)
     x = torch.randint(0, cfg.vocab_size, (case["batch_size"], case["seq_len"]), device=device)
@@ -96,52 +131,27 @@ def measure_in_fresh_process(case: dict) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def cases_from_args(args) -> list[dict]:
-    require_choice("mode", args.mode, MODES)
-    for name in ("repeats", "threads"):
-        require_positive(name, getattr(args, name))
-    if (args.batch_size is None) == (args.equal_tokens is None):
-        raise ConfigError("batch_size: give exactly one of --batch-size and --equal-tokens; allowed values: a positive integer")
-    cases = []
-    for n in args.seq_lens:
-        require_positive("seq_lens", n)
-        batch = args.batch_size if args.batch_size is not None else args.equal_tokens // n
+def cases(settings: TimingSettings) -> list[dict]:
+    """One case per length: the attention settings, the shape, the batch (or equal_tokens / length), the protocol."""
+    GPTConfig(size=settings.size, n_layer=settings.n_layer, **dataclasses.asdict(settings.attention_settings()))
+    out = []
+    for n in settings.seq_lens:
+        batch = settings.batch_size if settings.equal_tokens is None else settings.equal_tokens // n
         if batch < 1:
-            raise ConfigError(f"equal_tokens: {args.equal_tokens} is smaller than seq_len {n}; allowed values: ≥ the longest seq_len")
-        cases.append({"encoding": args.encoding, "processor": args.processor, "kernel_size": args.kernel_size,
-                      "dape_width": args.dape_width, "size": args.size, "n_layer": args.n_layer,
-                      "vocab_size": args.vocab_size, "seq_len": n, "batch_size": batch, "mode": args.mode,
-                      "repeats": args.repeats, "warmup": args.warmup, "threads": args.threads,
-                      "query_chunk_size": args.query_chunk_size, "attention_impl": args.attention_impl,
-                      "dape_dtype": args.dape_dtype})
-    GPTConfig(size=args.size, n_layer=args.n_layer, encoding=args.encoding, attention_impl=args.attention_impl,
-              dape_dtype=args.dape_dtype)  # validates names before any process starts
-    return cases
+            raise ConfigError(f"equal_tokens: {settings.equal_tokens} is smaller than seq_len {n}; allowed values: "
+                              "≥ the longest seq_len")
+        case = {k: v for k, v in dataclasses.asdict(settings).items() if k not in ("seq_lens", "equal_tokens")}
+        out.append({**case, "seq_len": n, "batch_size": batch})
+    return out
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--encoding", default="kerple")
-    p.add_argument("--processor", default="none")
-    p.add_argument("--kernel-size", type=int, default=1)
-    p.add_argument("--dape-width", type=int, default=32)
-    p.add_argument("--size", default="small")
-    p.add_argument("--n-layer", type=int, default=None, help="reduced depth for shapes that do not fit")
-    p.add_argument("--vocab-size", type=int, default=4096)
-    p.add_argument("--seq-lens", type=int, nargs="+", required=True)
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--equal-tokens", type=int, default=None, help="batch = EQUAL_TOKENS / seq_len (§4.2)")
-    p.add_argument("--mode", default="forward", help=f"one of: {', '.join(MODES)}")
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--query-chunk-size", type=int, default=None)
-    p.add_argument("--attention-impl", default="fast", help=f"one of: {', '.join(ATTENTION_IMPLS)}")
-    p.add_argument("--dape-dtype", default="float32", help=f"one of: {', '.join(DAPE_DTYPES)}")
+    fields.add_arguments(p, TimingSettings)
     p.add_argument("--out", required=True)
 
 
 def run(args) -> int:
-    rows = [measure_in_fresh_process(case) for case in cases_from_args(args)]
+    rows = [measure_in_fresh_process(case) for case in cases(fields.from_args(TimingSettings, args))]
     io.write_csv(args.out, pd.DataFrame(rows))
     for row in rows:
         print(f"{row['method']} {row['mode']} T={row['seq_len']} B={row['batch_size']}: {row['median_ms']:.1f} ms, "

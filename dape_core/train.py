@@ -27,44 +27,43 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dape_core import io
-from dape_core.dape import PADDINGS, PROCESSORS
-from dape_core.encodings import ENCODINGS
-from dape_core.errors import ConfigError, require_choice, require_positive
-from dape_core.model import ATTENTION_IMPLS, DAPE_DTYPES, GPT, SIZE_PRESETS, GPTConfig, method_label
+from dape_core import io, settings as fields
+from dape_core.errors import ConfigError, require_positive
+from dape_core.methods import method_label
+from dape_core.model import GPT, GPTConfig
+from dape_core.settings import setting
 
 PRECISIONS = ("fp32", "bf16")
 DISTRIBUTED = ("none", "ddp")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrainSettings:
     """Optimisation settings (appendix I; public-code values where the paper is silent)."""
 
-    train_len: int = 512
-    batch_size: int = 32
-    grad_accum: int = 1
-    steps: int = 1000
-    lr: float = 6e-4
-    min_lr_ratio: float = 0.1
-    warmup_ratio: float = 0.01
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
-    beta1: float = 0.9
-    beta2: float = 0.95
-    precision: str = "fp32"
-    seed: int = 0
-    threads: int = 2
-    checkpoint_every: int = 200
-    log_every: int = 10
-    distributed: str = "none"
+    train_len: int = setting(GPTConfig.train_len, help="training length")
+    batch_size: int = setting(32, help="sequences per optimiser step (global, split across processes)")
+    grad_accum: int = setting(1, help="micro-batches per optimiser step")
+    steps: int = setting(1000, help="optimiser steps")
+    lr: float = setting(6e-4, help="peak learning rate")
+    min_lr_ratio: float = setting(0.1, help="cosine decay ends at min_lr_ratio × lr")
+    warmup_ratio: float = setting(0.01, help="linear warm-up over this share of the steps")
+    weight_decay: float = setting(0.1, help="AdamW weight decay (matrices only)")
+    grad_clip: float = setting(1.0, help="global gradient-norm clip")
+    beta1: float = setting(0.9, help="AdamW β1")
+    beta2: float = setting(0.95, help="AdamW β2")
+    precision: str = setting("fp32", choices=PRECISIONS, help="fp32, or bf16 autocast")
+    seed: int = setting(0, help="seed of the initialisation and the data order")
+    threads: int = setting(2, help="CPU threads")
+    checkpoint_every: int = setting(200, help="steps between resume checkpoints")
+    log_every: int = setting(10, help="steps between metrics lines")
+    distributed: str = setting("none", choices=DISTRIBUTED, help="ddp under torchrun (gloo on CPU, NCCL on GPU)")
 
     def __post_init__(self):
+        fields.check_choices(self, TrainSettings)
         for name in ("train_len", "batch_size", "grad_accum", "steps", "threads", "checkpoint_every", "log_every"):
             require_positive(name, getattr(self, name))
         require_positive("lr", self.lr, integer=False)
-        require_choice("precision", self.precision, PRECISIONS)
-        require_choice("distributed", self.distributed, DISTRIBUTED)
         if not 0 <= self.min_lr_ratio <= 1:
             raise ConfigError(f"min_lr_ratio: {self.min_lr_ratio!r} is not allowed; allowed values: 0 ≤ x ≤ 1")
         if not 0 <= self.warmup_ratio < 1:
@@ -299,54 +298,23 @@ def train(
     return summary
 
 
-def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    """Model options shared by ``dape train`` and ``dape time`` (names as in config.yaml)."""
-    p.add_argument("--encoding", default="kerple", help=f"one of: {', '.join(ENCODINGS)}")
-    p.add_argument("--processor", default="none", help=f"one of: {', '.join(PROCESSORS)}")
-    p.add_argument("--kernel-size", type=int, default=1)
-    p.add_argument("--dape-width", type=int, default=32)
-    p.add_argument("--tril", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--padding", default="same", help=f"one of: {', '.join(PADDINGS)}")
-    p.add_argument("--size", default="small", help=f"one of: {', '.join(SIZE_PRESETS)}")
-    p.add_argument("--n-layer", type=int, default=None, help="override the preset's depth")
-    p.add_argument("--n-head", type=int, default=None)
-    p.add_argument("--d-model", type=int, default=None)
-    p.add_argument("--dropout", type=float, default=0.0)
-    p.add_argument("--tie-embeddings", action=argparse.BooleanOptionalAction, default=False)
-    p.add_argument("--encoding-shared", choices=("default", "true", "false"), default="default")
-    p.add_argument("--attention-impl", default="fast",
-                   help=f"one of: {', '.join(ATTENTION_IMPLS)} (plain: the paper's materialised form, the reference)")
-    p.add_argument("--dape-dtype", default="float32", help=f"one of: {', '.join(DAPE_DTYPES)} (DAPE's GEMMs, fast path)")
-
-
-def model_config_from_args(args, vocab_size: int = 4096, train_len: int = 512) -> GPTConfig:
-    shared = {"default": None, "true": True, "false": False}[args.encoding_shared]
-    return GPTConfig(vocab_size=vocab_size, size=args.size, n_layer=args.n_layer, n_head=args.n_head,
-                     d_model=args.d_model, dropout=args.dropout, encoding=args.encoding, processor=args.processor,
-                     kernel_size=args.kernel_size, dape_width=args.dape_width, tril=args.tril, padding=args.padding,
-                     train_len=train_len, encoding_shared=shared, tie_embeddings=args.tie_embeddings,
-                     attention_impl=args.attention_impl, dape_dtype=args.dape_dtype)
+#: GPTConfig fields that are not options of `dape train`: the vocabulary comes from the data, the training length
+#: from TrainSettings, d_ff is 4·d_model, and query chunks are an evaluation setting.
+NOT_TRAIN_OPTIONS = ("vocab_size", "d_ff", "train_len", "query_chunk_size")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", required=True, help="an --out-dir of `dape tokenize`")
     p.add_argument("--out-dir", required=True, help="receives model.pt, summary.json, metrics.jsonl")
     p.add_argument("--checkpoint-dir", default=None, help="periodic checkpoints (default: OUT_DIR/checkpoints)")
-    add_model_arguments(p)
-    d = TrainSettings()
-    for name in ("train_len", "batch_size", "grad_accum", "steps", "threads", "checkpoint_every", "log_every", "seed"):
-        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name))
-    for name in ("lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "grad_clip", "beta1", "beta2"):
-        p.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(d, name))
-    p.add_argument("--precision", default=d.precision, help=f"one of: {', '.join(PRECISIONS)}")
-    p.add_argument("--distributed", default=d.distributed, help="none, or ddp under torchrun (gloo on CPU, NCCL on GPU)")
+    fields.add_arguments(p, GPTConfig, exclude=NOT_TRAIN_OPTIONS)
+    fields.add_arguments(p, TrainSettings)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run(args) -> int:
-    fields = {f.name for f in dataclasses.fields(TrainSettings)}
-    settings = TrainSettings(**{k: v for k, v in vars(args).items() if k in fields})
-    config = model_config_from_args(args, train_len=settings.train_len)
+    settings = fields.from_args(TrainSettings, args)
+    config = fields.from_args(GPTConfig, args, train_len=settings.train_len)
     summary = train(config, settings, args.data_dir, args.out_dir, args.checkpoint_dir, progress=not args.no_progress)
     print(json.dumps({k: summary[k] for k in ("status", "steps_done", "final_loss", "tokens_per_s", "method")}))
     return 0

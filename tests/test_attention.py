@@ -8,6 +8,7 @@ import torch
 from dape_core.dape import ScoreProcessor, build_processor
 from dape_core.encodings import ENCODINGS
 from dape_core.errors import ConfigError
+from dape_core.settings import AttentionSettings
 from dape_core.model import GPT, GPTConfig
 
 VOCAB = 50
@@ -93,8 +94,8 @@ def test_fast_path_equals_plain_path_without_processor(encoding, chunk):
 
 
 def test_dape_v2_with_kernel_1_equals_the_v1_mlp_given_the_same_weights():
-    v1 = ScoreProcessor(4, processor="dape_v1", kernel_size=1, dape_width=6)
-    v2 = ScoreProcessor(4, processor="dape_v2", kernel_size=1, dape_width=6)
+    v1 = ScoreProcessor(4, AttentionSettings(processor="dape_v1", kernel_size=1, dape_width=6))
+    v2 = ScoreProcessor(4, AttentionSettings(processor="dape_v2", kernel_size=1, dape_width=6))
     with torch.no_grad():
         v2.conv1.weight.copy_(v1.mlp[0].weight[:, :, None, None])
         v2.conv1.bias.copy_(v1.mlp[0].bias)
@@ -105,7 +106,7 @@ def test_dape_v2_with_kernel_1_equals_the_v1_mlp_given_the_same_weights():
 
 
 def test_processor_adds_its_feature_map_to_scores_plus_bias():
-    proc = ScoreProcessor(2, processor="dape_v2", kernel_size=3, dape_width=4)
+    proc = ScoreProcessor(2, AttentionSettings(processor="dape_v2", kernel_size=3, dape_width=4))
     with torch.no_grad():
         for p in proc.parameters():
             p.zero_()
@@ -131,5 +132,5 @@ def test_bias_free_encodings_feed_the_score_channels_alone():
 ])
 def test_bad_processor_settings_name_field_and_allowed_values(kwargs, field, allowed):
     with pytest.raises(ConfigError) as err:
-        build_processor(4, **kwargs)
+        build_processor(4, AttentionSettings(**kwargs))
     assert str(err.value).startswith(f"{field}:") and "allowed values" in str(err.value) and allowed in str(err.value)

@@ -1,27 +1,29 @@
-"""Each claim on hand-made frames where it must PASS, must FAIL and must be NOT-RUN."""
+"""Each claim on hand-made frames where it must PASS, must FAIL and must be NOT-RUN; claims find rows by role."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from dape_core.report.claims import (CLAIMS, CORE_CLAIMS, FAIL, NOT_RUN, PASS, claims_markdown, evaluate_claims,
                                      evaluate_claims_on_paper)
-from dape_core.report.paper import parse_method
+from dape_core.methods import parse_method
 
 SEEDS = (0, 1, 2)
 
 
-def runs(family, method, ppl, *, train_len=64, seeds=SEEDS, dataset="code", size="tiny", status="ok",
-         dape_width=32, delta_p=None, ppl_local=None):
-    """lm_results rows: ``ppl`` maps a multiple of the training length to a value (or one value per seed)."""
+def runs(role, method, ppl, *, train_len=64, seeds=SEEDS, dataset="code", size="tiny", status="ok",
+         dape_width=32, delta_p=None, ppl_local=None, family="fam"):
+    """lm_results rows of ``role`` (listed by the family ``family``): ``ppl`` maps a multiple of the training
+    length to a value (or one value per seed)."""
     p = parse_method(method)
     rows = []
     for i, seed in enumerate(seeds):
         for multiple, value in ppl.items():
             v = value[i] if isinstance(value, (list, tuple)) else value * (1 + 0.001 * i)
             rows.append({"run": f"{method}-{train_len}-{dape_width}-{size}", "families": family,
-                         "dataset": dataset, "encoding": p["encoding"], "processor": p["processor"],
+                         "roles": role, "dataset": dataset, "encoding": p["encoding"], "processor": p["processor"],
                          "kernel_size": p["kernel_size"], "dape_width": dape_width if method.startswith("DAPE")
                          else None, "tril": p["tril"], "size": size, "train_len": train_len, "seed": seed,
                          "status": status, "method": method, "eval_len": int(multiple * train_len), "ppl": v,
@@ -44,7 +46,7 @@ def on_paper():
 
 
 # --------------------------------------------------------------------------- §4.1 baselines explode / bounded
-B = "baselines"
+B = "central"
 
 
 def explode_bounded(kerple=(9.5, 10.0, 10.2), nope=(30.0, 80.0)):
@@ -98,7 +100,7 @@ def test_best_within():
 
 
 # --------------------------------------------------------------------------- §4.4 DAPE1x3 on every encoding
-E = "dape_every_encoding"
+E = "every_encoding"
 
 
 def every(encodings, dape1x3, base=lambda enc: enc, base_ppl=(10, 20)):
@@ -155,7 +157,7 @@ def test_leakage_collapse():
 
 
 # --------------------------------------------------------------------------- §4.6 hidden width
-W = "hidden_width"
+W = "width_sweep"
 
 
 def widths(d21_within=8.9):
@@ -173,7 +175,7 @@ def test_narrow_beats_wide():
 
 
 # --------------------------------------------------------------------------- §4.7 kernel sizes
-K = "kernel_sizes"
+K = "kernel_sweep"
 
 
 def kernels(k7=(9.3, 9.5)):
@@ -306,6 +308,45 @@ def test_beats_data_adaptive():
     assert verdict(cid, frame(d3, runs(B, "CoPE", {1: 9.3, 2: 12}), runs(B, "XL", {1: 9.4, 2: 11}))) == PASS
     assert verdict(cid, frame(d3, runs(B, "CoPE", {1: 9.3, 2: 9.6}))) == FAIL
     assert verdict(cid, d3) == NOT_RUN
+
+
+# --------------------------------------------------------------------------- rows found by role
+def test_a_role_finds_its_rows_whatever_the_family_is_called():
+    assert verdict("dape_ordering_beyond", trio()) == PASS
+    assert verdict("dape_ordering_beyond", trio().assign(families="x_anything")) == PASS
+    shared = trio().assign(families="x_a;x_b", roles="kernel_sweep;central")
+    assert verdict("dape_ordering_beyond", shared) == PASS
+    kerple = trio()["method"] == "Kerple"
+    split = trio().assign(families=np.where(kerple, "x_one", "x_two"))  # two families of one role, read together
+    assert verdict("dape_ordering_beyond", split) == PASS
+    assert verdict("dape_ordering_beyond", split[~kerple]) == NOT_RUN
+
+
+def test_a_family_name_alone_finds_nothing():
+    named = trio().assign(families="baselines")
+    assert verdict("dape_ordering_beyond", named.assign(roles="")) == NOT_RUN
+    assert verdict("dape_ordering_beyond", named.assign(roles="kernel_sweep")) == NOT_RUN
+    assert verdict("dape_ordering_beyond", named.drop(columns="roles")) == NOT_RUN
+
+
+def test_timing_che_and_sink_read_their_roles():
+    cid = "timing_overhead_shrinks"
+    assert verdict(cid, timing=timing().assign(roles="x;forward_time")) == PASS
+    assert verdict(cid, timing=timing().assign(roles="step_time")) == NOT_RUN
+    mixed = frame(timing().assign(roles="forward_time"),
+                  timing(ratios=(0.7, 0.6, 0.5)).assign(roles="step_time"))  # would FAIL if read
+    assert verdict(cid, timing=mixed) == PASS
+    assert verdict("che_dape1x3_beats_kerple", che=che().assign(roles="che")) == PASS
+    assert verdict("che_dape1x3_beats_kerple", che=che().assign(roles="central")) == NOT_RUN
+    assert verdict("sink_stronger_with_dape1x3", sink=sink().assign(roles="attention_maps")) == PASS
+    assert verdict("sink_stronger_with_dape1x3", sink=sink().assign(roles="")) == NOT_RUN
+
+
+def test_rules_name_roles_not_families():
+    for c in CLAIMS:
+        assert "role " in c.rule, c.claim_id
+        assert not any(name in c.rule for name in ("Family", "baselines", "hidden_width", "kernel_sizes",
+                                                   "dape_every_encoding")), c.claim_id
 
 
 # --------------------------------------------------------------------------- the whole table

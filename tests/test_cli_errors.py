@@ -53,7 +53,7 @@ def test_evaluate_rejects_bad_settings(tmp_path, capsys, args, field):
     (["--mode", "backward", "--batch-size", "1"], "mode"),
     (["--size", "huge", "--batch-size", "1"], "size"),
     (["--seq-lens", "128", "--equal-tokens", "64"], "equal_tokens"),
-    ([], "batch_size"),
+    (["--batch-size", "0"], "batch_size"),
     (["--batch-size", "1", "--attention-impl", "flash"], "attention_impl"),
 ])
 def test_time_rejects_bad_settings(tmp_path, capsys, args, field):

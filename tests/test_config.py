@@ -12,6 +12,7 @@ import pytest
 
 from dape_core import config as grid
 from dape_core.errors import ConfigError
+from dape_core.methods import parse_method
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG_FILES = [REPO / "config.yaml", REPO / "configs" / "smoke.yaml", REPO / "configs" / "paper.yaml"]
@@ -45,10 +46,16 @@ def test_axes_are_crossed_and_names_are_deterministic():
 
 
 def test_method_labels_follow_the_paper():
-    assert grid.parse_method("Kerple") == {"encoding": "kerple", "processor": "none", "kernel_size": 1}
-    assert grid.parse_method("DAPE-Kerple") == {"encoding": "kerple", "processor": "dape_v1", "kernel_size": 1}
-    assert grid.parse_method("DAPE1x5-FIRE") == {"encoding": "fire", "processor": "dape_v2", "kernel_size": 5}
-    assert grid.parse_method("DAPE1×3-NoPE")["kernel_size"] == 3
+    from dape_core.methods import method_label, parse_method
+
+    assert parse_method("Kerple") == {"encoding": "kerple", "processor": "none", "kernel_size": 1, "tril": True}
+    assert parse_method("DAPE-Kerple") == {"encoding": "kerple", "processor": "dape_v1", "kernel_size": 1,
+                                           "tril": True}
+    assert parse_method("DAPE1x5-FIRE") == {"encoding": "fire", "processor": "dape_v2", "kernel_size": 5,
+                                            "tril": True}
+    assert parse_method("DAPE1×3-NoPE")["kernel_size"] == 3
+    for label in ("Kerple", "DAPE-ALiBi", "DAPE1x3-Kerple (no tril)", "DAPE1x7-FIRE", "XL"):
+        assert method_label(**parse_method(label)) == label
 
 
 def test_a_run_shared_by_families_is_trained_once_and_listed_in_each():
@@ -134,7 +141,7 @@ def test_default_config_holds_every_family_and_the_central_comparison_at_calibra
             "leakage", "attention_maps", "forward_time", "step_time", "che"} <= families
     central = ["NoPE", "RoPE", "ALiBi", "Kerple", "FIRE", "DAPE-Kerple", "DAPE1x3-Kerple"]
     for label in central:
-        method = grid.parse_method(label)
+        method = {k: v for k, v in parse_method(label).items() if k != "tril"}
         runs = [name for name in plan.families["baselines"]["runs"]
                 if {k: plan.lm_runs[name]["settings"][k] for k in method} == method
                 and plan.lm_runs[name]["settings"]["dataset"] == "code"]
@@ -162,7 +169,9 @@ def test_paper_config_uses_the_appendix_i_settings():
 
 
 def test_estimate_is_printed(capsys):
-    assert grid.main([str(REPO / "configs" / "paper.yaml")]) == 0
+    from dape_core.config.__main__ import main
+
+    assert main([str(REPO / "configs" / "paper.yaml")]) == 0
     out = capsys.readouterr().out
     assert "GPU-hours" in out and "baselines" in out
 
@@ -176,68 +185,65 @@ def _parse(module_name: str, options: str, *required: str) -> argparse.Namespace
     return parser.parse_args([*shlex.split(options), *required])
 
 
+def _expected(key, value):
+    return {None: "default", True: "true", False: "false"}[value] if key == "encoding_shared" else value
+
+
+def _check_groups(args, groups: dict, settings: dict):
+    for options in groups.values():
+        assert options, "an empty option group"
+        for key in options:
+            assert getattr(args, key) == _expected(key, settings[key]), (key, settings[key])
+
+
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: p.name)
 def test_every_setting_reaches_its_command_under_the_same_name(path):
-    """The options a rule passes parse with each stage's own parser, to the same values."""
+    """The option groups a rule passes parse with each stage's own parser, to the same values."""
     plan = grid.build_plan(grid.load_yaml(path))
     for settings in plan.datasets.values():
-        args = _parse("dape_core.data", grid.tokenize_options(settings), "--out-dir", "x")
+        args = _parse("dape_core.data", str(grid.corpus_options(settings)), "--out-dir", "x")
         assert args.source == settings["source"] and list(args.data_files) == settings["data_files"]
     for run in plan.lm_runs.values():
         s = run["settings"]
-        args = _parse("dape_core.train", grid.train_options(s), "--data-dir", "d", "--out-dir", "o")
-        for key in grid.TRAIN_OPTIONS:
-            expected = {None: "default", True: "true", False: "false"}[s[key]] if key == "encoding_shared" else s[key]
-            assert getattr(args, key) == expected, (key, s[key])
-        args = _parse("dape_core.evaluate", grid.eval_options(run["eval"]), "--checkpoint", "c", "--data-dir", "d",
-                      "--out", "o")
-        for key in grid.EVAL_OPTIONS:
-            assert getattr(args, key) == run["eval"][key], key
+        groups = grid.train_options(s)
+        assert set(groups) == {"attention", "shape", "training"}
+        args = _parse("dape_core.train", " ".join(map(str, groups.values())), "--data-dir", "d", "--out-dir", "o")
+        _check_groups(args, groups, s)
+        options = grid.eval_options(run["eval"])
+        args = _parse("dape_core.evaluate", str(options), "--checkpoint", "c", "--data-dir", "d", "--out", "o")
+        _check_groups(args, {"evaluation": options}, run["eval"])
         for length in run["attention_settings"]["heatmap_lens"]:
-            args = _parse("dape_core.evaluate", grid.attention_options(run["eval"], run["attention_settings"], length),
-                          "--checkpoint", "c", "--data-dir", "d", "--out", "o")
+            options = grid.attention_map_options(run["eval"], run["attention_settings"], length)
+            args = _parse("dape_core.evaluate", str(options), "--checkpoint", "c", "--data-dir", "d", "--out", "o")
             assert args.heatmap_len == length and args.eval_lens == [length]
     for settings in plan.timing_runs.values():
-        args = _parse("dape_core.timing", grid.timing_options(settings), "--out", "o")
-        for key in grid.TIMING_OPTIONS:
-            assert getattr(args, key) == settings[key], key
+        from dape_core.settings import from_args
+        from dape_core.timing import TimingSettings
+
+        groups = grid.timing_options(settings)
+        args = _parse("dape_core.timing", " ".join(map(str, groups.values())), "--out", "o")
+        timing = from_args(TimingSettings, args)  # equal_tokens replaces the batch size
+        for options in groups.values():
+            for key in options:
+                assert getattr(timing, key) == settings[key], (key, settings[key])
     for cell in plan.che_cells.values():
-        args = _parse("dape_core.che.runner", grid.che_options(cell["settings"]), "--out", "o")
-        for key in grid.CHE_OPTIONS:
-            assert getattr(args, key) == cell["settings"][key], key
+        groups = grid.che_options(cell["settings"])
+        args = _parse("dape_core.che.runner", " ".join(map(str, groups.values())), "--out", "o")
+        _check_groups(args, groups, cell["settings"])
+
+
+def test_option_groups_compare_as_mappings_and_format_as_options():
+    """What Snakemake stores for a rerun decision is the mapping's repr; a shell command sees options."""
+    options = grid.CliOptions(kernel_size=3, tril=False, eval_lens=[32, 64], n_layer=None, lr=0.001)
+    assert repr(options) == repr({"kernel_size": 3, "tril": False, "eval_lens": [32, 64], "n_layer": None,
+                                  "lr": 0.001})
+    assert str(options) == f"{options}" == "--kernel-size 3 --no-tril --eval-lens 32 64 --lr 0.001"
 
 
 # ------------------------------------------------------------------------------------------------ schema
-def test_schema_enums_are_the_library_registries():
-    from dape_core.dape import PADDINGS, PROCESSORS
-    from dape_core.encodings import ENCODINGS
-    from dape_core.model import ATTENTION_IMPLS, DAPE_DTYPES, SIZE_PRESETS
-    from dape_core.train import PRECISIONS
-
+def test_family_stages_are_the_library_stages():
     defs = grid.load_yaml(grid.SCHEMA_PATH)["$defs"]
-    for block in ("lm_settings", "timing_settings", "che_settings"):
-        props = defs[block]["properties"]
-        assert props["encoding"]["enum"] == list(ENCODINGS), block
-        assert props["processor"]["enum"] == list(PROCESSORS), block
-        if "size" in props:
-            assert props["size"]["enum"] == list(SIZE_PRESETS), block
-        if "padding" in props:
-            assert props["padding"]["enum"] == list(PADDINGS), block
-    assert defs["lm_settings"]["properties"]["precision"]["enum"] == list(PRECISIONS)
-    for block in ("lm_settings", "timing_settings"):
-        assert defs[block]["properties"]["attention_impl"]["enum"] == list(ATTENTION_IMPLS), block
-        assert defs[block]["properties"]["dape_dtype"]["enum"] == list(DAPE_DTYPES), block
     assert defs["family"]["properties"]["stage"]["enum"] == list(grid.STAGES)
-
-
-def test_schema_defaults_are_the_library_defaults():
-    from dape_core.model import GPTConfig
-    from dape_core.train import TrainSettings
-
-    props = grid.load_yaml(grid.SCHEMA_PATH)["$defs"]["lm_settings"]["properties"]
-    library = {f.name: f.default for cls in (GPTConfig, TrainSettings) for f in dataclasses.fields(cls)}
-    for key in grid.TRAIN_OPTIONS:
-        assert props[key]["default"] == library[key], key
 
 
 def test_schema_fills_defaults():

@@ -65,7 +65,7 @@ def test_a_diverging_run_is_recorded_as_diverged_and_evaluates_to_diverged_rows(
     assert _train(tiny_corpus, tmp_path, "--encoding", "fire", "--steps", "30", "--lr", "1e6", "--warmup-ratio", "0") == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "diverged" and summary["steps_done"] < 30
-    assert main(["evaluate", "--checkpoint", str(tmp_path / "model.pt"), "--data-dir", str(tiny_corpus),
+    assert main(["evaluate", "--min-scored-tokens", "1", "--checkpoint", str(tmp_path / "model.pt"), "--data-dir", str(tiny_corpus),
                  "--eval-lens", "32", "64", "--threads", "1", "--out", str(tmp_path / "eval.csv")]) == 0
     rows = pd.read_csv(tmp_path / "eval.csv")
     assert list(rows.status) == ["diverged", "diverged"] and rows.ppl.isna().all()
@@ -73,7 +73,7 @@ def test_a_diverging_run_is_recorded_as_diverged_and_evaluates_to_diverged_rows(
 
 def test_evaluate_scores_the_same_final_tokens_at_every_length(trained, tiny_corpus, tmp_path):
     out = tmp_path / "eval.csv"
-    assert main(["evaluate", "--checkpoint", str(trained / "model.pt"), "--data-dir", str(tiny_corpus),
+    assert main(["evaluate", "--min-scored-tokens", "1", "--checkpoint", str(trained / "model.pt"), "--data-dir", str(tiny_corpus),
                  "--eval-lens", "16", "32", "128", "512", "--window", "24", "--max-windows", "6",
                  "--query-chunk-size", "64", "--threads", "1", "--out", str(out),
                  "--sink-out", str(tmp_path / "sink.csv"), "--heatmap-out", str(tmp_path / "maps.npz")]) == 0
@@ -147,7 +147,7 @@ def test_same_config_and_seed_give_the_same_curve_and_perplexities(tiny_corpus, 
         out = tmp_path / name
         assert _train(tiny_corpus, out, "--encoding", "alibi", "--processor", "dape_v1", "--steps", "6",
                       "--log-every", "1", "--seed", "3") == 0
-        assert main(["evaluate", "--checkpoint", str(out / "model.pt"), "--data-dir", str(tiny_corpus),
+        assert main(["evaluate", "--min-scored-tokens", "1", "--checkpoint", str(out / "model.pt"), "--data-dir", str(tiny_corpus),
                      "--eval-lens", "32", "64", "--max-windows", "4", "--threads", "1", "--out", str(out / "e.csv")]) == 0
         curve = [json.loads(x)["loss"] for x in (out / "metrics.jsonl").read_text().splitlines()]
         results.append((curve, pd.read_csv(out / "e.csv")[["ppl", "ppl_ci_low", "delta_p"]].to_numpy()))

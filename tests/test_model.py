@@ -5,7 +5,8 @@ import torch
 
 from dape_core.encodings import ENCODINGS
 from dape_core.errors import ConfigError
-from dape_core.model import GPT, SIZE_PRESETS, Encoder, EncoderConfig, GPTConfig, method_label
+from dape_core.methods import method_label
+from dape_core.model import GPT, SIZE_PRESETS, Encoder, EncoderConfig, GPTConfig
 
 
 def test_125m_preset_has_85m_non_embedding_parameters_on_the_meta_device():

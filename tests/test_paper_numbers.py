@@ -9,8 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from dape_core.report.aggregate import ROLES
 from dape_core.report.paper import (PAPER_NUMBERS_DIR, as_che, as_lm_results, as_timing, load_paper_numbers,
-                                    parse_method)
+                                    method_settings)
 
 PAPER_TEXT = Path(__file__).parent / "data" / "dape-v2-paper.txt"  # the paper's text (arXiv 2410.04798)
 PAPER_LINES = PAPER_TEXT.read_text(encoding="utf-8").splitlines()
@@ -206,7 +207,21 @@ def test_loader_names_and_adapters():
     assert not lm.duplicated(["method", "dataset", "train_len", "eval_len", "size", "dape_width"]).any()
     assert lm.loc[lm["source"] == "Table 1; Table 5", "ppl"].notna().all()
     assert len(as_timing()) == 21 and len(as_che()) == 154
-    assert parse_method("DAPE1x3-Kerple (no tril)") == {"encoding": "kerple", "processor": "dape_v2",
-                                                         "kernel_size": 3, "tril": False}
+    assert method_settings("DAPE1x3-Kerple (no tril)") == {"encoding": "kerple", "processor": "dape_v2",
+                                                            "kernel_size": 3, "tril": False}
+    assert method_settings("DAPE-XL")["kernel_size"] == 1 and math.isnan(method_settings("CoPE")["kernel_size"])
     with pytest.raises(ValueError):
-        parse_method("DAPE1x3-Sandwich")
+        method_settings("DAPE1x3-Sandwich")
+
+
+def test_paper_cells_carry_roles():
+    lm = as_lm_results()
+    roles = lm["roles"].str.split(";").explode()
+    assert set(roles) <= set(ROLES) and "families" not in lm
+    assert set(roles) == {"central", "every_encoding", "kernel_sweep", "width_sweep", "equal_tokens", "model_size",
+                          "leakage"}
+    table3 = lm[lm["source"] == "Table 3"]
+    assert len(table3) and (table3["roles"] == "model_size").all()
+    kernels = lm[(lm["source"] == "Table 4") & (lm["method"] == "DAPE1x5-Kerple")]
+    assert len(kernels) and (kernels["roles"] == "kernel_sweep").all()  # k = 5 is outside every_encoding's grid
+    assert (as_timing()["roles"] == "forward_time").all() and (as_che()["roles"] == "che").all()

@@ -12,10 +12,13 @@ import itertools
 import pytest
 import torch
 
-import dape_core.dape as dape
+import dape_core.attention as attention
+import dape_core.implementations.blocked as blocked
 from dape_core.dape import ScoreProcessor
+from dape_core.implementations.blocked import blocked_scores
 from dape_core.encodings import ENCODINGS, GeometryCache, build_encoding, geometry
 from dape_core.model import GPT, Encoder, EncoderConfig, GPTConfig
+from dape_core.settings import AttentionSettings
 
 VOCAB = 50
 PROCESSORS = {
@@ -60,8 +63,8 @@ def assert_same(result, reference):
 @pytest.fixture
 def small_blocks(monkeypatch):
     """Blocks of 2 rows and one batch element, so that every block boundary and trimmed key range is crossed."""
-    monkeypatch.setattr(dape, "DEFAULT_BLOCK_ROWS", 2)
-    monkeypatch.setattr(dape, "DEFAULT_BLOCK_BYTES", 1)
+    monkeypatch.setattr(blocked, "DEFAULT_BLOCK_ROWS", 2)
+    monkeypatch.setattr(blocked, "DEFAULT_BLOCK_BYTES", 1)
 
 
 @pytest.mark.parametrize("encoding,proc", list(itertools.product(ENCODINGS, PROCESSORS)))
@@ -86,13 +89,13 @@ def test_fast_path_with_batch_one_and_default_blocks(encoding):
 def test_a_relative_bias_is_convolved_once_per_distance(encoding, relative, monkeypatch):
     """ALiBi, Kerple and T5 at contiguous positions take the per-distance path; FIRE (normalised by i) does not."""
     built = []
-    original = dape._RelativeBiasHalf.__init__
+    original = blocked._RelativeBiasHalf.__init__
 
     def counting(self, *args, **kwargs):
         built.append(1)
         original(self, *args, **kwargs)
 
-    monkeypatch.setattr(dape._RelativeBiasHalf, "__init__", counting)
+    monkeypatch.setattr(blocked._RelativeBiasHalf, "__init__", counting)
     with torch.no_grad():
         tiny_gpt(encoding, processor="dape_v2", kernel_size=3)(torch.randint(0, VOCAB, (2, 12)))
     assert bool(built) == relative
@@ -105,7 +108,7 @@ def test_attention_impl_plain_selects_the_reference(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("the fast processor ran on the plain path")
 
-    monkeypatch.setattr(ScoreProcessor, "fast", fail)
+    monkeypatch.setattr(attention, "blocked_scores", fail)
     with torch.no_grad():
         model(x)
         torch.manual_seed(0)
@@ -120,14 +123,15 @@ def test_processor_fast_equals_forward_everywhere_without_a_causal_mask(mode, pa
     """Non-causal use (the CHE encoder): every position exact, for a shared, per-element and absent bias."""
     torch.manual_seed(0)
     heads, batch, n = 3, 2, 9
-    proc = ScoreProcessor(heads, kernel_size=3, dape_width=5, padding=padding, tril=tril, bias_channels=mode != "none")
+    settings = AttentionSettings(processor="dape_v2", kernel_size=3, dape_width=5, padding=padding, tril=tril)
+    proc = ScoreProcessor(heads, settings, bias_channels=mode != "none")
     scores = torch.randn(batch, heads, n, n, requires_grad=True)
     bias = None
     if mode != "none":
         bias = torch.randn(*([batch] if mode == "batched" else []), heads, n, n, requires_grad=True)
     weight = torch.randn(batch, heads, n, n)
     results = []
-    for run in (proc.forward, proc.fast):
+    for run in (proc.forward, lambda *a: blocked_scores(proc, *a)):
         proc.zero_grad()
         inputs = [t for t in (scores, bias) if t is not None]
         for t in inputs:

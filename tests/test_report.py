@@ -7,11 +7,12 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from dape_core.report import aggregate, figures, tables
 from dape_core.report.cli import write_tables
 from test_workflow import assert_valid_png
-from workflow_fixture import smoke_run  # noqa: F401
+from workflow_fixture import REPO, smoke_run  # noqa: F401
 
 
 def lm_rows(rows: list[dict]) -> pd.DataFrame:
@@ -112,17 +113,20 @@ def synthetic_plan():
     settings = {key: None for key in aggregate.LM_SETTING_COLUMNS} | {"dataset": "code", "encoding": "kerple",
                                                                        "train_len": 64, "tag": ""}
     return {
-        "families": {"a": {"stage": "lm", "runs": ["r1"]}, "b": {"stage": "lm", "runs": ["r1", "r2"]}},
+        "families": {"a": {"stage": "lm", "role": "central", "runs": ["r1"]},
+                     "b": {"stage": "lm", "role": "leakage", "runs": ["r1", "r2"]},
+                     "c": {"stage": "lm", "role": None, "runs": ["r2"]}},
         "lm_runs": {"r1": {"settings": settings}, "r2": {"settings": dict(settings, tril=False)}},
         "lm_members": [{"family": "a", "run": "r1", "seed": 0, "eval_lens": [64]},
                        {"family": "b", "run": "r1", "seed": 0, "eval_lens": [64, 128]},
-                       {"family": "b", "run": "r2", "seed": 0, "eval_lens": [64, 128]}],
+                       {"family": "b", "run": "r2", "seed": 0, "eval_lens": [64, 128]},
+                       {"family": "c", "run": "r2", "seed": 0, "eval_lens": [64]}],
         "leakage_pairs": {"b": [{"run": "r2", "twin": "r1"}]},
         "timing_members": [], "che_members": [],
     }
 
 
-def test_lm_results_one_row_per_run_length_seed_with_families_and_provenance(tmp_path):
+def test_lm_results_one_row_per_run_length_seed_with_families_roles_and_provenance(tmp_path):
     plan = synthetic_plan()
     e1, s1 = write_run(tmp_path, "r1", 0, [{"eval_len": n, "ppl": 5.0 + n / 64, "status": "ok", "method": "Kerple"}
                                            for n in (64, 128)])
@@ -131,11 +135,49 @@ def test_lm_results_one_row_per_run_length_seed_with_families_and_provenance(tmp
     df = aggregate.lm_results(plan, [e1, e2], [s1, s2])
     assert len(df) == 4 and not df.duplicated(["run", "eval_len", "seed"]).any()
     families = df.set_index(["run", "eval_len"])["families"]
-    assert families[("r1", 64)] == "a;b" and families[("r1", 128)] == "b"
+    assert families[("r1", 64)] == "a;b" and families[("r1", 128)] == "b" and families[("r2", 64)] == "b;c"
+    roles = df.set_index(["run", "eval_len"])["roles"]
+    assert roles[("r1", 64)] == "central;leakage" and roles[("r1", 128)] == "leakage"
+    assert roles[("r2", 64)] == "leakage"  # family c declares no role
+    assert list(aggregate.in_role(df, "central")["run"]) == ["r1"]
+    assert list(df.columns[:5]) == ["run", "seed", "families", "roles", "method"]
     assert (df[df["run"] == "r2"]["status"] == "diverged").all()
     assert {"train_git_commit", "torch_version", "report_git_commit", "dataset", "train_status"} <= set(df.columns)
     leakage = aggregate.leakage_results(plan, [e1, e2])
     assert list(leakage["status"]) == ["diverged", "diverged"] and leakage["ratio"].isna().all()
+    assert set(leakage["role"]) == {"leakage"}
+
+
+def test_in_family_and_in_role_match_whole_names():
+    df = pd.DataFrame({"families": ["base;base_x", "x_base", None], "roles": ["central;leakage", "central_x", ""]})
+    assert list(aggregate.in_family(df, "base").index) == [0]
+    assert list(aggregate.in_family(df, "x_base").index) == [1]
+    assert list(aggregate.in_role(df, "central").index) == [0]
+    assert aggregate.in_role(df, "width_sweep").empty
+    assert aggregate.in_role(df.drop(columns="roles"), "central").empty
+
+
+def test_timing_and_che_aggregation_carry_roles(tmp_path):
+    plan = {"families": {"t1": {"role": "forward_time"}, "t2": {"role": "step_time"}, "t3": {},
+                         "c1": {"role": "che"}},
+            "timing_members": [{"family": "t1", "run": "fast"}, {"family": "t3", "run": "fast"},
+                               {"family": "t2", "run": "slow"}],
+            "che_members": [{"family": "c1", "cell": "cell", "seed": 0}]}
+    (tmp_path / "che" / "cell").mkdir(parents=True)
+    for name in ("fast", "slow"):
+        pd.DataFrame([{"method": "Kerple", "median_ms": 1.0}]).to_csv(tmp_path / f"{name}.csv", index=False)
+    pd.DataFrame([{"task": "even_pairs", "accuracy": 0.5}]).to_csv(tmp_path / "che" / "cell" / "seed0.csv",
+                                                                   index=False)
+    timing = aggregate.timing_results(plan, [str(tmp_path / "fast.csv"), str(tmp_path / "slow.csv")])
+    assert list(timing["families"]) == ["t1;t3", "t2"] and list(timing["roles"]) == ["forward_time", "step_time"]
+    che = aggregate.che_results(plan, [str(tmp_path / "che" / "cell" / "seed0.csv")])
+    assert list(che[["cell", "families", "roles"]].iloc[0]) == ["cell", "c1", "che"]
+
+
+def test_report_roles_are_the_schemas():
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    enum = schema["$defs"]["family"]["properties"]["role"]["enum"]
+    assert set(aggregate.ROLES) == {role for role in enum if role is not None}
 
 
 # ------------------------------------------------------------------------------------------------ figures
@@ -160,7 +202,7 @@ def test_write_tables_writes_every_family_table(tmp_path):
     lm = lm_rows([{"run": "r1", "families": "a;b"}, {"run": "r2", "families": "b", "method": "DAPE1x3-Kerple"}])
     written = write_tables(plan, lm, None, None, None, tmp_path)
     assert sorted(p.name for p in written) == ["a_delta_p.md", "a_delta_p.tex", "a_ppl.md", "a_ppl.tex",
-                                               "b_ppl.md", "b_ppl.tex"]
+                                               "b_ppl.md", "b_ppl.tex", "c_ppl.md", "c_ppl.tex"]
     assert "DAPE1x3-Kerple" in (tmp_path / "b_ppl.md").read_text()
 
 
@@ -179,6 +221,10 @@ def test_smoke_lm_results_are_tidy(smoke_run):
     assert lm["git_commit"].notna().all() and lm["config_hash"].notna().all()
     shared = lm[lm["families"].str.contains(";")]
     assert len(shared)  # a run listed by several families appears once, with all of them
+    roles = aggregate.family_roles(plan)
+    assert list(lm["roles"].fillna("")) == [aggregate.roles_of(f, roles) for f in lm["families"]]
+    for role in ("central", "kernel_sweep", "leakage", "attention_maps"):
+        assert len(aggregate.in_role(lm, role)), role
 
 
 @pytest.mark.slow
@@ -186,7 +232,10 @@ def test_smoke_che_timing_sink_results(smoke_run):
     assert smoke_run.returncode == 0, smoke_run.log_tail
     che = pd.read_csv(smoke_run.path("reports/che_results.csv"))
     assert set(che["row_type"]) == {"length", "summary"} and (che["families"] == "che").all()
+    assert (che["roles"] == "che").all()
     timing = pd.read_csv(smoke_run.path("reports/timing.csv"))
     assert (timing["median_ms"] > 0).all() and set(timing["families"]) == {"forward_time"}
+    assert set(timing["roles"]) == {"forward_time"}
     sink = pd.read_csv(smoke_run.path("reports/sink.csv"))
     assert sink["sink_mass"].between(0, 1).all() and (sink["families"] == "attention_maps").all()
+    assert (sink["roles"] == "attention_maps").all()

@@ -25,12 +25,12 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from dape_core import io
+from dape_core import io, settings as fields
 from dape_core.che.tasks import TASKS, Task, get_task
-from dape_core.dape import PADDINGS, PROCESSORS
-from dape_core.encodings import ENCODINGS
 from dape_core.errors import ConfigError, require_choice, require_positive
-from dape_core.model import ATTENTION_IMPLS, Encoder, EncoderConfig, method_label
+from dape_core.methods import method_label
+from dape_core.model import Encoder, EncoderConfig
+from dape_core.settings import AttentionSettings, setting
 
 AGGREGATIONS = ("max", "mean")
 COLUMNS = ["task", "encoding", "processor", "kernel_size", "dape_width", "method", "seed", "lr", "steps", "length",
@@ -38,43 +38,40 @@ COLUMNS = ["task", "encoding", "processor", "kernel_size", "dape_width", "method
 CELL_COLUMNS = ["task", "encoding", "processor", "kernel_size", "dape_width", "method", "steps"]  # all but seed, lr
 
 
-@dataclass
-class CHESettings:
-    """One run: the task, the model (che-spec: 5 layers, width 64, 8 heads, FFN 256, dropout 0.1) and the protocol."""
+#: AttentionSettings fields that do not apply to the (non-causal) CHE encoder: it sees every key, so tril is off
+NOT_CHE_OPTIONS = ("tril",)
 
-    task: str = "reverse_string"
-    encoding: str = "kerple"
-    processor: str = "none"
-    kernel_size: int = 1
-    dape_width: int = 32
-    padding: str = "same"
-    attention_impl: str = "fast"
-    n_layer: int = 5
-    d_model: int = 64
-    n_head: int = 8
-    d_ff: int = 256
-    dropout: float = 0.1
-    seed: int = 0
-    lr: float = 1e-4
-    steps: int = 1000
-    batch_size: int = 128
-    train_max_len: int = 40
-    eval_min_len: int = 41
-    eval_max_len: int = 500
-    eval_samples: int = 512
-    eval_batch_size: int = 64
-    eval_score_budget: int = 2**24  # batch × T² attention scores per evaluation forward: bounds memory
-    randomized_positions: bool = True
-    max_position: int = 2048
-    threads: int = 2
+
+@dataclass(kw_only=True)
+class CHESettings(AttentionSettings):
+    """One run: the task, the attention settings, the model (che-spec: 5 layers, width 64, 8 heads, FFN 256,
+    dropout 0.1) and the protocol (defaults: the reference benchmark's)."""
+
+    task: str = setting("even_pairs", choices=TASKS, help="one of the 15 CHE tasks")
+    n_layer: int = setting(5, help="encoder layers")
+    d_model: int = setting(64, help="encoder width")
+    n_head: int = setting(8, help="attention heads")
+    d_ff: int = setting(256, help="feed-forward width")
+    dropout: float = setting(0.1, help="dropout")
+    seed: int = setting(0, help="seed of the initialisation, the training samples and the evaluation samples")
+    lr: float = setting(5e-4, help="Adam learning rate, one per run (the reference sweeps 1e-4, 3e-4, 5e-4)")
+    steps: int = setting(200_000, help="training steps")
+    batch_size: int = setting(128, help="training batch")
+    train_max_len: int = setting(40, help="training lengths 1…train_max_len")
+    eval_min_len: int = setting(41, help="first out-of-distribution length")
+    eval_max_len: int = setting(500, help="last out-of-distribution length")
+    eval_samples: int = setting(512, help="samples per evaluated length")
+    eval_batch_size: int = setting(64, help="samples per evaluation forward")
+    eval_score_budget: int = setting(2**24, help="batch × T² attention scores per evaluation forward (memory)")
+    randomized_positions: bool = setting(True, help="sorted random positions from [0, max_position) per batch "
+                                                    "(Ruoss et al., 2023)")
+    max_position: int = setting(2048, help="range of the randomised positions")
+    threads: int = setting(2, help="CPU threads")
 
     def __post_init__(self):
-        require_choice("task", self.task, TASKS)
-        require_choice("encoding", self.encoding, ENCODINGS)
-        require_choice("processor", self.processor, PROCESSORS)
-        require_choice("padding", self.padding, PADDINGS)
-        require_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
-        for name in ("kernel_size", "dape_width", "n_layer", "d_model", "n_head", "d_ff", "steps", "batch_size",
+        super().__post_init__()
+        fields.check_choices(self, CHESettings)
+        for name in ("n_layer", "d_model", "n_head", "d_ff", "steps", "batch_size",
                      "train_max_len", "eval_min_len", "eval_max_len", "eval_samples", "eval_batch_size",
                      "eval_score_budget", "max_position", "threads"):  # fmt: skip
             require_positive(name, getattr(self, name))
@@ -103,9 +100,8 @@ class CHESettings:
         task = get_task(self.task)
         return EncoderConfig(
             input_vocab=task.input_size, output_vocab=task.output_size, n_layer=self.n_layer, d_model=self.d_model,
-            n_head=self.n_head, d_ff=self.d_ff, dropout=self.dropout, encoding=self.encoding,
-            processor=self.processor, kernel_size=self.kernel_size, dape_width=self.dape_width, padding=self.padding,
-            train_len=self.train_max_len, attention_impl=self.attention_impl,
+            n_head=self.n_head, d_ff=self.d_ff, dropout=self.dropout, train_len=self.train_max_len,
+            **dataclasses.asdict(self.attention_settings()),
         )  # fmt: skip
 
 
@@ -210,26 +206,12 @@ def aggregate_cells(df: pd.DataFrame, aggregation: str = "max") -> pd.DataFrame:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    d = CHESettings()
     p.add_argument("--out", required=True, help="the CSV to write (atomically)")
-    p.add_argument("--task", default=d.task, help=f"one of: {', '.join(TASKS)}")
-    p.add_argument("--encoding", default=d.encoding, help=f"one of: {', '.join(ENCODINGS)}")
-    p.add_argument("--processor", default=d.processor, help=f"one of: {', '.join(PROCESSORS)}")
-    p.add_argument("--padding", default=d.padding, help=f"one of: {', '.join(PADDINGS)}")
-    p.add_argument("--attention-impl", default=d.attention_impl, help=f"one of: {', '.join(ATTENTION_IMPLS)}")
-    for name in ("kernel_size", "dape_width", "n_layer", "d_model", "n_head", "d_ff", "seed", "steps", "batch_size",
-                 "train_max_len", "eval_min_len", "eval_max_len", "eval_samples", "eval_batch_size",
-                 "eval_score_budget", "max_position", "threads"):  # fmt: skip
-        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name))
-    p.add_argument("--lr", type=float, default=d.lr, help="one per run (the reference sweeps 1e-4, 3e-4, 5e-4)")
-    p.add_argument("--dropout", type=float, default=d.dropout)
-    p.add_argument("--randomized-positions", action=argparse.BooleanOptionalAction, default=d.randomized_positions,
-                   help="sorted random positions from [0, max_position) per batch (Ruoss et al., 2023)")  # fmt: skip
+    fields.add_arguments(p, CHESettings, exclude=NOT_CHE_OPTIONS)
 
 
 def run(args) -> int:
-    fields = {f.name for f in dataclasses.fields(CHESettings)}
-    settings = CHESettings(**{k: v for k, v in vars(args).items() if k in fields})
+    settings = fields.from_args(CHESettings, args)
     start = time.perf_counter()
     frame = run_cell(settings)
     io.write_csv(args.out, frame)

@@ -1,9 +1,11 @@
 """Per-job outputs → tidy CSVs: one row per observation, the run's settings, its families and provenance.
 
 ``lm_results.csv`` has one row per run × evaluation length × seed; ``families`` (semicolon-joined) lists the
-families that asked for that row (a run shared by families appears once, listed in each). A diverged run keeps
-its rows, with ``status`` "diverged" and NaN metrics. The plan (``results/plan.json``, written from
-``dape_core.config.Plan.report_spec``) supplies families, memberships and every run setting.
+families that asked for that row (a run shared by families appears once, listed in each) and ``roles`` the roles
+those families declare (``central``, ``width_sweep``, …): the claims and the paper comparison find their rows by
+role, never by a family's name. A diverged run keeps its rows, with ``status`` "diverged" and NaN metrics. The
+plan (``results/plan.json``, written from ``dape_core.config.Plan.report_spec``) supplies families, their roles,
+memberships and every run setting.
 """
 
 from __future__ import annotations
@@ -17,6 +19,12 @@ import pandas as pd
 
 import dape_core
 
+#: role → what the reports read a family of that role as (the roles of the configuration schema)
+ROLES = {"central": "the central comparison", "every_encoding": "DAPE1x3 on every encoding",
+         "kernel_sweep": "the kernel-size sweep", "width_sweep": "the hidden-width sweep",
+         "equal_tokens": "the equal-token comparison", "model_size": "the model-size comparison",
+         "leakage": "the leakage ablation", "attention_maps": "the attention maps", "forward_time": "forward time",
+         "step_time": "training-step time", "che": "the CHE tasks"}
 LM_SETTING_COLUMNS = ("dataset", "tag", "encoding", "processor", "kernel_size", "dape_width", "tril", "padding", "size",
                       "n_layer", "n_head", "d_model", "dropout", "tie_embeddings", "encoding_shared", "train_len",
                       "batch_size", "grad_accum", "steps", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay",
@@ -25,8 +33,8 @@ SUMMARY_COLUMNS = {"status": "train_status", "steps_done": "steps_done", "final_
                    "tokens_per_s": "tokens_per_s", "wall_s": "train_wall_s", "parameters": "parameters",
                    "non_embedding_parameters": "non_embedding_parameters", "flops_per_token": "flops_per_token",
                    "git_commit": "train_git_commit", "threads": "train_threads"}
-LEADING = ["run", "seed", "families", "method", "eval_len", "status", "ppl", "ppl_ci_low", "ppl_ci_high", "loss",
-           "bpb", "window", "delta_p_window", "ppl_dp", "ppl_local", "delta_p"]
+LEADING = ["run", "seed", "families", "roles", "method", "eval_len", "status", "ppl", "ppl_ci_low", "ppl_ci_high",
+           "loss", "bpb", "window", "delta_p_window", "ppl_dp", "ppl_local", "delta_p"]
 
 
 def read_plan(path: str | Path) -> dict:
@@ -61,10 +69,22 @@ def _join(families) -> str:
     return ";".join(dict.fromkeys(families))
 
 
+def family_roles(plan: dict) -> dict[str, str]:
+    """Family name → its declared role (families without one are left out)."""
+    return {name: spec["role"] for name, spec in plan["families"].items() if spec.get("role")}
+
+
+def roles_of(families: str, roles: dict[str, str]) -> str:
+    """The semicolon-joined roles of semicolon-joined ``families`` (each role once, in the families' order)."""
+    return _join(roles[f] for f in str(families).split(";") if f in roles)
+
+
 def lm_results(plan: dict, eval_paths: list[str], summary_paths: list[str]) -> pd.DataFrame:
-    """One row per run × evaluation length × seed, with settings, families, training summary and provenance."""
+    """One row per run × evaluation length × seed, with settings, families, roles, training summary and
+    provenance."""
     summaries = {run_and_seed(p): json.loads(Path(p).read_text(encoding="utf-8")) for p in summary_paths}
     members = _families_by_length(plan)
+    roles = family_roles(plan)
     frames = []
     for path in eval_paths:
         run, seed = run_and_seed(path)
@@ -76,6 +96,7 @@ def lm_results(plan: dict, eval_paths: list[str], summary_paths: list[str]) -> p
                 frame[key] = settings[key]
         frame["families"] = [_join(f for f, lens in members.get((run, seed), []) if int(n) in lens)
                              for n in frame["eval_len"]]
+        frame["roles"] = frame["families"].map(lambda fams: roles_of(fams, roles))
         summary = summaries.get((run, seed), {})
         for key, column in SUMMARY_COLUMNS.items():
             frame[column] = summary.get(key, np.nan)
@@ -96,6 +117,7 @@ def sink_results(plan: dict, sink_paths: list[str]) -> pd.DataFrame:
     """Attention-sink mass per run × seed × length × layer; a diverged run keeps one row with status diverged."""
     families: dict[tuple[str, int], list[str]] = {}
     attention_families = {f for f, spec in plan["families"].items() if spec.get("attention_maps")}
+    roles = family_roles(plan)
     for m in plan["lm_members"]:
         if m["family"] in attention_families:
             families.setdefault((m["run"], int(m["seed"])), []).append(m["family"])
@@ -112,40 +134,44 @@ def sink_results(plan: dict, sink_paths: list[str]) -> pd.DataFrame:
         frame["run"], frame["seed"], frame["heatmap_len"], frame["status"] = run, seed, length, status
         for key in ("encoding", "processor", "kernel_size", "dape_width", "train_len", "dataset", "size"):
             frame[key] = plan["lm_runs"][run]["settings"][key]
-        frame["families"] = _join(families.get((run, seed), []))
+        joined = _join(families.get((run, seed), []))
+        frame["families"], frame["roles"] = joined, roles_of(joined, roles)
         frame["source_file"] = str(path)
         frames.append(frame)
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run", "seed", "sink_mass"])
     df["dape_core_version"], df["report_git_commit"] = dape_core.__version__, report_commit()
-    lead = ["run", "seed", "families", "method", "heatmap_len", "layer", "sink_mass", "status"]
+    lead = ["run", "seed", "families", "roles", "method", "heatmap_len", "layer", "sink_mass", "status"]
     return df[[c for c in lead if c in df] + [c for c in df if c not in lead]]
 
 
-def _labelled(paths: list[str], label, families: dict, name: str) -> pd.DataFrame:
-    """Every CSV of ``paths`` stacked, led by its ``name`` (``label(path)`` → (families key, name)) and families."""
+def _labelled(paths: list[str], label, families: dict, name: str, roles: dict[str, str]) -> pd.DataFrame:
+    """Every CSV of ``paths`` stacked, led by its ``name`` (``label(path)`` → (families key, name)), families and
+    roles."""
     frames = []
     for path in paths:
         frame = pd.read_csv(path)
         key, value = label(Path(path))
+        joined = _join(families.get(key, []))
         frame.insert(0, name, value)
-        frame.insert(1, "families", _join(families.get(key, [])))
+        frame.insert(1, "families", joined)
+        frame.insert(2, "roles", roles_of(joined, roles))
         frame["source_file"] = str(path)
         frames.append(frame)
-    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[name, "families"])
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[name, "families", "roles"])
     df["dape_core_version"], df["report_git_commit"] = dape_core.__version__, report_commit()
     return df
 
 
 def timing_results(plan: dict, timing_paths: list[str]) -> pd.DataFrame:
-    """The timing CSVs with their run name and families."""
+    """The timing CSVs with their run name, families and roles."""
     families: dict[str, list[str]] = {}
     for m in plan["timing_members"]:
         families.setdefault(m["run"], []).append(m["family"])
-    return _labelled(timing_paths, lambda path: (path.stem, path.stem), families, "run")
+    return _labelled(timing_paths, lambda path: (path.stem, path.stem), families, "run", family_roles(plan))
 
 
 def che_results(plan: dict, cell_paths: list[str]) -> pd.DataFrame:
-    """The CHE CSVs (length and summary rows) with their cell name and families."""
+    """The CHE CSVs (length and summary rows) with their cell name, families and roles."""
     families: dict[tuple[str, int], list[str]] = {}
     for m in plan["che_members"]:
         families.setdefault((m["cell"], int(m["seed"])), []).append(m["family"])
@@ -154,12 +180,14 @@ def che_results(plan: dict, cell_paths: list[str]) -> pd.DataFrame:
         cell = path.parent.name
         return (cell, int(path.stem.removeprefix("seed"))), cell
 
-    return _labelled(cell_paths, label, families, "cell")
+    return _labelled(cell_paths, label, families, "cell", family_roles(plan))
 
 
 def leakage_results(plan: dict, eval_paths: list[str]) -> pd.DataFrame:
-    """Each run without tril next to its tril twin: ppl of both and their ratio, per evaluation length and seed."""
+    """Each run without tril next to its tril twin: ppl of both and their ratio, per evaluation length and seed,
+    with the family and its role."""
     evals = {run_and_seed(p): pd.read_csv(p).set_index("eval_len") for p in eval_paths}
+    roles = family_roles(plan)
     rows = []
     for family, pairs in plan["leakage_pairs"].items():
         for pair in pairs:
@@ -173,21 +201,35 @@ def leakage_results(plan: dict, eval_paths: list[str]) -> pd.DataFrame:
                     a, b = frame.loc[eval_len], twin_frame.loc[eval_len]
                     ok = a["status"] == "ok" and b["status"] == "ok"
                     rows.append({
-                        "family": family, "run": run, "twin": twin, "seed": seed, "method": b.get("method", ""),
-                        "encoding": settings["encoding"], "kernel_size": settings["kernel_size"],
+                        "family": family, "role": roles.get(family, ""), "run": run, "twin": twin, "seed": seed,
+                        "method": b.get("method", ""), "encoding": settings["encoding"],
+                        "kernel_size": settings["kernel_size"],
                         "padding": settings["padding"], "dataset": settings["dataset"],
                         "train_len": settings["train_len"], "eval_len": int(eval_len),
                         "ppl_no_tril": a["ppl"], "ppl_tril": b["ppl"],
                         "ratio": a["ppl"] / b["ppl"] if ok else np.nan,
                         "status": "ok" if ok else "diverged",
                     })
-    df = pd.DataFrame(rows, columns=["family", "run", "twin", "seed", "method", "encoding", "kernel_size", "padding",
-                                     "dataset", "train_len", "eval_len", "ppl_no_tril", "ppl_tril", "ratio", "status"])
+    df = pd.DataFrame(rows, columns=["family", "role", "run", "twin", "seed", "method", "encoding", "kernel_size",
+                                     "padding", "dataset", "train_len", "eval_len", "ppl_no_tril", "ppl_tril", "ratio",
+                                     "status"])
     df["dape_core_version"], df["report_git_commit"] = dape_core.__version__, report_commit()
     return df
 
 
+def _listing(df: pd.DataFrame, column: str, name: str) -> pd.DataFrame:
+    """Rows whose semicolon-joined ``column`` lists ``name`` (none when the frame has no such column)."""
+    if column not in df:
+        return df.iloc[0:0]
+    member = df[column].fillna("").astype(str).str.split(";").apply(lambda names: name in names)
+    return df[member]
+
+
 def in_family(df: pd.DataFrame, family: str) -> pd.DataFrame:
     """Rows whose semicolon-joined ``families`` include ``family``."""
-    member = df["families"].fillna("").astype(str).str.split(";").apply(lambda names: family in names)
-    return df[member]
+    return _listing(df, "families", family)
+
+
+def in_role(df: pd.DataFrame, role: str) -> pd.DataFrame:
+    """Rows whose semicolon-joined ``roles`` include ``role`` (rows of every family declaring that role)."""
+    return _listing(df, "roles", role)

@@ -10,9 +10,13 @@ Conventions shared by the rules:
   size of the paper's own gaps: 0.5% at ×1 (the paper's DAPE1x3 vs DAPE gaps at ×1 are 0.6–1.8%), 1% for DAPE1x3
   against DAPE (k = 1) beyond, 2% for everything else.
 - A diverged run (``status`` "diverged") counts as perplexity +∞: it loses every "beats" it should win.
-- Settings are dataset × training length × size inside the claim's experiment family; a claim PASSes when its
-  rule holds in every setting it could be evaluated in, FAILs when it is violated in any, and is NOT-RUN when
-  no setting has the rows it needs.
+- Rows are found by role, never by a family's name: a claim reads the rows whose ``roles`` (the roles the
+  configuration's families declare, e.g. ``central``) include its role, so families may be named freely and
+  several families of one role are read together. A timing, CHE or sink table without a ``roles`` column is
+  read whole.
+- Settings are dataset × training length × size inside the claim's role; a claim PASSes when its rule holds in
+  every setting it could be evaluated in, FAILs when it is violated in any, and is NOT-RUN when no setting has
+  the rows it needs.
 
 Each claim yields a record: ``claim_id``, ``section``, ``statement``, ``rule``, ``core``, ``verdict``,
 ``summary`` (a short string of the numbers behind the verdict) and ``numbers`` (the same as a dict).
@@ -25,6 +29,8 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
+
+from dape_core.report.aggregate import ROLES, in_role
 
 PASS, FAIL, NOT_RUN = "PASS", "FAIL", "NOT-RUN"
 
@@ -46,12 +52,12 @@ SETTING = ["dataset", "train_len", "size"]
 
 
 # ----------------------------------------------------------------------------------------------- data access
-def _lm(lm: pd.DataFrame | None, family: str) -> pd.DataFrame:
-    """One family's rows with ``multiple`` = eval_len / train_len and diverged runs at perplexity +∞."""
+def _lm(lm: pd.DataFrame | None, role: str) -> pd.DataFrame:
+    """The rows of one role with ``multiple`` = eval_len / train_len and diverged runs at perplexity +∞."""
     if lm is None or lm.empty:
         return pd.DataFrame(columns=SETTING + ["method", "seed", "multiple", "ppl"])
-    member = lm["families"].fillna("").astype(str).str.split(";").apply(lambda fams: family in fams)
-    df = lm[member & lm["train_len"].notna() & lm["eval_len"].notna()].copy()
+    df = in_role(lm, role)
+    df = df[df["train_len"].notna() & df["eval_len"].notna()].copy()
     df["size"] = df["size"].fillna("-").astype(str) if "size" in df else "-"
     df["train_len"] = df["train_len"].astype(int)
     df["eval_len"] = df["eval_len"].astype(int)
@@ -61,6 +67,18 @@ def _lm(lm: pd.DataFrame | None, family: str) -> pd.DataFrame:
     if "tril" in df:
         df["tril"] = df["tril"].astype(str).str.lower().isin(["true", "1", "1.0"])
     return df
+
+
+def _of_role(df: pd.DataFrame | None, role: str) -> pd.DataFrame | None:
+    """The rows of ``role`` in a timing, CHE or sink table; the whole table when it has no ``roles`` column."""
+    if df is None or "roles" not in df:
+        return df
+    return in_role(df, role)
+
+
+def _rows(role: str) -> str:
+    """How a rule names the rows it reads: "Rows of the central comparison (role central)"."""
+    return f"Rows of {ROLES[role]} (role {role})"
 
 
 def _settings(df: pd.DataFrame, keys=SETTING):
@@ -174,7 +192,7 @@ def _check_each(g: pd.DataFrame, label: str, pairs) -> list[dict]:
 
 
 def _explode_bounded(data: dict) -> list[dict]:
-    df = _lm(data["lm"], "baselines")
+    df = _lm(data["lm"], "central")
     checks, seen = [], set()
     for label, g in _settings(df):
         for method, kind in [("NoPE", "explodes"), ("RoPE", "explodes"), ("ALiBi", "bounded"),
@@ -193,7 +211,7 @@ def _explode_bounded(data: dict) -> list[dict]:
 
 def _ordering_beyond(data: dict) -> list[dict]:
     out = []
-    for label, g in _settings(_lm(data["lm"], "baselines")):
+    for label, g in _settings(_lm(data["lm"], "central")):
         if {"Kerple", "DAPE-Kerple", "DAPE1x3-Kerple"} <= set(g["method"]):
             out += _check_each(g, label, [("DAPE1x3-Kerple", "DAPE-Kerple", "beyond", DAPE_MARGIN),
                                           ("DAPE-Kerple", "Kerple", "beyond", MARGIN)])
@@ -202,17 +220,17 @@ def _ordering_beyond(data: dict) -> list[dict]:
 
 def _best_within(data: dict) -> list[dict]:
     out = []
-    for label, g in _settings(_lm(data["lm"], "baselines")):
+    for label, g in _settings(_lm(data["lm"], "central")):
         others = [m for m in sorted(set(g["method"])) if m != "DAPE1x3-Kerple"]
         out += _check_each(g, label, [("DAPE1x3-Kerple", m, "within", WITHIN_MARGIN) for m in others])
     return out
 
 
-def _improves(encodings, family="dape_every_encoding", against=lambda enc: enc,
+def _improves(encodings, role="every_encoding", against=lambda enc: enc,
               within=WITHIN_MARGIN, beyond=MARGIN):
     def check(data: dict) -> list[dict]:
         out = []
-        for label, g in _settings(_lm(data["lm"], family)):
+        for label, g in _settings(_lm(data["lm"], role)):
             for enc in encodings:
                 out += _check_each(g, label, [(f"DAPE1x3-{enc}", against(enc), "within", within),
                                               (f"DAPE1x3-{enc}", against(enc), "beyond", beyond)])
@@ -222,7 +240,7 @@ def _improves(encodings, family="dape_every_encoding", against=lambda enc: enc,
 
 def _naive_dape_rope(data: dict) -> list[dict]:
     out = []
-    for label, g in _settings(_lm(data["lm"], "dape_every_encoding")):
+    for label, g in _settings(_lm(data["lm"], "every_encoding")):
         out += _check_each(g, label, [("RoPE", "DAPE-RoPE", "all", MARGIN)])
     return out
 
@@ -249,7 +267,7 @@ def _leakage(data: dict) -> list[dict]:
 
 def _width(data: dict) -> list[dict]:
     out = []
-    for label, g in _settings(_lm(data["lm"], "hidden_width")):
+    for label, g in _settings(_lm(data["lm"], "width_sweep")):
         for w in (10, 21):
             out += _check_each(g, label, [(("DAPE1x3-Kerple", w), ("DAPE-Kerple", 64), "within", WITHIN_MARGIN),
                                           (("DAPE1x3-Kerple", w), ("DAPE-Kerple", 64), "beyond", DAPE_MARGIN)])
@@ -257,7 +275,7 @@ def _width(data: dict) -> list[dict]:
 
 
 def _kernel_not_largest(data: dict) -> list[dict]:
-    df = _lm(data["lm"], "kernel_sizes")
+    df = _lm(data["lm"], "kernel_sweep")
     df = df[df["method"].str.startswith("DAPE") & (df["multiple"] >= 1)]
     found, total = [], 0
     for label, g in _settings(df, SETTING + ["encoding"]):
@@ -316,7 +334,7 @@ def _equal_tokens(data: dict, kind: str) -> list[dict]:
 
 
 def _delta_p(data: dict) -> list[dict]:
-    df = _lm(data["lm"], "baselines")
+    df = _lm(data["lm"], "central")
     if "delta_p" not in df:
         return []
     df = df[(df["multiple"] >= 2) & df["delta_p"].notna() & df["ppl_local"].notna()]
@@ -338,7 +356,7 @@ def _delta_p(data: dict) -> list[dict]:
 
 
 def _timing(data: dict) -> list[dict]:
-    t = data.get("timing")
+    t = _of_role(data.get("timing"), "forward_time")
     if t is None or t.empty:
         return []
     t = t[(t["mode"] == "forward") & t["method"].isin(["Kerple", "DAPE1x3-Kerple"])].copy()
@@ -360,7 +378,7 @@ def _timing(data: dict) -> list[dict]:
 
 
 def _che(data: dict) -> list[dict]:
-    che = data.get("che")
+    che = _of_role(data.get("che"), "che")
     if che is None or che.empty:
         return []
     s = che[(che["row_type"] == "summary") & ~che["task"].isin(PERMUTATION_INVARIANT)
@@ -393,7 +411,7 @@ def _sink(data: dict) -> list[dict]:
     """sink.csv's ``sink_mass``: per run, evaluation length and layer, the mean attention probability that
     queries at positions ≥ 16 place on the first key (position 0), averaged over heads, queries and sequences
     (App. K's "attention sink"). Runs are compared on the mean over layers."""
-    sink = data.get("sink")
+    sink = _of_role(data.get("sink"), "attention_maps")
     if sink is None or sink.empty:
         return []
     run = "run" if "run" in sink else "seed"
@@ -422,97 +440,98 @@ _BEATS = ("'beats' = lower per-seed geometric-mean ppl in every seed and a relat
 CLAIMS: tuple[Claim, ...] = (
     Claim("baselines_explode_bounded", "§4.1, Fig. 2",
           "NoPE and RoPE perplexity explodes beyond the training length while ALiBi and Kerple stay bounded.",
-          f"Family baselines, per setting and seed. Explodes: ppl ≥ {EXPLODES:g} × ppl(×1) at some evaluated "
+          f"{_rows('central')}, per setting and seed. Explodes: ppl ≥ {EXPLODES:g} × ppl(×1) at some evaluated "
           f"multiple in ×{EXPLODE_RANGE[0]}–{EXPLODE_RANGE[1]}, in every seed. Bounded: ppl ≤ {BOUNDED:g} × "
           f"ppl(×1) at every evaluated multiple in ×{BOUNDED_RANGE[0]}–{BOUNDED_RANGE[1]}, in every seed (the "
           "paper's own Kerple reaches 1.7–2.1× at ×8–16, Tables 2 and 5). All four methods must be evaluated.",
           _explode_bounded, core=True),
     Claim("dape_ordering_beyond", "§4.1",
           "Beyond the training length DAPE1x3-Kerple ≤ DAPE-Kerple ≤ Kerple.",
-          f"Family baselines, every setting with the three methods, beyond (×>1): DAPE1x3-Kerple beats "
+          f"{_rows('central')}, every setting with the three methods, beyond (×>1): DAPE1x3-Kerple beats "
           f"DAPE-Kerple with margin {DAPE_MARGIN:.0%} and DAPE-Kerple beats Kerple with margin {MARGIN:.0%}; "
           + _BEATS + ".", _ordering_beyond, core=True),
     Claim("dape1x3_best_within", "§4.1",
           "DAPE1x3-Kerple has the best perplexity within the training length.",
-          f"Family baselines, at ×1: DAPE1x3-Kerple beats every other method of the setting with margin "
+          f"{_rows('central')}, at ×1: DAPE1x3-Kerple beats every other method of the setting with margin "
           f"{WITHIN_MARGIN:.1%}; " + _BEATS + ".", _best_within),
     Claim("dape1x3_improves_nope_rope", "§4.4, Fig. 1",
           "DAPE1x3 improves NoPE and RoPE, within and beyond the training length.",
-          f"Family dape_every_encoding, for NoPE and RoPE (each evaluated): DAPE1x3-X beats X at ×1 (margin "
+          f"{_rows('every_encoding')}, for NoPE and RoPE (each evaluated): DAPE1x3-X beats X at ×1 (margin "
           f"{WITHIN_MARGIN:.1%}) and beyond (margin {MARGIN:.0%}); " + _BEATS + ".",
           _improves(("NoPE", "RoPE")), core=True),
     Claim("dape1x3_improves_additive", "§4.4, Fig. 5",
           "DAPE1x3 improves ALiBi, Kerple and FIRE, within and beyond the training length.",
-          f"Family dape_every_encoding, for ALiBi, Kerple and FIRE (each evaluated): DAPE1x3-X beats X at ×1 "
+          f"{_rows('every_encoding')}, for ALiBi, Kerple and FIRE (each evaluated): DAPE1x3-X beats X at ×1 "
           f"(margin {WITHIN_MARGIN:.1%}) and beyond (margin {MARGIN:.0%}); " + _BEATS + ".",
           _improves(("ALiBi", "Kerple", "FIRE"))),
     Claim("dape1x3_beats_dape_additive", "§4.4",
           "DAPE1x3 outperforms DAPE (kernel 1×1) for every additive encoding.",
-          f"Family dape_every_encoding, for ALiBi, Kerple and FIRE (each evaluated): DAPE1x3-X beats DAPE-X at "
+          f"{_rows('every_encoding')}, for ALiBi, Kerple and FIRE (each evaluated): DAPE1x3-X beats DAPE-X at "
           f"×1 (margin {WITHIN_MARGIN:.1%}) and beyond (margin {DAPE_MARGIN:.0%}); " + _BEATS + ".",
           _improves(("ALiBi", "Kerple", "FIRE"), against=lambda enc: f"DAPE-{enc}", beyond=DAPE_MARGIN)),
     Claim("naive_dape_degrades_rope", "§3.2, Fig. 1",
           "Naive DAPE (kernel 1×1) degrades RoPE.",
-          f"Family dape_every_encoding: RoPE beats DAPE-RoPE over all evaluated multiples ≥ ×1 together "
+          f"{_rows('every_encoding')}: RoPE beats DAPE-RoPE over all evaluated multiples ≥ ×1 together "
           f"(margin {MARGIN:.0%}); " + _BEATS + ".", _naive_dape_rope),
     Claim("leakage_collapse", "§4.5, Fig. 6",
           "Without tril the DAPE1x3 perplexity collapses towards 1.",
-          f"Family leakage, per encoding and setting, at ×1, in every seed: no-tril ppl < {LEAK_RATIO:g} × tril "
-          f"ppl, or < {LEAK_ABSOLUTE:g} absolute.", _leakage, core=True),
+          f"{_rows('leakage')}, per encoding and setting, at ×1, in every seed: no-tril ppl < {LEAK_RATIO:g} × "
+          f"tril ppl, or < {LEAK_ABSOLUTE:g} absolute.", _leakage, core=True),
     Claim("narrow_dape1x3_beats_wide_dape", "§4.6",
           "DAPE1x3-Kerple with D_DAPE 10 or 21 beats DAPE-Kerple with D_DAPE 64.",
-          f"Family hidden_width, for D_DAPE 10 and 21 (each evaluated): DAPE1x3-Kerple beats DAPE-Kerple at "
+          f"{_rows('width_sweep')}, for D_DAPE 10 and 21 (each evaluated): DAPE1x3-Kerple beats DAPE-Kerple at "
           f"D_DAPE 64 at ×1 (margin {WITHIN_MARGIN:.1%}) and beyond (margin {DAPE_MARGIN:.0%}); " + _BEATS + ".",
           _width, core=True),
     Claim("kernel_size_not_always_largest", "§4.7, Tables 4–5",
           "The optimal kernel size is not always the largest one.",
-          "Informational. Family kernel_sizes, per setting, encoding and multiple ≥ ×1 with at least three "
+          f"Informational. {_rows('kernel_sweep')}, per setting, encoding and multiple ≥ ×1 with at least three "
           "kernel sizes: PASS when at least one cell's lowest mean ppl belongs to a kernel smaller than the "
           "largest evaluated. No margin: the paper's own evidence is a 0.2–0.4% gap (Books3 at 8192), so noise "
           "alone can satisfy this rule.", _kernel_not_largest, informational=True),
     Claim("equal_tokens_comparable", "§4.2, Fig. 3",
           "With the same training tokens, DAPE1x3-Kerple trained on shorter sequences performs comparably to "
           "training on longer ones.",
-          f"Family equal_tokens, DAPE1x3-Kerple, per dataset and size: with L the longest training length, every "
-          f"training length T in [L/8, L) has ppl at evaluation length L ≤ {1 + COMPARABLE:g} × the L-trained "
+          f"{_rows('equal_tokens')}, DAPE1x3-Kerple, per dataset and size: with L the longest training length, "
+          f"every training length T in [L/8, L) has ppl at evaluation length L ≤ {1 + COMPARABLE:g} × the L-trained "
           f"model's, in every seed (one-sided: better is comparable).",
           lambda d: _equal_tokens(d, "comparable")),
     Claim("long_training_hurts_short", "§4.2",
           "Training on longer sequences hurts performance at short evaluation lengths.",
-          f"Family equal_tokens, every method with ≥ 2 training lengths: at evaluation length T0 (the shortest "
-          f"training length) the T0-trained model beats the longest-trained one in every seed with a relative "
+          f"{_rows('equal_tokens')}, every method with ≥ 2 training lengths: at evaluation length T0 (the "
+          f"shortest training length) the T0-trained model beats the longest-trained one in every seed with a relative "
           f"gain ≥ {MARGIN:.0%}.", lambda d: _equal_tokens(d, "hurts")),
     Claim("delta_p_sign", "App. A, Table 1",
           "ΔP is positive for DAPE variants and negative for RoPE at long evaluation lengths.",
-          f"Family baselines, multiples ≥ ×2: per seed, the mean ΔP over those multiples is > 0 for DAPE-Kerple "
-          f"and DAPE1x3-Kerple and < 0 for RoPE (every seed), and |mean ΔP| ≥ {DELTA_P_MARGIN:.0%} of the mean "
-          f"local perplexity. Needs RoPE and a DAPE variant.", _delta_p),
+          f"{_rows('central')}, multiples ≥ ×2: per seed, the mean ΔP over those multiples is > 0 for "
+          f"DAPE-Kerple and DAPE1x3-Kerple and < 0 for RoPE (every seed), and |mean ΔP| ≥ {DELTA_P_MARGIN:.0%} of "
+          f"the mean local perplexity. Needs RoPE and a DAPE variant.", _delta_p),
     Claim("timing_overhead_shrinks", "§4.9, Table 7",
           "The time overhead of DAPE1x3-Kerple relative to Kerple shrinks as the model grows.",
-          f"timing.csv, mode forward, per device × seq_len × batch × threads with ≥ 2 sizes: the ratio "
-          f"ms(Kerple) / ms(DAPE1x3-Kerple) rises by ≥ {TIMING_RISE:g} from each size to the next larger "
-          f"(sizes ordered by n_layer · d_model²).", _timing, core=True, needs=("timing",)),
+          "timing.csv rows of role forward_time (the whole table when it has no roles), mode forward, per device × "
+          f"seq_len × batch × threads with ≥ 2 sizes: the ratio ms(Kerple) / ms(DAPE1x3-Kerple) rises by "
+          f"≥ {TIMING_RISE:g} from each size to the next larger (sizes ordered by n_layer · d_model²).",
+          _timing, core=True, needs=("timing",)),
     Claim("che_dape1x3_beats_kerple", "§4.8, Table 6",
           "On CHE, DAPE1x3-Kerple beats Kerple on most of the permutation-variant tasks.",
-          f"che_results.csv summary rows, tasks other than {', '.join(PERMUTATION_INVARIANT)}: per task and seed "
-          f"the best OOD accuracy over learning rates; a task is won when DAPE1x3-Kerple is higher in every seed "
-          f"and by ≥ {100 * CHE_MARGIN:g} point on the seed mean. PASS when more than half of the evaluated "
-          f"tasks are won.", _che, needs=("che",)),
+          f"che_results.csv summary rows of role che, tasks other than {', '.join(PERMUTATION_INVARIANT)}: per "
+          f"task and seed the best OOD accuracy over learning rates; a task is won when DAPE1x3-Kerple is higher "
+          f"in every seed and by ≥ {100 * CHE_MARGIN:g} point on the seed mean. PASS when more than half of the "
+          f"evaluated tasks are won.", _che, needs=("che",)),
     Claim("sink_stronger_with_dape1x3", "App. K",
           "DAPE1x3 shows a stronger attention sink than DAPE.",
-          f"sink.csv (sink_mass = mean attention probability on the first key from queries at positions ≥ 16), "
-          f"per encoding and evaluation length: every DAPE1x3 run's layer-mean sink mass exceeds every DAPE "
-          f"run's, and the mean is ≥ {SINK_RATIO:g} × DAPE's.", _sink, needs=("sink",)),
+          "sink.csv rows of role attention_maps (sink_mass = mean attention probability on the first key from "
+          f"queries at positions ≥ 16), per encoding and evaluation length: every DAPE1x3 run's layer-mean sink "
+          f"mass exceeds every DAPE run's, and the mean is ≥ {SINK_RATIO:g} × DAPE's.", _sink, needs=("sink",)),
     Claim("dape1x3_beats_dape_larger_models", "§4.3, Table 3",
           "DAPE1x3-Kerple outperforms DAPE-Kerple at larger model sizes too.",
-          f"Family model_size, per size: DAPE1x3-Kerple beats DAPE-Kerple at ×1 (margin {WITHIN_MARGIN:.1%}) and "
-          f"beyond (margin {DAPE_MARGIN:.0%}); " + _BEATS + ".",
-          _improves(("Kerple",), family="model_size", against=lambda enc: "DAPE-Kerple", beyond=DAPE_MARGIN)),
+          f"{_rows('model_size')}, per size: DAPE1x3-Kerple beats DAPE-Kerple at ×1 (margin "
+          f"{WITHIN_MARGIN:.1%}) and beyond (margin {DAPE_MARGIN:.0%}); " + _BEATS + ".",
+          _improves(("Kerple",), role="model_size", against=lambda enc: "DAPE-Kerple", beyond=DAPE_MARGIN)),
     Claim("dape1x3_beats_data_adaptive", "App. J, Table 9",
           "DAPE1x3-Kerple beats the data-adaptive encodings CoPE and Transformer-XL.",
-          f"Family baselines: DAPE1x3-Kerple beats CoPE and XL (each evaluated) at ×1 (margin "
+          f"{_rows('central')}: DAPE1x3-Kerple beats CoPE and XL (each evaluated) at ×1 (margin "
           f"{WITHIN_MARGIN:.1%}) and beyond (margin {MARGIN:.0%}); " + _BEATS + ".",
-          lambda d: [c for label, g in _settings(_lm(d["lm"], "baselines"))
+          lambda d: [c for label, g in _settings(_lm(d["lm"], "central"))
                      for c in _check_each(g, label, [("DAPE1x3-Kerple", b, w, m) for b in ("CoPE", "XL")
                                                      for w, m in (("within", WITHIN_MARGIN), ("beyond", MARGIN))])]),
 )

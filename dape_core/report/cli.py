@@ -3,7 +3,7 @@
 Sub-commands (each writes its outputs atomically):
 
 - ``lm``, ``sink``, ``timing``, ``che``, ``leakage``: per-job files → ``reports/*.csv`` (``--plan`` is
-  ``results/plan.json``, the families and run settings of the configuration);
+  ``results/plan.json``, the families, their roles and the run settings of the configuration);
 - ``tables``: Markdown and LaTeX tables of every family into ``--out-dir``;
 - ``figure ppl|sweep|timing|che|attention|sink``: one figure;
 - ``claims``: the claim verdicts (``claims.md``, ``claims.csv``); ``compare``: the paper-vs-run comparison.
@@ -76,6 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     p = command("compare", "paper vs run: orderings and relative improvements")
     p.add_argument("--lm", required=True)
+    p.add_argument("--plan", help="results/plan.json: headings name the families of each role")
     p.add_argument("--out-md", required=True)
     p.add_argument("--out-csv", required=True)
 
@@ -124,7 +125,8 @@ def run(args) -> int:
         from dape_core.report.compare import compare_markdown, ordering
 
         lm = pd.read_csv(args.lm)
-        io.write_text(args.out_md, compare_markdown(lm))
+        plan = aggregate.read_plan(args.plan) if args.plan else None
+        io.write_text(args.out_md, compare_markdown(lm, plan=plan))
         io.write_csv(args.out_csv, ordering(lm))
     return 0
 

@@ -3,9 +3,11 @@
 Evaluation lengths are compared as multiples of the training length (``eval_len / train_len``), so a run
 trained on short sequences lines up with the paper's 128 / 512 / 1024. The run's corpora stand in for the
 paper's: "code" for arXiv and "prose" for Books3. Run values are means over seeds; a diverged run counts as
-perplexity +∞ (the worst rank). Each run setting (dataset × training length × size of one family) is set
-against the paper setting of the same family and dataset that shares the most methods with it, preferring
-the nearest training length and then the paper's 125M model; ``size_map`` pins a run size to a paper size.
+perplexity +∞ (the worst rank). Rows are found by role (``roles`` of ``lm_results.csv``, the roles the
+configuration's families declare), never by a family's name. Each run setting (dataset × training length × size
+of one role) is set against the paper setting of the same role and dataset that shares the most methods with it,
+preferring the nearest training length and then the paper's 125M model; ``size_map`` pins a run size to a paper
+size.
 """
 
 from __future__ import annotations
@@ -15,37 +17,34 @@ import math
 import numpy as np
 import pandas as pd
 
+from dape_core.methods import method_label, parse_method
+from dape_core.report.aggregate import ROLES, family_roles, in_role
 from dape_core.report.paper import as_lm_results
 
 DATASET_STAND_IN = {"code": "arxiv", "prose": "books3"}
 DATASET_NAMES = {"arxiv": "arXiv", "books3": "Books3"}
-FAMILIES = ("baselines", "dape_every_encoding", "kernel_sizes", "hidden_width", "equal_tokens", "model_size",
-            "leakage")
+#: the roles compared with the paper's perplexities, in the order of the report
+COMPARED_ROLES = ("central", "every_encoding", "kernel_sweep", "width_sweep", "equal_tokens", "model_size",
+                  "leakage")
 SETTING = ["dataset", "train_len", "size"]
 
 
-def in_family(df: pd.DataFrame, family: str) -> pd.DataFrame:
-    """Rows of runs that belong to ``family`` (``families`` is semicolon-joined)."""
-    member = df["families"].fillna("").astype(str).str.split(";").apply(lambda fams: family in fams)
-    return df[member]
-
-
-def variant_label(df: pd.DataFrame, family: str) -> pd.Series:
-    """The method label, with the hidden width appended in the hidden_width family ("DAPE1x3-Kerple (D=10)")."""
+def variant_label(df: pd.DataFrame, role: str) -> pd.Series:
+    """The method label, with the hidden width appended in the width sweep ("DAPE1x3-Kerple (D=10)")."""
     label = df["method"].astype(str)
-    if family != "hidden_width":
+    if role != "width_sweep":
         return label
     width = pd.to_numeric(df["dape_width"], errors="coerce")
     dape = label.str.startswith("DAPE") & width.notna()
     return label.where(~dape, label + " (D=" + width.fillna(0).astype(int).astype(str) + ")")
 
 
-def family_means(lm: pd.DataFrame, family: str) -> pd.DataFrame:
-    """Mean perplexity over seeds per setting × method × multiple of the training length."""
-    df = in_family(lm, family).copy()
+def role_means(lm: pd.DataFrame, role: str) -> pd.DataFrame:
+    """The rows of ``role``: mean perplexity over seeds per setting × method × multiple of the training length."""
+    df = in_role(lm, role).copy()
     if df.empty:
         return pd.DataFrame(columns=SETTING + ["method", "multiple", "ppl", "n_seeds", "source"])
-    df["method"] = variant_label(df, family)
+    df["method"] = variant_label(df, role)
     df["size"] = df["size"].fillna("-").astype(str)
     df = df[df["train_len"].notna() & df["eval_len"].notna()]
     df["train_len"] = df["train_len"].astype(int)
@@ -78,7 +77,7 @@ def _paper_setting(run: pd.DataFrame, paper: pd.DataFrame, dataset: str, train_l
     return best
 
 
-def _pairs(run: pd.DataFrame, paper: pd.DataFrame | None, family: str, size_map: dict | None):
+def _pairs(run: pd.DataFrame, paper: pd.DataFrame | None, size_map: dict | None):
     """Yield (run setting key, run rows, paper rows or None, paper key or None)."""
     size_map = size_map or {}
     for (dataset, train_len, size), g in run.groupby(SETTING, sort=True):
@@ -95,16 +94,16 @@ def _pairs(run: pd.DataFrame, paper: pd.DataFrame | None, family: str, size_map:
 
 def ordering(lm: pd.DataFrame, paper: pd.DataFrame | None = None,
              size_map: dict[str, str] | None = None) -> pd.DataFrame:
-    """Per family, setting and multiple: each method's mean run perplexity and rank next to the paper's.
+    """Per role, setting and multiple: each method's mean run perplexity and rank next to the paper's.
 
     ``run_rank`` ranks all the run's methods at that multiple; ``paper_rank`` ranks the paper's numbers for
     the methods both have (1 = lowest perplexity)."""
     paper = as_lm_results() if paper is None else paper
     rows = []
-    for family in FAMILIES:
-        run, ref = family_means(lm, family), family_means(paper, family)
+    for role in COMPARED_ROLES:
+        run, ref = role_means(lm, role), role_means(paper, role)
         for (dataset, train_len, size), g, p, (pd_name, pt, ps) in _pairs(run, ref if len(ref) else None,
-                                                                          family, size_map):
+                                                                          size_map):
             for multiple, gm in g.groupby("multiple"):
                 gm = gm.assign(run_rank=gm["ppl"].rank(method="average"))
                 pm = p[p["multiple"] == multiple] if p is not None else pd.DataFrame(columns=["method"])
@@ -113,14 +112,14 @@ def ordering(lm: pd.DataFrame, paper: pd.DataFrame | None = None,
                 paper_rank = paper_ppl.rank(method="average")
                 paper_src = shared.set_index("method")["source"] if len(shared) else pd.Series(dtype=str)
                 for _, r in gm.iterrows():
-                    rows.append({"family": family, "dataset": dataset, "paper_dataset": pd_name,
+                    rows.append({"role": role, "dataset": dataset, "paper_dataset": pd_name,
                                  "train_len": train_len, "paper_train_len": pt, "size": size, "paper_size": ps,
                                  "multiple": multiple, "method": r["method"], "run_ppl": r["ppl"],
                                  "n_seeds": r["n_seeds"], "run_rank": r["run_rank"],
                                  "paper_ppl": paper_ppl.get(r["method"], np.nan),
                                  "paper_rank": paper_rank.get(r["method"], np.nan),
                                  "paper_source": paper_src.get(r["method"], "")})
-    return pd.DataFrame(rows, columns=["family", "dataset", "paper_dataset", "train_len", "paper_train_len",
+    return pd.DataFrame(rows, columns=["role", "dataset", "paper_dataset", "train_len", "paper_train_len",
                                        "size", "paper_size", "multiple", "method", "run_ppl", "n_seeds",
                                        "run_rank", "paper_ppl", "paper_rank", "paper_source"])
 
@@ -142,8 +141,8 @@ def _order(values: pd.Series) -> str:
 
 
 def rank_correlation(order: pd.DataFrame) -> pd.DataFrame:
-    """Per family, setting and multiple: Spearman's ρ between run and paper over the methods both have."""
-    keys = ["family", "dataset", "paper_dataset", "train_len", "paper_train_len", "size", "paper_size",
+    """Per role, setting and multiple: Spearman's ρ between run and paper over the methods both have."""
+    keys = ["role", "dataset", "paper_dataset", "train_len", "paper_train_len", "size", "paper_size",
             "multiple"]
     rows = []
     for k, g in order.groupby(keys, dropna=False, sort=False):
@@ -155,23 +154,26 @@ def rank_correlation(order: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=keys + ["n_methods", "n_shared", "spearman", "run_order", "paper_order"])
 
 
-def _baselines_of(method: str, present: set[str], family: str) -> list[str]:
+def _baselines_of(method: str, present: set[str], role: str) -> list[str]:
     """The methods a DAPE variant is measured against: its encoding alone, DAPE (k = 1) for k > 1, the widest
-    DAPE (k = 1) in the hidden_width family (§4.6), and the tril model for a no-tril one (§4.5)."""
-    if method.endswith(" (no tril)"):
-        return [b for b in [method[: -len(" (no tril)")]] if b in present]
-    if not method.startswith("DAPE"):
-        return []
-    head, _, width = method.partition(" (D=")
-    kernel, _, encoding = head.partition("-")
+    DAPE (k = 1) in the width sweep (§4.6), and the tril model for a no-tril one (§4.5)."""
+    label, _, width = method.partition(" (D=")
     suffix = f" (D={width}" if width else ""
-    out = [encoding]
-    if kernel != "DAPE":
-        out.append(f"DAPE-{encoding}{suffix}")
-        if family == "hidden_width":
-            wide = [m for m in present if m.startswith(f"DAPE-{encoding} (D=")]
-            if wide:
-                out.append(max(wide, key=lambda m: int(m.rsplit("=", 1)[1].rstrip(")"))))
+    m = parse_method(label)
+    encoding, processor = m["encoding"], m["processor"]
+    if not m["tril"]:
+        out = [method_label(encoding, processor, m["kernel_size"]) + suffix]
+    elif processor == "none":
+        return []
+    else:
+        out = [method_label(encoding)]
+        if processor == "dape_v2":
+            dape = method_label(encoding, "dape_v1")
+            out.append(dape + suffix)
+            if role == "width_sweep":
+                wide = [p for p in present if p.startswith(f"{dape} (D=")]
+                if wide:
+                    out.append(max(wide, key=lambda p: int(p.rsplit("=", 1)[1].rstrip(")"))))
     return [b for b in dict.fromkeys(out) if b in present and b != method]
 
 
@@ -185,19 +187,19 @@ def relative_improvements(lm: pd.DataFrame, paper: pd.DataFrame | None = None,
                           size_map: dict[str, str] | None = None) -> pd.DataFrame:
     """(base − method) / base for each DAPE variant against its baselines, run next to paper."""
     order = ordering(lm, paper, size_map)
-    keys = ["family", "dataset", "paper_dataset", "train_len", "paper_train_len", "size", "paper_size",
+    keys = ["role", "dataset", "paper_dataset", "train_len", "paper_train_len", "size", "paper_size",
             "multiple"]
     paper = as_lm_results() if paper is None else paper
     rows = []
     for k, g in order.groupby(keys, dropna=False, sort=False):
         g = g.set_index("method")
         present = set(g.index)
-        family = k[0]
-        ref = family_means(paper, family)
+        role = k[0]
+        ref = role_means(paper, role)
         ref = ref[(ref["dataset"] == k[2]) & (ref["train_len"] == k[4]) & (ref["size"] == k[6])
                   & (ref["multiple"] == k[7])].set_index("method")["ppl"]
         for method in g.index:
-            for base in _baselines_of(method, present, family):
+            for base in _baselines_of(method, present, role):
                 pm, pb = ref.get(method, np.nan), ref.get(base, np.nan)
                 rows.append({**dict(zip(keys, k)), "method": method, "baseline": base,
                              "run_method_ppl": g.at[method, "run_ppl"], "run_baseline_ppl": g.at[base, "run_ppl"],
@@ -215,10 +217,20 @@ def _pct(x: float) -> str:
     return "–" if pd.isna(x) else f"{100 * x:+.1f}%"
 
 
+def role_heading(role: str, plan: dict | None = None) -> str:
+    """A role's heading, "central — the central comparison (families: baselines)"; the families that declare
+    the role are named when a plan is given."""
+    heading = f"{role} — {ROLES.get(role, role)}"
+    if plan is None:
+        return heading
+    families = [name for name, r in family_roles(plan).items() if r == role]
+    return heading + (f" (families: {', '.join(families)})" if families else " (no family has this role)")
+
+
 def compare_markdown(lm: pd.DataFrame, paper: pd.DataFrame | None = None,
-                     size_map: dict[str, str] | None = None) -> str:
-    """Markdown: per family and setting, the run's and the paper's orderings with ρ, then the relative
-    improvements."""
+                     size_map: dict[str, str] | None = None, plan: dict | None = None) -> str:
+    """Markdown: per role and setting, the run's and the paper's orderings with ρ, then the relative
+    improvements. With ``plan`` (results/plan.json) each role's heading names the families declaring it."""
     order = ordering(lm, paper, size_map)
     corr = rank_correlation(order)
     rel = relative_improvements(lm, paper, size_map)
@@ -226,15 +238,16 @@ def compare_markdown(lm: pd.DataFrame, paper: pd.DataFrame | None = None,
            'The run\'s corpora stand in for the paper\'s: "code" for arXiv and "prose" for Books3. Lengths are '
            "multiples of the training length (×1 = the training length). Run perplexities are means over seeds "
            "(a diverged run counts as +∞). ρ is Spearman's rank correlation between the run's and the paper's "
-           "ordering of the methods both have; n counts them. A dash means the paper prints no number for that "
-           "setting (several families appear in the paper only as figures).", ""]
-    for family in FAMILIES:
-        fam = corr[corr["family"] == family]
-        out += [f"## {family}", ""]
-        if fam.empty:
-            out += ["No run rows for this family.", ""]
+           "ordering of the methods both have; n counts them. Rows are grouped by the role their families "
+           "declare. A dash means the paper prints no number for that setting (several experiments appear in the "
+           "paper only as figures).", ""]
+    for role in COMPARED_ROLES:
+        of_role = corr[corr["role"] == role]
+        out += [f"## {role_heading(role, plan)}", ""]
+        if of_role.empty:
+            out += ["No run rows for this role.", ""]
             continue
-        for (dataset, train_len, size, pd_name, pt, ps), g in fam.groupby(
+        for (dataset, train_len, size, pd_name, pt, ps), g in of_role.groupby(
                 ["dataset", "train_len", "size", "paper_dataset", "paper_train_len", "paper_size"],
                 dropna=False, sort=False):
             paper_name = DATASET_NAMES.get(pd_name, pd_name)
@@ -251,9 +264,9 @@ def compare_markdown(lm: pd.DataFrame, paper: pd.DataFrame | None = None,
     if rel.empty:
         out += ["No DAPE variant with a baseline in the run.", ""]
     else:
-        out += ["| family | data | train | × | method vs baseline | run | paper |", "|---|---|---|---|---|---|---|"]
+        out += ["| role | data | train | × | method vs baseline | run | paper |", "|---|---|---|---|---|---|---|"]
         for _, r in rel.iterrows():
-            out.append(f"| {r['family']} | {r['dataset']} | {r['train_len']} | {r['multiple']:g} | "
+            out.append(f"| {r['role']} | {r['dataset']} | {r['train_len']} | {r['multiple']:g} | "
                        f"{_cell(r['method'])} vs {_cell(r['baseline'])} | {_pct(r['run_rel'])} | "
                        f"{_pct(r['paper_rel'])} |")
         out.append("")

@@ -10,18 +10,20 @@ order, with ``source`` ("Table 4", "§4.2"), ``citation`` (a short locator), ``m
 ``task``, ``level``). ``text_sections.csv`` adds ``quote``: the words around the number in its section.
 
 Besides the loader, three adapters put the paper's numbers into the layouts of the run's aggregated CSVs
-(``lm_results.csv``, ``timing.csv``, ``che_results.csv``), so that the paper-vs-run comparison and the claim
-checks can be applied to the paper's own numbers.
+(``lm_results.csv``, ``timing.csv``, ``che_results.csv``), each cell with the ``roles`` it speaks to, so that the
+paper-vs-run comparison and the claim checks can be applied to the paper's own numbers. Method labels are parsed
+by :mod:`dape_core.methods`.
 """
 
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from dape_core.methods import parse_method
 
 PAPER_NUMBERS_DIR = Path(__file__).with_name("paper_numbers")
 
@@ -41,9 +43,6 @@ FILES: dict[str, str] = {
 _INT_COLUMNS = ("train_len", "eval_len", "kernel_size", "dape_width", "batch_size")
 _TEXT_COLUMNS = ("source", "citation", "method", "row_label", "dataset", "size", "task", "level", "metric",
                  "printed", "note", "quote")
-
-ENCODING_OF_LABEL = {"NoPE": "nope", "RoPE": "rope", "T5": "t5", "ALiBi": "alibi", "Kerple": "kerple",
-                     "FIRE": "fire", "CoPE": "cope", "XL": "xl"}
 
 
 def _read(stem: str) -> pd.DataFrame:
@@ -79,43 +78,38 @@ def load_paper_numbers(name: str | None = None) -> pd.DataFrame:
     return rows.reset_index(drop=True)
 
 
-def parse_method(label: str) -> dict:
-    """Split a method label ("DAPE1x3-Kerple (no tril)") into encoding, processor, kernel_size and tril."""
-    m = re.fullmatch(r"(?:DAPE(?:1x(\d+))?-)?([A-Za-z0-9]+)( \(no tril\))?", label.strip())
-    if m is None or m.group(2) not in ENCODING_OF_LABEL:
-        raise ValueError(f"unknown method label {label!r}")
-    dape = label.startswith("DAPE")
-    kernel = int(m.group(1)) if m.group(1) else 1
-    processor = "none" if not dape else ("dape_v2" if kernel > 1 else "dape_v1")
-    return {"encoding": ENCODING_OF_LABEL[m.group(2)], "processor": processor,
-            "kernel_size": kernel if dape else np.nan, "tril": m.group(3) is None}
+def method_settings(label: str) -> dict:
+    """A paper label's encoding, processor, kernel_size and tril; kernel_size is NaN without a processor (the
+    paper gives no kernel there)."""
+    parsed = parse_method(label)
+    return parsed | {"kernel_size": parsed["kernel_size"] if parsed["processor"] != "none" else np.nan}
 
 
 _KERPLE_TRIO = {"Kerple", "DAPE-Kerple", "DAPE1x3-Kerple"}
 _EVERY_ENCODING = {"nope", "rope", "alibi", "kerple", "fire"}
 
 
-def _families(source: str, method: str) -> list[str]:
-    """The experiment families (design brief) a paper cell speaks to."""
+def _roles(source: str, method: str) -> list[str]:
+    """The roles (the experiments a configuration's families declare) a paper cell speaks to."""
     parsed = parse_method(method)
     kernel_tables = source in ("Table 4", "Table 5")
-    fams = []
+    roles = []
     if source in ("Table 1", "Table 2", "Table 9", "§4.1") or (kernel_tables and method in _KERPLE_TRIO):
-        fams.append("baselines")
+        roles.append("central")
     if (source in ("Table 1", "Table 2") or kernel_tables) and parsed["encoding"] in _EVERY_ENCODING \
-            and not parsed["kernel_size"] > 3:  # the family's grid: no processor, k = 1, k = 3
-        fams.append("dape_every_encoding")
+            and parsed["kernel_size"] <= 3:  # the experiment's grid: no processor, k = 1, k = 3
+        roles.append("every_encoding")
     if kernel_tables:
-        fams.append("kernel_sizes")
+        roles.append("kernel_sweep")
     if source == "§4.6" or (kernel_tables and method in ("DAPE-Kerple", "DAPE1x3-Kerple")):
-        fams.append("hidden_width")
+        roles.append("width_sweep")
     if source == "§4.2":
-        fams.append("equal_tokens")
+        roles.append("equal_tokens")
     if source in ("Table 3", "§4.3") or (kernel_tables and method in _KERPLE_TRIO):
-        fams.append("model_size")
+        roles.append("model_size")
     if source == "§4.5":
-        fams.append("leakage")
-    return fams
+        roles.append("leakage")
+    return roles
 
 
 def _fmt(x) -> str:
@@ -126,9 +120,9 @@ def _fmt(x) -> str:
 
 def as_lm_results(paper: pd.DataFrame | None = None) -> pd.DataFrame:
     """The paper's perplexities in the ``lm_results.csv`` layout: one pseudo-run per (method, dataset,
-    train_len, size, dape_width), seed 0, with ``families`` saying which experiment family each cell
-    belongs to and ``source`` the tables it comes from. Cells printed in two places (e.g. Table 4 and
-    Table 9) appear once."""
+    train_len, size, dape_width), seed 0, with ``roles`` saying which experiments each cell speaks to (the
+    roles of the configurations' families) and ``source`` the tables it comes from. Cells printed in two places
+    (e.g. Table 4 and Table 9) appear once."""
     if paper is None:
         return _paper_lm_results().copy()
     return _as_lm_results(paper)
@@ -141,7 +135,7 @@ def _paper_lm_results() -> pd.DataFrame:
 
 def _as_lm_results(paper: pd.DataFrame) -> pd.DataFrame:
     cells = paper[paper["metric"].isin(["ppl", "ppl_local", "delta_p"]) & paper["eval_len"].notna()].copy()
-    cells["families"] = [_families(s, m) for s, m in zip(cells["source"], cells["method"])]
+    cells["roles"] = [_roles(s, m) for s, m in zip(cells["source"], cells["method"])]
     key = ["method", "dataset", "train_len", "eval_len", "size", "dape_width"]
     for col in key:
         cells[col] = cells[col].astype(object).where(cells[col].notna(), None)
@@ -151,12 +145,11 @@ def _as_lm_results(paper: pd.DataFrame) -> pd.DataFrame:
         for metric in ("ppl", "ppl_local", "delta_p"):
             vals = g.loc[g["metric"] == metric, "value"]
             rec[metric] = float(vals.iloc[0]) if len(vals) else np.nan
-        fams = sorted({f for fs in g["families"] for f in fs})
-        rec["families"] = ";".join(fams)
+        rec["roles"] = ";".join(sorted({r for rs in g["roles"] for r in rs}))
         rec["source"] = "; ".join(dict.fromkeys(g["source"]))
         rows.append(rec)
     out = pd.DataFrame(rows)
-    parsed = pd.DataFrame([parse_method(m) for m in out["method"]])
+    parsed = pd.DataFrame([method_settings(m) for m in out["method"]])
     out = pd.concat([out, parsed], axis=1)
     out["run"] = ["paper:" + ":".join(_fmt(r[c]) for c in ("method", "dataset", "train_len", "size", "dape_width"))
                   for _, r in out.iterrows()]
@@ -164,7 +157,7 @@ def _as_lm_results(paper: pd.DataFrame) -> pd.DataFrame:
     out["status"] = "ok"
     for col in ("train_len", "eval_len", "dape_width"):
         out[col] = pd.to_numeric(out[col]).astype("Int64")
-    cols = ["run", "families", "dataset", "encoding", "processor", "kernel_size", "dape_width", "tril", "size",
+    cols = ["run", "roles", "dataset", "encoding", "processor", "kernel_size", "dape_width", "tril", "size",
             "train_len", "seed", "status", "method", "eval_len", "ppl", "ppl_local", "delta_p", "source"]
     return out[cols]
 
@@ -174,16 +167,17 @@ PAPER_SHAPES = {"350M": (24, 1024, 16), "2.7B": (32, 2560, 32), "6.7B": (32, 409
 
 
 def as_timing(paper: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Table 7's forward times in the ``timing.csv`` layout (mode "forward", batch 1, D_DAPE 32)."""
+    """Table 7's forward times in the ``timing.csv`` layout (mode "forward", batch 1, D_DAPE 32, role
+    forward_time)."""
     paper = load_paper_numbers("table7") if paper is None else paper
     ms = paper[(paper["source"] == "Table 7") & (paper["metric"] == "ms")]
     rows = []
     for _, r in ms.iterrows():
         n_layer, d_model, n_head = PAPER_SHAPES[r["size"]]
-        p = parse_method(r["method"])
-        rows.append({"method": r["method"], "encoding": p["encoding"], "processor": p["processor"],
-                     "kernel_size": p["kernel_size"], "dape_width": r["dape_width"], "size": r["size"],
-                     "n_layer": n_layer, "d_model": d_model, "n_head": n_head, "seq_len": np.nan,
+        p = method_settings(r["method"])
+        rows.append({"roles": "forward_time", "method": r["method"], "encoding": p["encoding"],
+                     "processor": p["processor"], "kernel_size": p["kernel_size"], "dape_width": r["dape_width"],
+                     "size": r["size"], "n_layer": n_layer, "d_model": d_model, "n_head": n_head, "seq_len": np.nan,
                      "batch_size": 1, "mode": "forward", "repeats": np.nan, "median_ms": r["value"],
                      "per_layer_ms": r["value"] / n_layer, "peak_mem_mb": np.nan, "device": "paper (8 GPUs)",
                      "threads": np.nan})
@@ -191,13 +185,14 @@ def as_timing(paper: pd.DataFrame | None = None) -> pd.DataFrame:
 
 
 def as_che(paper: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Table 6 in the ``che_results.csv`` layout: one summary row per task × method (accuracy as a fraction)."""
+    """Table 6 in the ``che_results.csv`` layout: one summary row per task × method (accuracy as a fraction,
+    role che)."""
     paper = load_paper_numbers("table6") if paper is None else paper
     acc = paper[(paper["source"] == "Table 6") & (paper["metric"] == "accuracy")]
     rows = []
     for _, r in acc.iterrows():
-        p = parse_method(r["method"])
-        rows.append({"task": r["task"], "encoding": p["encoding"], "processor": p["processor"],
+        p = method_settings(r["method"])
+        rows.append({"roles": "che", "task": r["task"], "encoding": p["encoding"], "processor": p["processor"],
                      "kernel_size": p["kernel_size"], "dape_width": r["dape_width"], "method": r["method"],
                      "seed": 0, "lr": np.nan, "steps": 200_000, "length": np.nan, "accuracy": r["value"] / 100,
                      "n_samples": np.nan, "row_type": "summary"})

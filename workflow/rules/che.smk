@@ -5,12 +5,11 @@ rule che:
     output:
         che="results/che/{cell}/seed{seed}.csv",
     params:
-        options=che_options,
+        attention=che_options("attention"),
+        che=che_options("che"),
     threads: threads_of("che")
     resources:
-        mem_mb=mem_of("che"),
-        runtime=runtime_of("che"),
-        gpu=gpu_of("che"),
+        **job_resources("che"),
     log:
         "logs/che/{cell}/seed{seed}.log",
     benchmark:
@@ -18,4 +17,4 @@ rule che:
     conda:
         "../../envs/lm.yaml"
     shell:
-        "dape che {params.options} --seed {wildcards.seed} --threads {threads} --out {output.che} > {log} 2>&1"
+        "dape che {params.attention} {params.che} --seed {wildcards.seed} --threads {threads} --out {output.che} > {log} 2>&1"

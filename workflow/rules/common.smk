@@ -1,7 +1,10 @@
 """The plan (config.yaml's families expanded into runs by dape_core.config), each job's options and the targets.
 
-Rules read their settings only through the functions below, as `params:`: a changed setting reruns exactly the
-jobs it reaches (`--rerun-triggers params`).
+Rules read their settings only through the functions below, as named `params:` groups (attention, shape,
+training, evaluation, timing, che, corpus: the dataclasses that declare them). Each group is a mapping that
+Snakemake compares between runs, so a changed setting reruns exactly the jobs it reaches; in a shell command it
+formats as `--name value` options. Resources (threads, mem_mb, runtime, gpu) come from the configuration's
+`resources` block alone (`job_resources`); the report rules are local rules and need none.
 """
 
 import os
@@ -46,16 +49,15 @@ def threads_of(rule_name):
     return PLAN.resources(rule_name)["threads"]
 
 
-def mem_of(rule_name):
-    return PLAN.resources(rule_name)["mem_mb"]
-
-
-def runtime_of(rule_name):
-    return PLAN.resources(rule_name)["runtime"]
-
-
-def gpu_of(rule_name):
-    return PLAN.resources(rule_name)["gpu"]
+def job_resources(rule_name):
+    """mem_mb, runtime, gpu (and gpu_model) of a rule, from the configuration's `resources` block; a GPU job asks
+    for its threads per GPU (`cpus_per_gpu`, which the slurm executor passes instead of --cpus-per-task)."""
+    resources = {key: value for key, value in PLAN.resources(rule_name).items() if key != "threads" and value is not None}
+    if resources.get("gpu"):
+        resources["cpus_per_gpu"] = PLAN.resources(rule_name)["threads"]
+    else:
+        resources.pop("gpu_model", None)
+    return resources
 
 
 # ------------------------------------------------------------------------------------------------ data
@@ -63,8 +65,8 @@ def data_path(dataset, name):
     return f"results/data/{dataset}/{name}"
 
 
-def tokenize_options(wildcards):
-    return grid.tokenize_options(PLAN.datasets[wildcards.dataset])
+def corpus_options(wildcards):
+    return grid.corpus_options(PLAN.datasets[wildcards.dataset])
 
 
 def tokenize_inputs(wildcards):
@@ -88,17 +90,18 @@ def eval_inputs(wildcards):
             "tokens": data_path(dataset, "val.bin"), "meta": data_path(dataset, "meta.json")}
 
 
-def train_options(wildcards):
-    return grid.train_options(PLAN.lm_runs[wildcards.run]["settings"])
+def lm_options(group):
+    """One group of an LM run's training options (attention, shape or training), as a params function."""
+    return lambda wildcards: grid.train_options(PLAN.lm_runs[wildcards.run]["settings"])[group]
 
 
 def eval_options(wildcards):
     return grid.eval_options(PLAN.lm_runs[wildcards.run]["eval"])
 
 
-def attention_options(wildcards):
+def attention_map_options(wildcards):
     run = PLAN.lm_runs[wildcards.run]
-    return grid.attention_options(run["eval"], run["attention_settings"], int(wildcards.length))
+    return grid.attention_map_options(run["eval"], run["attention_settings"], int(wildcards.length))
 
 
 def lm_files(name, jobs=None):
@@ -122,16 +125,18 @@ def leakage_jobs():
 
 
 # ------------------------------------------------------------------------------------------------ timing, CHE
-def timing_options(wildcards):
-    return grid.timing_options(PLAN.timing_runs[wildcards.timing_run])
+def timing_options(group):
+    """attention or timing options of one timing run, as a params function."""
+    return lambda wildcards: grid.timing_options(PLAN.timing_runs[wildcards.timing_run])[group]
 
 
 def timing_files():
     return [f"results/timing/{name}.csv" for name in PLAN.timing_runs]
 
 
-def che_options(wildcards):
-    return grid.che_options(PLAN.che_cells[wildcards.cell]["settings"])
+def che_options(group):
+    """attention or che options of one CHE cell, as a params function."""
+    return lambda wildcards: grid.che_options(PLAN.che_cells[wildcards.cell]["settings"])[group]
 
 
 def che_files():

@@ -13,17 +13,15 @@ rule tokenize:
         tokenizer="results/data/{dataset}/tokenizer.json",
         meta="results/data/{dataset}/meta.json",
     params:
-        options=tokenize_options,
+        corpus=corpus_options,
         out_dir=lambda wildcards, output: str(Path(output.meta).parent),
     priority: 20  # every LM job waits for the corpora
     threads: threads_of("tokenize")
     resources:
-        mem_mb=mem_of("tokenize"),
-        runtime=runtime_of("tokenize"),
-        gpu=gpu_of("tokenize"),
+        **job_resources("tokenize"),
     log:
         "logs/data/{dataset}.log",
     conda:
         "../../envs/data.yaml"
     shell:
-        "dape tokenize {params.options} --out-dir {params.out_dir} > {log} 2>&1"
+        "dape tokenize {params.corpus} --out-dir {params.out_dir} > {log} 2>&1"

@@ -13,10 +13,7 @@ rule leakage_table:
             category="Language models",
             subcategory="leakage",
         ),
-    threads: threads_of("report")
-    resources:
-        mem_mb=mem_of("report"),
-        runtime=runtime_of("report"),
+    localrule: True
     log:
         "logs/report/leakage_table.log",
     conda:

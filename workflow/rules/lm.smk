@@ -10,7 +10,9 @@ rule train_lm:
         summary="results/lm/{run}/seed{seed}/summary.json",
         metrics="results/lm/{run}/seed{seed}/metrics.jsonl",
     params:
-        options=train_options,
+        attention=lm_options("attention"),
+        shape=lm_options("shape"),
+        training=lm_options("training"),
         data_dir=lambda wildcards, input: str(Path(input.meta).parent),
         out_dir=lambda wildcards, output: str(Path(output.model).parent),
         # outside the outputs, so that a failed job's clean-up keeps them and a rerun resumes
@@ -18,9 +20,7 @@ rule train_lm:
     priority: 10  # the longest jobs first, so that short ones fill the end of the schedule
     threads: threads_of("train_lm")
     resources:
-        mem_mb=mem_of("train_lm"),
-        runtime=runtime_of("train_lm"),
-        gpu=gpu_of("train_lm"),
+        **job_resources("train_lm"),
     log:
         "logs/lm/{run}/seed{seed}/train.log",
     benchmark:
@@ -29,7 +29,7 @@ rule train_lm:
         "../../envs/lm.yaml"
     shell:
         "dape train --data-dir {params.data_dir} --out-dir {params.out_dir} --checkpoint-dir {params.checkpoint_dir}"
-        " {params.options} --seed {wildcards.seed} --threads {threads} --no-progress > {log} 2>&1"
+        " {params.attention} {params.shape} {params.training} --seed {wildcards.seed} --threads {threads} --no-progress > {log} 2>&1"
 
 
 rule evaluate_lm:
@@ -38,13 +38,11 @@ rule evaluate_lm:
     output:
         eval="results/lm/{run}/seed{seed}/eval.csv",
     params:
-        options=eval_options,
+        evaluation=eval_options,
         data_dir=lambda wildcards, input: str(Path(input.meta).parent),
     threads: threads_of("evaluate_lm")
     resources:
-        mem_mb=mem_of("evaluate_lm"),
-        runtime=runtime_of("evaluate_lm"),
-        gpu=gpu_of("evaluate_lm"),
+        **job_resources("evaluate_lm"),
     log:
         "logs/lm/{run}/seed{seed}/evaluate.log",
     benchmark:
@@ -52,7 +50,7 @@ rule evaluate_lm:
     conda:
         "../../envs/lm.yaml"
     shell:
-        "dape evaluate --checkpoint {input.model} --data-dir {params.data_dir} {params.options}"
+        "dape evaluate --checkpoint {input.model} --data-dir {params.data_dir} {params.evaluation}"
         " --threads {threads} --out {output.eval} > {log} 2>&1"
 
 
@@ -64,13 +62,11 @@ rule attention_maps:
         sink="results/lm/{run}/seed{seed}/attention/L{length}/sink.csv",
         maps="results/lm/{run}/seed{seed}/attention/L{length}/maps.npz",
     params:
-        options=attention_options,
+        evaluation=attention_map_options,
         data_dir=lambda wildcards, input: str(Path(input.meta).parent),
     threads: threads_of("attention_maps")
     resources:
-        mem_mb=mem_of("attention_maps"),
-        runtime=runtime_of("attention_maps"),
-        gpu=gpu_of("attention_maps"),
+        **job_resources("attention_maps"),
     log:
         "logs/lm/{run}/seed{seed}/attention-L{length}.log",
     benchmark:
@@ -78,6 +74,6 @@ rule attention_maps:
     conda:
         "../../envs/lm.yaml"
     shell:
-        "dape evaluate --checkpoint {input.model} --data-dir {params.data_dir} {params.options}"
+        "dape evaluate --checkpoint {input.model} --data-dir {params.data_dir} {params.evaluation}"
         " --threads {threads} --out {output.eval} --sink-out {output.sink} --heatmap-out {output.maps}"
         " > {log} 2>&1"

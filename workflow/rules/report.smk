@@ -25,10 +25,7 @@ rule aggregate_lm:
             caption="../report/lm_results.rst",
             category="Data",
         ),
-    threads: threads_of("report")
-    resources:
-        mem_mb=mem_of("report"),
-        runtime=runtime_of("report"),
+    localrule: True
     log:
         "logs/report/aggregate_lm.log",
     conda:
@@ -44,10 +41,7 @@ rule aggregate_sink:
         sinks=attention_files("sink.csv"),
     output:
         sink="reports/sink.csv",
-    threads: threads_of("report")
-    resources:
-        mem_mb=mem_of("report"),
-        runtime=runtime_of("report"),
+    localrule: True
     log:
         "logs/report/aggregate_sink.log",
     conda:
@@ -66,10 +60,7 @@ rule aggregate_timing:
             caption="../report/timing_results.rst",
             category="Data",
         ),
-    threads: threads_of("report")
-    resources:
-        mem_mb=mem_of("report"),
-        runtime=runtime_of("report"),
+    localrule: True
     log:
         "logs/report/aggregate_timing.log",
     conda:
@@ -88,10 +79,7 @@ rule aggregate_che:
             caption="../report/che_results.rst",
             category="Data",
         ),
-    threads: threads_of("report")
-    resources:
-        mem_mb=mem_of("report"),
-        runtime=runtime_of("report"),
+    localrule: True
     log:
         "logs/report/aggregate_che.log",
     conda:
@@ -108,10 +96,7 @@ rule tables:
     params:
         sources=report_sources,
         out_dir=lambda wildcards, output: str(Path(output[0]).parent),
-    threads: threads_of("report")
-    resources:
-        mem_mb=mem_of("report"),
-        runtime=runtime_of("report"),
+    localrule: True
     log:
         "logs/report/tables.log",
     conda:
@@ -137,10 +122,7 @@ rule ppl_figure:
         paper=family_param("paper"),
     wildcard_constraints:
         family=alternatives(lm_families()),
-    threads: threads_of("report")
-    resources:
-        mem_mb=mem_of("report"),
-        runtime=runtime_of("report"),
+    localrule: True
     log:
         "logs/report/ppl_{family}.log",
     conda:
@@ -168,10 +150,7 @@ rule sweep_figure:
         sweep=family_param("sweep"),
     wildcard_constraints:
         family=alternatives(lm_families()),
-    threads: threads_of("report")
-    resources:
-        mem_mb=mem_of("report"),
-        runtime=runtime_of("report"),
+    localrule: True
     log:
         "logs/report/sweep_{family}.log",
     conda:
@@ -198,10 +177,7 @@ rule timing_figure:
         paper=family_param("paper"),
     wildcard_constraints:
         family=alternatives(PLAN.families_of_stage("timing")),
-    threads: threads_of("report")
-    resources:
-        mem_mb=mem_of("report"),
-        runtime=runtime_of("report"),
+    localrule: True
     log:
         "logs/report/timing_{family}.log",
     conda:
@@ -229,10 +205,7 @@ rule che_figure:
         aggregation=family_param("aggregation"),
     wildcard_constraints:
         family=alternatives(PLAN.families_of_stage("che")),
-    threads: threads_of("report")
-    resources:
-        mem_mb=mem_of("report"),
-        runtime=runtime_of("report"),
+    localrule: True
     log:
         "logs/report/che_{family}.log",
     conda:
@@ -253,10 +226,7 @@ rule attention_figure:
             subcategory="{run}",
             labels={"run": "{run}", "seed": "{seed}", "length": "{length}"},
         ),
-    threads: threads_of("report")
-    resources:
-        mem_mb=mem_of("report"),
-        runtime=runtime_of("report"),
+    localrule: True
     log:
         "logs/report/attention/{run}-seed{seed}-L{length}.log",
     conda:
@@ -275,10 +245,7 @@ rule sink_figure:
             category="Attention maps",
             subcategory="attention sink",
         ),
-    threads: threads_of("report")
-    resources:
-        mem_mb=mem_of("report"),
-        runtime=runtime_of("report"),
+    localrule: True
     log:
         "logs/report/sink.log",
     conda:
@@ -295,10 +262,7 @@ rule claims:
         table="reports/claims.csv",
     params:
         sources=report_sources,
-    threads: threads_of("report")
-    resources:
-        mem_mb=mem_of("report"),
-        runtime=runtime_of("report"),
+    localrule: True
     log:
         "logs/report/claims.log",
     conda:
@@ -309,17 +273,15 @@ rule claims:
 
 rule paper_comparison:
     input:
+        plan="results/plan.json",
         lm="reports/lm_results.csv",
     output:
         markdown=report("reports/paper_comparison.md", caption="../report/paper_comparison.rst", category="Claims"),
         table="reports/paper_comparison.csv",
-    threads: threads_of("report")
-    resources:
-        mem_mb=mem_of("report"),
-        runtime=runtime_of("report"),
+    localrule: True
     log:
         "logs/report/paper_comparison.log",
     conda:
         "../../envs/report.yaml"
     shell:
-        "dape report compare --lm {input.lm} --out-md {output.markdown} --out-csv {output.table} > {log} 2>&1"
+        "dape report compare --plan {input.plan} --lm {input.lm} --out-md {output.markdown} --out-csv {output.table} > {log} 2>&1"

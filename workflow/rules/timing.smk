@@ -6,12 +6,11 @@ rule time_lm:
     output:
         timing="results/timing/{timing_run}.csv",
     params:
-        options=timing_options,
+        attention=timing_options("attention"),
+        timing=timing_options("timing"),
     threads: threads_of("time_lm")
     resources:
-        mem_mb=mem_of("time_lm"),
-        runtime=runtime_of("time_lm"),
-        gpu=gpu_of("time_lm"),
+        **job_resources("time_lm"),
     log:
         "logs/timing/{timing_run}.log",
     benchmark:
@@ -19,4 +18,4 @@ rule time_lm:
     conda:
         "../../envs/lm.yaml"
     shell:
-        "dape time {params.options} --threads {threads} --out {output.timing} > {log} 2>&1"
+        "dape time {params.attention} {params.timing} --threads {threads} --out {output.timing} > {log} 2>&1"

@@ -1,0 +1,454 @@
+"""Family expansion: a configuration's families crossed into runs (LM, timing, CHE) and checked.
+
+A configuration has ``datasets`` (name → options of ``dape tokenize``), ``defaults`` (``lm``, ``timing``, ``che``:
+every setting of a run of that stage), ``families`` (name → a grid: ``stage``, ``role``, ``axes`` crossed in order,
+``seeds``, ``set`` overrides), ``run_overrides`` (one run's settings), ``resources`` (per rule) and ``estimate``.
+:func:`build_plan` validates it — the JSON schema (single-field types and ranges, defaults filled in), then the
+checks that need several fields, the registries or files, which build each run's settings dataclasses so that a
+setting is checked where it is declared — and expands the families into a :class:`Plan`. A run listed by several
+families is trained once; two families that give one name different settings are an error. Every error is a
+:class:`~dape_core.errors.ConfigError` naming the field and the allowed values.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from dape_core.config.names import LM_NAME_SETTINGS, che_cell_name, lm_run_name, timing_run_name
+from dape_core.config.schema import SCHEMA_PATH, validate_schema
+from dape_core.errors import ConfigError, require_choice, require_positive
+from dape_core.methods import parse_method
+
+STAGES = ("lm", "leakage", "timing", "che")
+LM_STAGES = ("lm", "leakage")
+RULES = ("tokenize", "train_lm", "evaluate_lm", "attention_maps", "time_lm", "che")  # rules with resources
+
+
+def _lm_settings() -> tuple[str, ...]:
+    """The settings of an LM run that its training job reads (plus its dataset and tag)."""
+    from dape_core.config.options import group
+
+    return ("dataset", "tag", *group("attention"), *group("shape"), *group("training"))
+
+
+def checked(where: str, build: Callable):
+    """``build()``, with a ConfigError's field prefixed by ``where`` (``families.x.`` + ``kernel_size: …``)."""
+    try:
+        return build()
+    except ConfigError as err:
+        raise ConfigError(f"{where}.{err}") from None
+
+
+# ----------------------------------------------------------------------------------------------- plan
+@dataclass
+class Plan:
+    """Everything the DAG and the report need, expanded from a configuration."""
+
+    config: dict
+    datasets: dict[str, dict] = field(default_factory=dict)
+    lm_runs: dict[str, dict] = field(default_factory=dict)  # name → settings, eval, seeds, attention_seeds, families
+    lm_members: list[dict] = field(default_factory=list)  # {"family", "run", "seed", "eval_lens"}
+    leakage_pairs: dict[str, list[dict]] = field(default_factory=dict)  # family → [{"run", "twin"}]
+    timing_runs: dict[str, dict] = field(default_factory=dict)
+    timing_members: list[dict] = field(default_factory=list)  # {"family", "run"}
+    che_cells: dict[str, dict] = field(default_factory=dict)  # name → {"settings", "seeds"}
+    che_members: list[dict] = field(default_factory=list)  # {"family", "cell", "seed"}
+    families: dict[str, dict] = field(default_factory=dict)  # name → family spec plus its run names
+
+    # ---- jobs
+    def lm_jobs(self) -> list[tuple[str, int]]:
+        return [(name, seed) for name, run in self.lm_runs.items() for seed in run["seeds"]]
+
+    def attention_jobs(self) -> list[tuple[str, int, int]]:
+        """(run, seed, heat-map length) of the runs of families with attention_maps."""
+        return [(name, seed, length) for name, run in self.lm_runs.items() for seed in run["attention_seeds"]
+                for length in run["attention_settings"]["heatmap_lens"]]
+
+    def che_jobs(self) -> list[tuple[str, int]]:
+        return [(name, seed) for name, cell in self.che_cells.items() for seed in cell["seeds"]]
+
+    def families_of_stage(self, *stages: str) -> list[str]:
+        return [name for name, fam in self.families.items() if fam["stage"] in stages]
+
+    def resources(self, rule: str) -> dict:
+        return dict(self.config["resources"][rule])
+
+    def report_spec(self) -> dict:
+        """What the report stage needs (results/plan.json): families with their runs, memberships, run settings."""
+        lm_runs = {name: {"settings": run["settings"], "eval": run["eval"]} for name, run in self.lm_runs.items()}
+        return {"families": self.families, "lm_runs": lm_runs, "lm_members": self.lm_members,
+                "leakage_pairs": self.leakage_pairs, "timing_members": self.timing_members,
+                "che_members": self.che_members}
+
+    def job_counts(self) -> dict[str, dict[str, int]]:
+        """Family → jobs of each kind it lists (a job shared by families counts in each)."""
+        counts: dict[str, dict[str, int]] = {}
+        for name, fam in self.families.items():
+            if fam["stage"] in LM_STAGES:
+                pairs = {(m["run"], m["seed"]) for m in self.lm_members if m["family"] == name}
+                attention = sum(len(self.lm_runs[run]["attention_settings"]["heatmap_lens"]) for run, _ in pairs
+                                ) if fam["attention_maps"] else 0
+                counts[name] = {"train_lm": len(pairs), "evaluate_lm": len(pairs), "attention_maps": attention}
+            elif fam["stage"] == "timing":
+                counts[name] = {"time_lm": sum(1 for m in self.timing_members if m["family"] == name)}
+            else:
+                counts[name] = {"che": sum(1 for m in self.che_members if m["family"] == name)}
+        return counts
+
+
+def build_plan(config: dict, *, check_schema: bool = True, schema_path: str | Path = SCHEMA_PATH) -> Plan:
+    """Validate a configuration and expand its families into runs (the configuration is not modified)."""
+    config = copy.deepcopy(config)
+    if check_schema:
+        validate_schema(config, schema_path)
+    plan = Plan(config=config)
+    for name, settings in config["datasets"].items():
+        plan.datasets[name] = check_dataset(name, settings)
+    defaults = config["defaults"]
+    check_lm_run(defaults["lm"], "defaults.lm", plan.datasets, extrapolates=False)
+    check_timing_run(defaults["timing"], "defaults.timing")
+    check_che_run(defaults["che"], "defaults.che")
+    for family, spec in config["families"].items():
+        stage = spec["stage"]
+        where = f"families.{family}"
+        _check_family_keys(family, spec)
+        grids = family_grids(spec)
+        meta = {k: v for k, v in spec.items() if k not in ("set", "axes", "grids", "seeds")}
+        meta["axes"] = list(dict.fromkeys(axis for grid in grids for axis in grid["axes"]))
+        meta["seeds"] = sorted({seed for grid in grids for seed in grid["seeds"]})
+        meta["runs"] = []
+        plan.families[family] = meta
+        for i, grid in enumerate(grids):
+            grid_where = where if len(grids) == 1 else f"{where}.grids[{i}]"
+            grid_spec = dict(spec, **grid)
+            for settings in expand_family(grid_spec, defaults[_defaults_key(stage)], grid_where):
+                if stage in LM_STAGES:
+                    _add_lm(plan, family, grid_spec, settings, grid_where)
+                elif stage == "timing":
+                    _add_timing(plan, family, settings, grid_where)
+                else:
+                    _add_che(plan, family, grid_spec, settings, grid_where)
+    _apply_run_overrides(plan, config.get("run_overrides") or {})
+    for run in plan.lm_runs.values():
+        run["eval"]["eval_lens"] = sorted(set(run["eval"]["eval_lens"]))
+        run["seeds"] = sorted(set(run["seeds"]))
+    for cell in plan.che_cells.values():
+        cell["seeds"] = sorted(set(cell["seeds"]))
+    return plan
+
+
+
+def family_grids(spec: dict) -> list[dict]:
+    """The family's grids: its own ``set``/``axes``/``seeds``, or each of ``grids`` on top of the family's ``set``."""
+    if not spec.get("grids"):
+        return [{"set": spec["set"], "axes": spec["axes"], "seeds": spec["seeds"]}]
+    return [{"set": _deep_update(spec["set"], grid.get("set", {})), "axes": grid.get("axes", spec["axes"]),
+             "seeds": grid.get("seeds", spec["seeds"])} for grid in spec["grids"]]
+
+
+def _deep_update(base: dict, update: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in update.items():
+        out[key] = _deep_update(out[key], value) if isinstance(out.get(key), dict) and isinstance(value, dict) \
+            else copy.deepcopy(value)
+    return out
+
+
+def _defaults_key(stage: str) -> str:
+    return "lm" if stage in LM_STAGES else stage
+
+
+def _check_family_keys(family: str, spec: dict) -> None:
+    where = f"families.{family}"
+    stage = spec["stage"]
+    if spec.get("sweep") is not None and stage not in LM_STAGES:
+        raise ConfigError(f"{where}.sweep: not used by stage {stage!r}; allowed with stages: {', '.join(LM_STAGES)}")
+    for key in ("delta_p", "attention_maps"):
+        if spec.get(key) and stage not in LM_STAGES:
+            raise ConfigError(f"{where}.{key}: not used by stage {stage!r}; "
+                              f"allowed with stages: {', '.join(LM_STAGES)}")
+
+
+def expand_family(spec: dict, defaults: dict, where: str) -> list[dict]:
+    """Cross the family's axes over ``defaults`` updated by ``set``; one settings dict per grid point."""
+    allowed = set(defaults)
+    base = _merge(defaults, spec.get("set") or {}, f"{where}.set", allowed)
+    axes = []
+    for axis, values in (spec.get("axes") or {}).items():
+        entries = []
+        for i, value in enumerate(values):
+            field_name = f"{where}.axes.{axis}[{i}]"
+            if axis == "method":
+                entries.append(_method_entry(value, field_name) if not isinstance(value, dict) else value)
+            elif isinstance(value, dict):
+                entries.append(value)
+            elif axis in allowed:
+                entries.append({axis: value})
+            else:
+                raise ConfigError(f"{where}.axes.{axis}: unknown setting; allowed values: a setting "
+                                  f"({', '.join(sorted(allowed))}), `method`, or any name with mappings as values")
+            for key in entries[-1]:
+                if key not in allowed:
+                    raise ConfigError(f"{field_name}.{key}: unknown setting; "
+                                      f"allowed values: {', '.join(sorted(allowed))}")
+        axes.append(entries)
+    runs = []
+    for combo in itertools.product(*axes):
+        settings = copy.deepcopy(base)
+        for entry in combo:
+            settings = _merge(settings, entry, where, allowed)
+        runs.append(settings)
+    return runs
+
+
+def _merge(base: dict, update: dict, where: str, allowed: Iterable[str]) -> dict:
+    """``base`` with ``update`` applied; nested mappings (``eval``, ``attention``) merge key by key."""
+    allowed = set(allowed)
+    out = copy.deepcopy(base)
+    for key, value in update.items():
+        if key not in allowed:
+            raise ConfigError(f"{where}.{key}: unknown setting; allowed values: {', '.join(sorted(allowed))}")
+        if isinstance(out.get(key), dict):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}.{key}: {value!r} is not allowed; allowed values: a mapping of "
+                                  f"{', '.join(out[key])}")
+            out[key] = _merge(out[key], value, f"{where}.{key}", out[key])
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- LM runs
+def normalise_lm(settings: dict, defaults: dict) -> dict:
+    """Settings without a processor ignore the processor's settings: reset them so such runs share a name."""
+    settings = dict(settings)
+    if settings["processor"] == "none":
+        for key in ("kernel_size", "dape_width", "tril", "padding"):
+            settings[key] = defaults[key]
+    if settings["eval"].get("delta_p_window") is None:
+        settings["eval"] = dict(settings["eval"], delta_p_window=settings["train_len"])
+    return settings
+
+
+
+def _add_lm(plan: Plan, family: str, spec: dict, settings: dict, where: str) -> None:
+    defaults = plan.config["defaults"]["lm"]
+    settings = normalise_lm(settings, defaults)
+    stage = spec["stage"]
+    if stage == "leakage":
+        if settings["tril"]:
+            raise ConfigError(f"{where}.tril: True is not allowed in a leakage family; allowed values: false "
+                              "(each leakage run is paired with its tril twin automatically)")
+        if settings["processor"] == "none":
+            raise ConfigError(f"{where}.processor: 'none' is not allowed in a leakage family; allowed values: "
+                              "dape_v1, dape_v2 (tril only acts on a processor's input)")
+    check_lm_run(settings, where, plan.datasets, extrapolates=spec["extrapolates"])
+    runs = [settings]
+    if stage == "leakage":
+        twin = dict(settings, tril=True)
+        runs.append(twin)
+        plan.leakage_pairs.setdefault(family, []).append(
+            {"run": lm_run_name(settings, defaults), "twin": lm_run_name(twin, defaults)})
+    for run_settings in runs:
+        name = lm_run_name(run_settings, defaults)
+        _register_lm(plan, family, spec, name, run_settings)
+
+
+def _register_lm(plan: Plan, family: str, spec: dict, name: str, settings: dict) -> None:
+    train = {k: settings[k] for k in _lm_settings()}
+    evaluation = dict(settings["eval"])
+    attention = dict(settings["attention"])
+    run = plan.lm_runs.get(name)
+    if run is None:
+        run = plan.lm_runs[name] = {"settings": train, "eval": evaluation, "attention_settings": attention,
+                                    "attention_seeds": [], "seeds": [], "families": []}
+    else:
+        _require_same(name, family, run, "settings", train)
+        _require_same(name, family, run, "eval", {**evaluation, "eval_lens": run["eval"]["eval_lens"]})
+        _require_same(name, family, run, "attention_settings", attention)
+        run["eval"]["eval_lens"] = run["eval"]["eval_lens"] + evaluation["eval_lens"]
+    if family not in run["families"]:
+        run["families"].append(family)
+    if spec["attention_maps"]:
+        run["attention_seeds"] = sorted(set(run["attention_seeds"]) | set(spec["seeds"]))
+    run["seeds"] = run["seeds"] + list(spec["seeds"])
+    if name not in plan.families[family]["runs"]:
+        plan.families[family]["runs"].append(name)
+    for seed in spec["seeds"]:
+        plan.lm_members.append({"family": family, "run": name, "seed": seed,
+                                "eval_lens": sorted(set(evaluation["eval_lens"]))})
+
+
+def _require_same(name: str, family: str, run: dict, key: str, new: dict) -> None:
+    old = run[key]
+    diff = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    if diff:
+        details = "; ".join(f"{k}: {old.get(k)!r} vs {new.get(k)!r}" for k in diff)
+        raise ConfigError(f"families.{family}: duplicate run name {name!r} with different settings "
+                          f"(families {', '.join(run['families'])} give {details}); allowed values: equal settings "
+                          "for a run shared by several families, or a distinct `tag` for each")
+
+
+def _apply_run_overrides(plan: Plan, overrides: dict) -> None:
+    """One run's settings outside its name (lr, warm-up, …); the name settings would make it another run."""
+    changeable = [k for k in _lm_settings() if k not in LM_NAME_SETTINGS]
+    for name, update in overrides.items():
+        require_choice("run_overrides", name, plan.lm_runs)
+        for key in update:
+            require_choice(f"run_overrides.{name}", key, changeable)
+        run = plan.lm_runs[name]
+        settings = dict(run["settings"], **update, eval=run["eval"], attention=run["attention_settings"])
+        check_lm_run(settings, f"run_overrides.{name}", plan.datasets, extrapolates=False)
+        run["settings"] = {k: settings[k] for k in _lm_settings()}
+
+
+
+
+def _add_timing(plan: Plan, family: str, settings: dict, where: str) -> None:
+    defaults = plan.config["defaults"]["timing"]
+    if settings["processor"] == "none":
+        settings = dict(settings, kernel_size=defaults["kernel_size"], dape_width=defaults["dape_width"])
+    if settings["equal_tokens"] is not None:
+        settings = dict(settings, batch_size=None)
+    check_timing_run(settings, where)
+    name = timing_run_name(settings, defaults)
+    old = plan.timing_runs.setdefault(name, settings)
+    if old != settings:
+        _require_same(name, family, {"settings": old, "families": _families_listing(plan, name)}, "settings", settings)
+    plan.timing_members.append({"family": family, "run": name})
+    plan.families[family]["runs"].append(name)
+
+
+def _add_che(plan: Plan, family: str, spec: dict, settings: dict, where: str) -> None:
+    defaults = plan.config["defaults"]["che"]
+    if settings["processor"] == "none":
+        settings = dict(settings, kernel_size=defaults["kernel_size"], dape_width=defaults["dape_width"])
+    check_che_run(settings, where)
+    name = che_cell_name(settings, defaults)
+    cell = plan.che_cells.setdefault(name, {"settings": settings, "seeds": []})
+    if cell["settings"] != settings:
+        _require_same(name, family, {"settings": cell["settings"], "families": _families_listing(plan, name)},
+                      "settings", settings)
+    cell["seeds"] = cell["seeds"] + list(spec["seeds"])
+    for seed in spec["seeds"]:
+        plan.che_members.append({"family": family, "cell": name, "seed": seed})
+    if name not in plan.families[family]["runs"]:
+        plan.families[family]["runs"].append(name)
+
+
+def _families_listing(plan: Plan, name: str) -> list[str]:
+    return [f for f, meta in plan.families.items() if name in meta["runs"]]
+
+
+# ----------------------------------------------------------------------------------------------- datasets
+def check_dataset(name: str, s: dict) -> dict:
+    """Tokenize settings; files are checked only for local sources (a Hub DAG dry-runs without its data)."""
+    where = f"datasets.{name}"
+    if s["source"] == "local":
+        if not s["data_files"]:
+            raise ConfigError(f"{where}.data_files: required for source 'local'; allowed values: existing files")
+        for path in s["data_files"]:
+            if not Path(path).is_file():
+                raise ConfigError(f"{where}.data_files: path {path!r} does not exist; allowed values: existing files")
+        if s["tokenizer"] == "file" and not (s["tokenizer_file"] and Path(s["tokenizer_file"]).is_file()):
+            raise ConfigError(f"{where}.tokenizer_file: path {s['tokenizer_file']!r} does not exist; allowed values: "
+                              "an existing tokenizer.json")
+    if s["source"] == "hub" and not s["dataset"]:
+        raise ConfigError(f"{where}.dataset: required for source 'hub'; "
+                          "allowed values: a Hub dataset name or directory")
+    if s["tokenizer"] == "file" and not s["tokenizer_file"]:
+        raise ConfigError(f"{where}.tokenizer_file: required for tokenizer 'file'; "
+                          "allowed values: a tokenizer.json path")
+    if (s["filter_field"] is None) != (s["filter_value"] is None):
+        raise ConfigError(f"{where}.filter_field / filter_value: give both or neither; "
+                          "allowed values: a field and a value")
+    return s
+
+
+def dataset_inputs(s: dict) -> list[str]:
+    """Files a tokenize job reads (declared as inputs only for local sources)."""
+    if s["source"] != "local":
+        return []
+    return list(s["data_files"]) + ([s["tokenizer_file"]] if s["tokenizer"] == "file" else [])
+
+
+def spec_digest(spec: dict) -> str:
+    """A short hash of the report spec: the params of the rule that writes it (a changed spec reruns it)."""
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def write_report_spec(path: str | Path, spec: dict, log: str | Path | None = None) -> None:
+    """Write the report spec (``Plan.report_spec``) atomically; one summary line goes to ``log``."""
+    from dape_core import io
+
+    io.write_json(path, spec)
+    if log is not None:
+        io.write_text(log, f"{len(spec['families'])} families, {len(spec['lm_runs'])} LM runs → {path}\n")
+
+
+
+
+# ----------------------------------------------------------------------------------------------- run checks
+def _method_entry(label: str, where: str) -> dict:
+    """A ``method`` axis entry: the label's settings (tril only when the label says "(no tril)")."""
+    entry = parse_method(label, field=where)
+    if entry["tril"]:
+        del entry["tril"]
+    return entry
+
+
+def _only(settings: dict, cls) -> dict:
+    from dape_core.settings import field_names
+
+    names = field_names(cls)
+    return {k: v for k, v in settings.items() if k in names}
+
+
+def check_lm_run(s: dict, where: str, datasets: dict, *, extrapolates: bool) -> None:
+    """One LM run: its model, training and evaluation dataclasses accept it, and the cross-field rules hold."""
+    from dape_core.evaluate import EvalSettings
+    from dape_core.model import GPTConfig
+    from dape_core.train import TrainSettings
+
+    require_choice(f"{where}.dataset", s["dataset"], datasets)
+    checked(where, lambda: GPTConfig(**_only(s, GPTConfig)))
+    checked(where, lambda: TrainSettings(**_only(s, TrainSettings)))
+    ev = s["eval"]
+    checked(f"{where}.eval", lambda: EvalSettings(**_only(ev, EvalSettings)))
+    if ev["delta_p_window"] is not None and ev["delta_p_window"] > s["train_len"]:
+        raise ConfigError(f"{where}.eval.delta_p_window: {ev['delta_p_window']} is not allowed; allowed values: "
+                          f"1 … train_len ({s['train_len']}), or null for train_len")
+    for length in ev["eval_lens"]:
+        if extrapolates and length < s["train_len"]:
+            raise ConfigError(f"{where}.eval.eval_lens: {length} is shorter than train_len {s['train_len']}; allowed "
+                              "values: evaluation lengths ≥ train_len in a family that extrapolates "
+                              "(or set extrapolates: false)")
+
+
+def check_timing_run(s: dict, where: str) -> None:
+    """One timing run: TimingSettings accepts it; exactly one of batch_size and equal_tokens, which divides
+    every length."""
+    from dape_core.timing import TimingSettings
+
+    if (s["batch_size"] is None) == (s["equal_tokens"] is None):
+        raise ConfigError(f"{where}.batch_size / equal_tokens: give exactly one (the other null); allowed values: "
+                          "a positive batch_size, or equal_tokens divisible by every seq_len")
+    checked(where, lambda: TimingSettings(**_only(s, TimingSettings)))
+    if s["equal_tokens"] is not None:
+        for length in s["seq_lens"]:
+            if s["equal_tokens"] % length:
+                raise ConfigError(f"{where}.equal_tokens: {s['equal_tokens']} is not divisible by seq_len {length}; "
+                                  "allowed values: multiples of every seq_len")
+
+
+def check_che_run(s: dict, where: str) -> None:
+    """One CHE cell: CHESettings accepts it (task, attention settings, shape and protocol)."""
+    from dape_core.che.runner import CHESettings
+
+    checked(where, lambda: CHESettings(**_only(s, CHESettings)))

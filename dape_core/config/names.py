@@ -1,0 +1,52 @@
+"""Deterministic names of runs, timing runs and CHE cells: the method plus a suffix for each name setting that
+differs from the stage's defaults. Settings outside a name reach their jobs through ``params:`` instead."""
+
+from __future__ import annotations
+
+from dape_core.methods import method_slug
+
+_SUFFIX = {
+    "size": lambda v: f"-{v}", "n_layer": lambda v: f"-L{v}", "n_head": lambda v: f"-H{v}",
+    "d_model": lambda v: f"-d{v}", "tril": lambda v: "-tril" if v else "-notril", "padding": lambda v: f"-{v}",
+    "batch_size": lambda v: f"-B{v}", "grad_accum": lambda v: f"-A{v}", "steps": lambda v: f"-S{v}",
+    "tie_embeddings": lambda v: "-tied" if v else "-untied",
+    "encoding_shared": lambda v: {True: "-shared", False: "-unshared", None: "-sharedefault"}[v],
+    "tag": lambda v: f"-{v}" if v else "",
+    "randomized_positions": lambda v: "-randpos" if v else "-norandpos",
+    "attention_impl": lambda v: f"-{v}", "dape_dtype": lambda v: f"-{v}",
+}
+
+# Settings that are part of a name, in the order of their suffixes. An LM run's name leaves out the path
+# (attention_impl, dape_dtype: the same model to fp32 rounding); a timing run's keeps it (it is what is timed).
+LM_NAME_SUFFIXES = ("size", "n_layer", "n_head", "d_model", "tril", "padding", "batch_size", "grad_accum", "steps",
+                    "tie_embeddings", "encoding_shared", "tag")
+LM_NAME_SETTINGS = ("dataset", "train_len", "encoding", "processor", "kernel_size", "dape_width", *LM_NAME_SUFFIXES)
+TIMING_NAME_SUFFIXES = ("n_layer", "tril", "padding", "encoding_shared", "attention_impl", "dape_dtype")
+CHE_NAME_SUFFIXES = ("padding", "steps", "batch_size", "randomized_positions", "encoding_shared", "attention_impl",
+                     "dape_dtype")
+
+
+def suffixes(settings: dict, defaults: dict, names) -> str:
+    """The name suffix of every setting in ``names`` that differs from its default, in that order."""
+    return "".join(_SUFFIX[key](settings[key]) for key in names if settings[key] != defaults[key])
+
+
+def _method(s: dict) -> str:
+    return method_slug(s["encoding"], s["processor"], s["kernel_size"], s["dape_width"])
+
+
+def lm_run_name(settings: dict, defaults: dict) -> str:
+    """``code-T64-kerple-dape_v2-k3-w32`` plus a suffix per name setting that differs from ``defaults``."""
+    return f"{settings['dataset']}-T{settings['train_len']}-{_method(settings)}" + suffixes(
+        settings, defaults, LM_NAME_SUFFIXES)
+
+
+def timing_run_name(s: dict, defaults: dict) -> str:
+    """``forward-small-kerple-none-B1`` (``-N4096`` at equal tokens) plus suffixes."""
+    batch = f"N{s['equal_tokens']}" if s["equal_tokens"] is not None else f"B{s['batch_size']}"
+    return f"{s['mode']}-{s['size']}-{_method(s)}-{batch}" + suffixes(s, defaults, TIMING_NAME_SUFFIXES)
+
+
+def che_cell_name(s: dict, defaults: dict) -> str:
+    """``even_pairs-kerple-none-lr0.0005`` plus suffixes."""
+    return f"{s['task']}-{_method(s)}-lr{s['lr']:g}" + suffixes(s, defaults, CHE_NAME_SUFFIXES)

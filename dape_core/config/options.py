@@ -1,0 +1,126 @@
+"""A run's settings as the options of its stage's command, in named groups that rules pass as ``params:``.
+
+Each group is a :class:`CliOptions`: a plain mapping (Snakemake compares its ``repr`` to decide reruns, so a
+changed setting reruns exactly the jobs it reaches) that renders as ``--name value …`` when a rule's shell
+formats it. The groups follow the dataclasses that declare the settings, so a rule's ``params:`` says what the
+job depends on: ``attention`` (:class:`~dape_core.settings.AttentionSettings`), ``shape`` and ``training``
+(``GPTConfig``, ``TrainSettings``), ``evaluation`` (``EvalSettings``), ``timing`` (``TimingSettings``), ``che``
+(``CHESettings``) and ``corpus`` (``TokenizeSettings``).
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any, Iterable
+
+from dape_core.settings import TRISTATE
+
+# Job-level options that a rule passes itself (wildcards, resources, paths), never from a run's settings.
+JOB_OPTIONS = ("seed", "threads", "distributed")
+
+
+class CliOptions(dict):
+    """Settings that format as command-line options: ``--name value`` (lists as several values, booleans as
+    ``--x`` / ``--no-x``, ``bool | None`` as default/true/false, None left out)."""
+
+    def __str__(self) -> str:
+        tokens: list[str] = []
+        for name, value in self.items():
+            option = "--" + name.replace("_", "-")
+            if value is None or value == [] or value == ():
+                continue
+            if isinstance(value, bool):
+                tokens.append(option if value else "--no-" + option[2:])
+            elif isinstance(value, (list, tuple)):
+                tokens += [option, *map(_format_value, value)]
+            else:
+                tokens += [option, _format_value(value)]
+        return " ".join(shlex.quote(t) for t in tokens)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
+def _format_value(value: Any) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def select(values: dict, names: Iterable[str]) -> CliOptions:
+    return CliOptions((name, values[name]) for name in names)
+
+
+def tristate(values: dict, names: Iterable[str]) -> dict:
+    """``bool | None`` settings as the command line spells them (default / true / false)."""
+    flip = {v: k for k, v in TRISTATE.items()}
+    return {**values, **{name: flip[values[name]] for name in names}}
+
+
+# ----------------------------------------------------------------------------------------------- groups
+def _groups():
+    """Field names of every group, read off the dataclasses (imported lazily: they pull in torch)."""
+    from dape_core.che.runner import NOT_CHE_OPTIONS, CHESettings
+    from dape_core.data import TokenizeSettings
+    from dape_core.evaluate import EvalSettings
+    from dape_core.model import GPTConfig
+    from dape_core.settings import AttentionSettings, field_names
+    from dape_core.timing import TimingSettings
+    from dape_core.train import NOT_TRAIN_OPTIONS, TrainSettings
+
+    attention = field_names(AttentionSettings)
+    return {
+        "attention": attention,
+        "shape": tuple(f for f in field_names(GPTConfig) if f not in attention and f not in NOT_TRAIN_OPTIONS),
+        "training": tuple(f for f in field_names(TrainSettings) if f not in JOB_OPTIONS),
+        "evaluation": tuple(f for f in field_names(EvalSettings) if f not in (*JOB_OPTIONS, "heatmap_len")
+                            ) + ("seed",),
+        "timing": tuple(f for f in field_names(TimingSettings) if f not in attention and f not in JOB_OPTIONS),
+        "che_attention": tuple(f for f in attention if f not in NOT_CHE_OPTIONS),
+        "che": tuple(f for f in field_names(CHESettings) if f not in attention and f not in JOB_OPTIONS),
+        "corpus": tuple(f for f in field_names(TokenizeSettings) if f != "out_dir"),
+    }
+
+
+_GROUPS: dict[str, tuple[str, ...]] = {}
+
+
+def group(name: str) -> tuple[str, ...]:
+    """The settings of one group, in the order they are passed."""
+    if not _GROUPS:
+        _GROUPS.update(_groups())
+    return _GROUPS[name]
+
+
+def corpus_options(settings: dict) -> CliOptions:
+    s = dict(settings)
+    if s["tokenizer"] != "bpe":
+        s["vocab_size"] = None
+    return select(s, group("corpus"))
+
+
+def train_options(settings: dict) -> dict[str, CliOptions]:
+    """``attention``, ``shape`` and ``training`` of one LM run."""
+    s = tristate(settings, ["encoding_shared"])
+    return {name: select(s, group(name)) for name in ("attention", "shape", "training")}
+
+
+def eval_options(evaluation: dict) -> CliOptions:
+    return select(evaluation, group("evaluation"))
+
+
+def attention_map_options(evaluation: dict, attention: dict, heatmap_len: int) -> CliOptions:
+    """The side evaluation of an attention-map job: a few windows at the heat-map length, sink and maps there."""
+    values = {**evaluation, "eval_lens": [heatmap_len], "min_scored_tokens": 1,
+              "max_windows": attention["max_windows"], "batch_size": 1, "heatmap_len": heatmap_len}
+    return select(values, (*group("evaluation"), "heatmap_len"))
+
+
+def timing_options(settings: dict) -> dict[str, CliOptions]:
+    """``attention`` and ``timing`` of one timing run."""
+    s = tristate(settings, ["encoding_shared"])
+    return {"attention": select(s, group("attention")), "timing": select(s, group("timing"))}
+
+
+def che_options(settings: dict) -> dict[str, CliOptions]:
+    """``attention`` and ``che`` (task, model, protocol) of one CHE cell."""
+    s = tristate(settings, ["encoding_shared"])
+    return {"attention": select(s, group("che_attention")), "che": select(s, group("che"))}

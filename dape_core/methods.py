@@ -1,0 +1,56 @@
+"""The paper's method labels, parsed and formatted in one place.
+
+A label names an encoding and its processor as the paper does: "Kerple" (no processor), "DAPE-Kerple" (DAPE V1,
+the MLP, kernel 1), "DAPE1x3-Kerple" (DAPE V2 with a 1×3 kernel), and " (no tril)" for the §4.5 ablation. Configs
+use labels on their ``method`` axis, reports group and compare runs by them, and the paper's numbers carry them.
+"""
+
+from __future__ import annotations
+
+import re
+
+from dape_core.encodings import DISPLAY_NAMES, ENCODINGS
+from dape_core.errors import ConfigError
+
+NO_TRIL = " (no tril)"
+_PATTERN = re.compile(r"^(?:dape(?:1[x×](?P<k>\d+))?-)?(?P<encoding>[a-z0-9]+)(?P<notril> \(no tril\))?$",
+                      re.IGNORECASE)
+
+
+def method_label(encoding: str, processor: str = "none", kernel_size: int = 1, tril: bool = True) -> str:
+    """The paper's name of a method: "Kerple", "DAPE-Kerple" (V1), "DAPE1x3-Kerple" (V2, k = 3)."""
+    name = DISPLAY_NAMES[encoding]
+    if processor == "dape_v1":
+        name = f"DAPE-{name}"
+    elif processor == "dape_v2":
+        name = f"DAPE1x{kernel_size}-{name}"
+    if processor != "none" and not tril:
+        name += NO_TRIL
+    return name
+
+
+def parse_method(label: str, field: str = "method") -> dict:
+    """A label → ``encoding``, ``processor``, ``kernel_size`` and ``tril`` (the inverse of :func:`method_label`;
+    encodings may be given by display name or registry name, case-insensitively)."""
+    by_name = {display.lower(): name for name, display in DISPLAY_NAMES.items()} | {e: e for e in ENCODINGS}
+    match = _PATTERN.match(str(label).strip())
+    encoding = by_name.get(match.group("encoding").lower()) if match else None
+    if encoding is None:
+        raise ConfigError(f"{field}: {label!r} is not allowed; allowed values: {', '.join(DISPLAY_NAMES.values())}, "
+                          "DAPE-<encoding> (DAPE V1) or DAPE1x<k>-<encoding> (DAPE V2, k odd)")
+    tril = match.group("notril") is None
+    if not str(label).strip().lower().startswith("dape"):
+        if not tril:
+            raise ConfigError(f"{field}: {label!r} is not allowed; allowed values: ' (no tril)' only after a DAPE "
+                              "label (tril acts on a processor's input)")
+        return {"encoding": encoding, "processor": "none", "kernel_size": 1, "tril": True}
+    if match.group("k") is None:
+        return {"encoding": encoding, "processor": "dape_v1", "kernel_size": 1, "tril": tril}
+    return {"encoding": encoding, "processor": "dape_v2", "kernel_size": int(match.group("k")), "tril": tril}
+
+
+def method_slug(encoding: str, processor: str, kernel_size: int, dape_width: int) -> str:
+    """``kerple-none`` or ``kerple-dape_v2-k3-w32``: the method part of a run name."""
+    if processor == "none":
+        return f"{encoding}-none"
+    return f"{encoding}-{processor}-k{kernel_size}-w{dape_width}"

@@ -1,0 +1,120 @@
+"""One source per setting: the dataclasses declare each default and allowed values once, every stage's command
+line is derived from them, and the configuration schema repeats exactly those values."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+import pytest
+
+from dape_core import settings
+from dape_core.config import SCHEMA_PATH, group, load_yaml
+from dape_core.errors import ConfigError
+from dape_core.settings import AttentionSettings
+
+SCHEMA = load_yaml(SCHEMA_PATH)["$defs"]
+
+# stage module → (schema block, its settings dataclasses, option groups a rule passes, required job options)
+STAGES = {
+    "dape_core.train": ("lm_settings", ("attention", "shape", "training"), ["--data-dir", "d", "--out-dir", "o"]),
+    "dape_core.evaluate": ("eval_settings", ("evaluation",), ["--checkpoint", "c", "--data-dir", "d", "--out", "o"]),
+    "dape_core.timing": ("timing_settings", ("attention", "timing"), ["--out", "o"]),
+    "dape_core.che.runner": ("che_settings", ("che_attention", "che"), ["--out", "o"]),
+    "dape_core.data": ("dataset", ("corpus",), ["--out-dir", "o"]),
+}
+
+
+def _defaults(module_name: str, required: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    importlib.import_module(module_name).add_arguments(parser)
+    return parser.parse_args(required)
+
+
+def _choices(module_name: str) -> dict[str, tuple]:
+    """Allowed values as the stage's dataclasses declare them (and check them)."""
+    from dape_core.che.runner import CHESettings
+    from dape_core.data import SOURCES, TOKENIZERS
+    from dape_core.model import GPTConfig
+    from dape_core.timing import TimingSettings
+    from dape_core.train import TrainSettings
+
+    classes = {"dape_core.train": (GPTConfig, TrainSettings), "dape_core.evaluate": (),
+               "dape_core.timing": (TimingSettings,), "dape_core.che.runner": (CHESettings,)}
+    if module_name == "dape_core.data":
+        return {"source": SOURCES, "tokenizer": TOKENIZERS}
+    return {k: v for cls in classes[module_name] for k, v in settings.choices(cls).items()}
+
+
+def _cli_value(key, value):
+    return {None: "default", True: "true", False: "false"}[value] if key == "encoding_shared" else value
+
+
+@pytest.mark.parametrize("module_name", STAGES)
+def test_every_stage_defaults_equal_the_schema(module_name):
+    block, groups, required = STAGES[module_name]
+    props = SCHEMA[block]["properties"]
+    args = _defaults(module_name, required)
+    passed = [key for name in groups for key in group(name)]
+    assert passed, module_name
+    for key in passed:
+        assert key in props, (module_name, key, "a passed setting the schema does not know")
+        if "default" in props[key]:
+            assert getattr(args, key) == _cli_value(key, props[key]["default"]), (module_name, key)
+
+
+@pytest.mark.parametrize("module_name", STAGES)
+def test_every_stage_choices_equal_the_schema(module_name):
+    block, groups, _ = STAGES[module_name]
+    props = SCHEMA[block]["properties"]
+    choices = _choices(module_name)
+    for key in (key for name in groups for key in group(name)):
+        if "enum" in props[key]:
+            assert tuple(props[key]["enum"]) == choices[key], (module_name, key)
+
+
+def test_schema_settings_all_reach_a_command():
+    """No schema setting of a run is silently dropped on its way to the job."""
+    lm = set(SCHEMA["lm_settings"]["properties"]) - {"dataset", "tag", "eval", "attention"}
+    assert lm == set(group("attention")) | set(group("shape")) | set(group("training"))
+    assert set(SCHEMA["eval_settings"]["properties"]) == set(group("evaluation"))
+    assert set(SCHEMA["timing_settings"]["properties"]) == set(group("attention")) | set(group("timing"))
+    assert set(SCHEMA["che_settings"]["properties"]) == set(group("che_attention")) | set(group("che"))
+
+
+def test_the_attention_settings_are_one_dataclass_shared_by_every_stage():
+    from dape_core.che.runner import CHESettings
+    from dape_core.model import EncoderConfig, GPTConfig
+    from dape_core.timing import TimingSettings
+
+    for cls in (GPTConfig, EncoderConfig, TimingSettings, CHESettings):
+        assert issubclass(cls, AttentionSettings)
+        for name, value in settings.defaults(AttentionSettings).items():
+            assert settings.defaults(cls)[name] == value, (cls.__name__, name)
+
+
+@pytest.mark.parametrize("kwargs, field, allowed", [
+    (dict(encoding="sinusoidal"), "encoding", "kerple"),
+    (dict(processor="dape_v3"), "processor", "dape_v2"),
+    (dict(processor="dape_v2", kernel_size=2), "kernel_size", "odd"),
+    (dict(processor="dape_v1", kernel_size=3), "kernel_size", "1"),
+    (dict(attention_impl="flash"), "attention_impl", "plain"),
+    (dict(dape_dtype="float16"), "dape_dtype", "bfloat16"),
+])
+def test_attention_settings_reject_bad_values_naming_field_and_allowed_values(kwargs, field, allowed):
+    with pytest.raises(ConfigError) as err:
+        AttentionSettings(**kwargs)
+    message = str(err.value)
+    assert message.startswith(f"{field}:") and "allowed values" in message and allowed in message, message
+
+
+def test_options_round_trip_through_the_derived_command_line():
+    from dape_core.timing import TimingSettings
+
+    parser = argparse.ArgumentParser()
+    settings.add_arguments(parser, TimingSettings)
+    args = parser.parse_args(["--processor", "dape_v2", "--kernel-size", "5", "--no-tril", "--encoding-shared", "true",
+                              "--seq-lens", "32", "64", "--equal-tokens", "128"])
+    timing = settings.from_args(TimingSettings, args)
+    assert (timing.processor, timing.kernel_size, timing.tril, timing.encoding_shared) == ("dape_v2", 5, False, True)
+    assert timing.seq_lens == [32, 64] and timing.equal_tokens == 128 and timing.batch_size is None
