@@ -28,6 +28,7 @@ PADDINGS = ("same", "causal")
 ATTENTION_IMPLS = ("fast", "plain")
 DAPE_DTYPES = ("float32", "bfloat16")
 TRISTATE = {"default": None, "true": True, "false": False}  # a ``bool | None`` on the command line
+TRISTATE_NAMES = {value: name for name, value in TRISTATE.items()}
 
 
 def setting(default: Any = dataclasses.MISSING, *, choices: Iterable[Any] | None = None, help: str = "",
@@ -112,10 +113,9 @@ def _kind(annotation) -> tuple[str, type]:
     return "scalar", annotation
 
 
-def add_arguments(parser: argparse.ArgumentParser, cls, *, exclude: Iterable[str] = (),
-                  required: Iterable[str] = ()) -> None:
+def add_arguments(parser: argparse.ArgumentParser, cls, *, exclude: Iterable[str] = ()) -> None:
     """One option per field of ``cls`` (its default, allowed values and help), except ``exclude``."""
-    hints, exclude, required = typing.get_type_hints(cls), set(exclude), set(required)
+    hints, exclude = typing.get_type_hints(cls), set(exclude)
     field_defaults = defaults(cls)
     for f in dataclasses.fields(cls):
         if f.name in exclude:
@@ -125,14 +125,9 @@ def add_arguments(parser: argparse.ArgumentParser, cls, *, exclude: Iterable[str
         text = f.metadata.get("help", "")
         if allowed is not None:
             text = f"{text} (one of: {', '.join(map(str, allowed))})" if text else f"one of: {', '.join(map(str, allowed))}"
-        kwargs: dict[str, Any] = {"help": text or None}
-        if f.name in required:
-            kwargs["required"] = True
-        else:
-            kwargs["default"] = field_defaults.get(f.name)
+        kwargs: dict[str, Any] = {"help": text or None, "default": field_defaults.get(f.name)}
         if kind == "tristate":
-            kwargs.update(choices=tuple(TRISTATE), type=str)
-            kwargs["default"] = {v: k for k, v in TRISTATE.items()}[kwargs.get("default")]
+            kwargs.update(choices=tuple(TRISTATE), type=str, default=TRISTATE_NAMES[kwargs["default"]])
         elif element is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         elif kind == "list":

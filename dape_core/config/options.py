@@ -13,7 +13,7 @@ from __future__ import annotations
 import shlex
 from typing import Any, Iterable
 
-from dape_core.settings import TRISTATE
+from dape_core.settings import TRISTATE_NAMES
 
 # Job-level options that a rule passes itself (wildcards, resources, paths), never from a run's settings.
 JOB_OPTIONS = ("seed", "threads", "distributed")
@@ -51,8 +51,7 @@ def select(values: dict, names: Iterable[str]) -> CliOptions:
 
 def tristate(values: dict, names: Iterable[str]) -> dict:
     """``bool | None`` settings as the command line spells them (default / true / false)."""
-    flip = {v: k for k, v in TRISTATE.items()}
-    return {**values, **{name: flip[values[name]] for name in names}}
+    return {**values, **{name: TRISTATE_NAMES[values[name]] for name in names}}
 
 
 # ----------------------------------------------------------------------------------------------- groups

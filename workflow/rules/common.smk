@@ -23,7 +23,8 @@ os.environ.update(PATH=os.pathsep.join([str(Path(sys.executable).parent), os.env
 os.environ.setdefault("DAPE_CORE_SRC", str(Path(workflow.basedir).resolve()))
 
 PLAN = grid.build_plan(config)
-logger.info(grid.estimate_line(PLAN))
+if workflow.is_main_process:  # not again in every job step of a cluster run (it builds models on the meta device)
+    logger.info(grid.estimate_line(PLAN))
 
 DATA_FILES = ("train.bin", "val.bin", "train.docs.npy", "val.docs.npy", "token_bytes.npy", "tokenizer.json",
               "meta.json")
