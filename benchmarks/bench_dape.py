@@ -16,6 +16,12 @@ Modes: ``train`` — one optimiser step of the whole model (AdamW); ``layer`` �
 decoder layer alone (attention with its encoding and processor, MLP), the per-layer cost; ``eval`` — forward
 without gradients, logits of the last 256 positions (as the evaluation stage scores them).
 
+Each suite stands for a configuration and takes its model settings from it through ``dape_core.config``: the
+vocabulary (``estimate.vocab_size``, or the dataset's ``vocab_size``: 1024 for ``config.yaml``, GPT-2's 50257 for
+``configs/paper.yaml``), the size preset unless the suite names one, ``dape_width``, ``tril``, ``padding``,
+``encoding_shared``, ``tie_embeddings`` and ``dropout`` of its ``defaults.lm``. The suite sets what it measures:
+mode, batch, length, depth (reduced for CPU) and the methods.
+
     python benchmarks/bench_dape.py --suite default 125m eval --out benchmarks/results/dape_paths.csv
     python benchmarks/bench_dape.py --suite default 125m --compile --out benchmarks/results/dape_paths_compile.csv
 """
@@ -39,6 +45,8 @@ import torch
 
 from dape_core.model import GPT, GPTConfig
 
+ROOT = Path(__file__).resolve().parents[1]
+
 KERPLE = dict(encoding="kerple", processor="none", kernel_size=1)
 DAPE_V2 = dict(encoding="kerple", processor="dape_v2", kernel_size=3)
 DAPE_V1 = dict(encoding="kerple", processor="dape_v1", kernel_size=1)
@@ -58,11 +66,11 @@ def methods(n: int, mode: str, compiled: bool = False) -> list[dict]:
     plain_chunk = 256 if mode == "eval" and n > 512 else None
     if mode != "eval" or n <= 2048:
         out.append(dict(label="DAPE1x3-Kerple plain", attention_impl="plain", query_chunk_size=plain_chunk, **DAPE_V2))
-    out.append(dict(label="DAPE1x3-Kerple fast", **DAPE_V2))
-    out.append(dict(label="DAPE1x3-Kerple fast bf16", dape_dtype="bfloat16", **DAPE_V2))
+    out.append(dict(label="DAPE1x3-Kerple fast", attention_impl="fast", **DAPE_V2))
+    out.append(dict(label="DAPE1x3-Kerple fast bf16", attention_impl="fast", dape_dtype="bfloat16", **DAPE_V2))
     if mode != "eval" or n <= 2048:
         out.append(dict(label="DAPE-Kerple plain", attention_impl="plain", query_chunk_size=plain_chunk, **DAPE_V1))
-    out.append(dict(label="DAPE-Kerple fast", **DAPE_V1))
+    out.append(dict(label="DAPE-Kerple fast", attention_impl="fast", **DAPE_V1))
     if compiled:
         out += [dict(m, label=m["label"] + " compiled", torch_compile=True) for m in out
                 if m["label"] in ("Kerple", "DAPE1x3-Kerple plain")]
@@ -71,17 +79,31 @@ def methods(n: int, mode: str, compiled: bool = False) -> list[dict]:
 
 SUITES = {
     # the default preset (2 layers, width 128, 4 heads), batch 16: the DAG's training runs
-    "default": [dict(mode="train", size="small", batch=16, seq_len=n, repeats=7) for n in (64, 128, 256)],
+    "default": [dict(config="config.yaml", mode="train", batch=16, seq_len=n, repeats=7) for n in (64, 128, 256)],
     # the 125M shape (width 768, 12 heads) at T = 512: one layer, and the model at reduced depth
     "125m": [
-        dict(mode="layer", size="125M", n_layer=1, batch=4, seq_len=512, repeats=5),
-        dict(mode="train", size="125M", n_layer=4, batch=4, seq_len=512, repeats=3),
+        dict(config="configs/paper.yaml", mode="layer", n_layer=1, batch=4, seq_len=512, repeats=5),
+        dict(config="configs/paper.yaml", mode="train", n_layer=4, batch=4, seq_len=512, repeats=3),
     ],
     # long-context evaluation at batch 1 on the 125M shape, reduced depth
-    "eval": [dict(mode="eval", size="125M", n_layer=2, batch=1, seq_len=n, repeats=3) for n in (2048, 8192)],
+    "eval": [dict(config="configs/paper.yaml", mode="eval", n_layer=2, batch=1, seq_len=n, repeats=3)
+             for n in (2048, 8192)],
     # a fast check of the script itself
-    "quick": [dict(mode="train", size="tiny", batch=4, seq_len=64, repeats=3)],
+    "quick": [dict(config="config.yaml", mode="train", size="tiny", batch=4, seq_len=64, repeats=3)],
 }
+# model settings a suite takes from the defaults.lm of the configuration it stands for
+CONFIG_MODEL_SETTINGS = ("size", "dape_width", "tril", "padding", "encoding_shared", "tie_embeddings", "dropout")
+
+
+def config_model_settings(config: str) -> dict:
+    """The model settings of a configuration's default LM run: its vocabulary (as the GPU-hour estimate reads it)
+    and :data:`CONFIG_MODEL_SETTINGS` (``config`` relative to the repository)."""
+    from dape_core.config import build_plan, load_yaml
+    from dape_core.config.estimate import run_vocab
+
+    plan = build_plan(load_yaml(ROOT / config))
+    lm = plan.config["defaults"]["lm"]
+    return {"vocab_size": run_vocab(plan, lm), **{k: lm[k] for k in CONFIG_MODEL_SETTINGS}}
 
 
 def _rss_mb() -> float:
@@ -90,8 +112,9 @@ def _rss_mb() -> float:
 
 def _build(group: dict, method: dict):
     settings = {k: v for k, v in method.items() if k not in ("label", "torch_compile")}
-    cfg = GPTConfig(vocab_size=group.get("vocab_size", 4096), size=group["size"], n_layer=group.get("n_layer"),
-                    train_len=group["seq_len"], **settings)
+    model = {k: group[k] for k in CONFIG_MODEL_SETTINGS if k in group}
+    cfg = GPTConfig(vocab_size=group["vocab_size"], n_layer=group.get("n_layer"), train_len=group["seq_len"],
+                    **model, **settings)
     torch.manual_seed(0)
     model = GPT(cfg)
     model.train(group["mode"] != "eval")
@@ -118,9 +141,8 @@ def _step(group: dict, model: GPT, data: dict, compiled: bool = False):
         def run():
             x = data["hidden"].detach().requires_grad_()
             model.zero_grad(set_to_none=True)
-            fast = model.cfg.attention_impl == "fast"
             dtype = torch.bfloat16 if model.cfg.dape_dtype == "bfloat16" else None
-            y = forward(x, data["positions"], model.cfg.query_chunk_size, fast, dtype)
+            y = forward(x, data["positions"], model.cfg.query_chunk_size, model.resolved_attention_impl(x.device), dtype)
             (y * data["weights"]).sum().backward()
 
     else:
@@ -136,7 +158,7 @@ def _inputs(group: dict, d_model: int) -> dict:
     torch.manual_seed(1)
     b, n = group["batch"], group["seq_len"]
     return {
-        "tokens": torch.randint(0, group.get("vocab_size", 4096), (b, n)),
+        "tokens": torch.randint(0, group["vocab_size"], (b, n)),
         "hidden": torch.randn(b, n, d_model),
         "weights": torch.randn(b, n, d_model),
         "positions": torch.arange(n),
@@ -219,8 +241,9 @@ def run_group(group: dict, memory: bool) -> list[dict]:
     rows = []
     for t in timed:
         row = dict(
-            suite=group["suite"], mode=group["mode"], size=group["size"], n_layer=n_layer, seq_len=group["seq_len"],
-            batch=group["batch"], method=t["label"], median_ms=medians[t["label"]], min_ms=min(t["times_ms"]),
+            suite=group["suite"], config=group["config"], mode=group["mode"], size=group["size"], n_layer=n_layer,
+            vocab_size=group["vocab_size"], seq_len=group["seq_len"], batch=group["batch"], method=t["label"],
+            median_ms=medians[t["label"]], min_ms=min(t["times_ms"]),
             per_layer_ms=medians[t["label"]] / n_layer,
             ratio_vs_kerple=statistics.median(a / b for a, b in zip(t["times_ms"], ref_times)),
             warmup_s=t["warmup_s"],  # the first call(s), compilation included for compiled variants
@@ -256,14 +279,17 @@ def main(argv=None) -> int:
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows, configs = [], {}
     for suite in args.suite:
         for group in SUITES[suite]:
             if args.seq_lens and group["seq_len"] not in args.seq_lens:
                 continue
-            group = dict(group, suite=suite, threads=args.threads, repeats=args.repeats or group["repeats"],
-                         compile=args.compile)
-            print(f"[{suite}] {group['mode']} {group['size']} T={group['seq_len']} B={group['batch']} …", file=sys.stderr, flush=True)
+            if group["config"] not in configs:
+                configs[group["config"]] = config_model_settings(group["config"])
+            group = {**configs[group["config"]], **group, "suite": suite, "threads": args.threads,
+                     "repeats": args.repeats or group["repeats"], "compile": args.compile}
+            print(f"[{suite}] {group['mode']} {group['size']} T={group['seq_len']} B={group['batch']} "
+                  f"V={group['vocab_size']} ({group['config']}) …", file=sys.stderr, flush=True)
             for row in run_group(group, memory=not args.no_memory):
                 rows.append(dict(row, **machine, timestamp=stamp))
                 mem = f", peak {row['peak_rss_mb']:.0f} MB (+{row['peak_over_model_mb']:.0f})" if "peak_rss_mb" in row else ""

@@ -2,14 +2,19 @@
 
     scores = q·kᵀ/√d  →  + encoding bias B  →  DAPE processor  →  causal mask  →  softmax  →  ·V
 
-Four ways to run it, all computing the same function:
-* the plain path (``fast_path=False``, ``_attend_rows`` on all rows): the readable reference, materialises
+``attention_impl`` is a resolved path (``plain``, ``fast`` or ``materialized``;
+:func:`dape_core.implementations.resolve_attention_impl` turns ``auto`` into one of them by device). Five ways to
+run it, all computing the same function:
+* the plain path (``attention_impl="plain"``, ``_attend_rows`` on all rows): the readable reference, materialises
   [batch, H, T, T] and the processor's [batch, 2H, T, T] input and [batch, D_DAPE, T, T] hidden map;
-* without a processor, ``scaled_dot_product_attention`` (B as a float mask, in query chunks at long lengths:
-  each chunk reads only the keys its rows can reach, and the mask is never [H, T, T] whole);
-* with a processor, the default fast path (``_attend_processed``): query rows in chunks, the processor's
+* without a processor on the fast and materialized paths, ``scaled_dot_product_attention`` (B as a float mask, in
+  query chunks at long lengths: each chunk reads only the keys its rows can reach, and the mask is never
+  [H, T, T] whole);
+* with a processor on the fast path (``_attend_processed``, the CPU's): query rows in chunks, the processor's
   blocked GEMM form (:mod:`dape_core.implementations.blocked`), each chunk reading only the keys its rows reach;
-* an exact query-chunked plain path (``query_chunk_size`` with ``fast_path=False``): the 1×k convolution runs
+* with a processor on the materialized path (the accelerator's): the reference's arithmetic per chunk of query
+  rows with operator calls independent of the batch (:mod:`dape_core.implementations.materialized`);
+* an exact query-chunked plain path (``query_chunk_size`` with ``attention_impl="plain"``): the 1×k convolution runs
   along keys only, so query rows are independent. A chunk of rows r0…r1−1 needs its row offset (for tril and
   the causal mask) and, with ``same`` padding, the key columns right of its last row that the convolutions
   read (``ScoreProcessor.needed_halo``); keys beyond are never read. Peak memory then grows with
@@ -26,10 +31,13 @@ from torch import nn
 
 from dape_core.dape import ScoreProcessor
 from dape_core.encodings import PositionalEncoding
+from dape_core.errors import require_choice
 from dape_core.implementations.blocked import blocked_scores
+from dape_core.implementations.materialized import attend_materialized
 
 DEFAULT_CHUNK_BYTES = 16 * 2**20  # one chunk's [batch, H, rows, T] fp32 scores on the fast path
 MIN_CHUNK_ROWS = 64  # fewer query rows make q·kᵀ a memory-bound, matrix-vector-like product
+PATHS = ("plain", "fast", "materialized")  # the resolved values of ``attention_impl``
 
 
 def attend(
@@ -43,12 +51,20 @@ def attend(
     causal: bool,
     dropout_p: float = 0.0,
     query_chunk_size: int | None = None,
-    fast_path: bool = True,
+    attention_impl: str = "fast",
     dape_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
-    """Self-attention of q, k, v [batch, H, T, d_head] at ``positions`` [T]; returns [batch, H, T, d_head]."""
+    """Self-attention of q, k, v [batch, H, T, d_head] at ``positions`` [T] on the path ``attention_impl``;
+    returns [batch, H, T, d_head]."""
+    require_choice("attention_impl", attention_impl, PATHS)
     q, k = encoding.rotate(q, k, positions, positions)
     n = q.shape[2]
+    if processor is not None and attention_impl == "materialized":
+        return attend_materialized(
+            q, k, v, encoding=encoding, processor=processor, positions=positions, causal=causal,
+            dropout_p=dropout_p, chunk=query_chunk_size, dape_dtype=dape_dtype,
+        )
+    fast_path = attention_impl != "plain"
     if processor is not None and fast_path:
         return _attend_processed(
             q, k, v, encoding=encoding, processor=processor, positions=positions, causal=causal,
@@ -161,7 +177,8 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
 
-    def forward(self, x, *, encoding, processor, positions, query_chunk_size=None, fast_path=True, dape_dtype=None):
+    def forward(self, x, *, encoding, processor, positions, query_chunk_size=None, attention_impl="fast",
+                dape_dtype=None):
         b, t, c = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.n_head, self.head_dim).permute(2, 0, 3, 1, 4)
         y = attend(
@@ -172,7 +189,7 @@ class SelfAttention(nn.Module):
             causal=self.causal,
             dropout_p=self.dropout if self.training else 0.0,
             query_chunk_size=query_chunk_size,
-            fast_path=fast_path,
+            attention_impl=attention_impl,
             dape_dtype=dape_dtype,
         )
         return self.out(y.transpose(1, 2).reshape(b, t, c))

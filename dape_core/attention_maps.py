@@ -4,21 +4,41 @@ For one sequence, each layer's pieces of the score pipeline are recomputed from 
 A = q·kᵀ/√d, B = the encoding's bias, ``dape`` = f(tril([A; B])) (what the processor adds), and the attention
 probabilities. The attention sink (Xiao et al., 2024) is measured as ``sink_mass``: the mean, over heads and over
 queries at positions ≥ ``sink_min_query`` (default 16), of the probability placed on the first key.
+
+Everything is computed on the device the model is on (a GPU when the caller put it there, the CPU otherwise);
+only the arrays handed back are copied to host memory. :func:`layer_maps` hands back whole [H, T, T] maps (small
+lengths, tests); :func:`layer_rows` hands back what appendix K's figures and the sink statistic read — the last
+query row of each map and the sink mass — so that a long sequence (8192) never puts T² maps in host memory.
+:func:`sink_frame` and :func:`write_heatmaps` write them with the device that computed them.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from typing import Iterator
 
 import numpy as np
+import pandas as pd
 import torch
 
+from dape_core import io
 from dape_core.model import GPT
+
+MAP_NAMES = ("A", "B", "dape", "probs")
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device holding the model's parameters (where its maps are computed)."""
+    return next(model.parameters()).device
 
 
 @torch.no_grad()
-def layer_maps(model: GPT, tokens: torch.Tensor) -> list[dict[str, np.ndarray]]:
-    """Per layer: arrays ``A``, ``B``, ``dape`` and ``probs`` of shape [H, T, T] for a [1, T] token sequence."""
+def _layers(model: GPT, tokens: torch.Tensor) -> Iterator[dict[str, torch.Tensor]]:
+    """Per layer, on the model's device: A, B (zeros without a bias), the DAPE term and the probabilities, each
+    [1, H, T, T] in fp32."""
+    device = model_device(model)
+    tokens = tokens.to(device)
     inputs: list[torch.Tensor] = []
     hooks = [blk.attn.register_forward_pre_hook(lambda _m, args: inputs.append(args[0])) for blk in model.stack.blocks]
     try:
@@ -27,25 +47,60 @@ def layer_maps(model: GPT, tokens: torch.Tensor) -> list[dict[str, np.ndarray]]:
         for hook in hooks:
             hook.remove()
     n = tokens.shape[1]
-    positions = torch.arange(n)
-    causal = torch.ones(n, n, dtype=torch.bool).tril()
-    maps = []
+    positions = torch.arange(n, device=device)
+    causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
     for layer, (block, x) in enumerate(zip(model.stack.blocks, inputs)):
         attn, encoding = block.attn, model.stack.encoding(layer)
         q, k, _ = attn.qkv(x).view(1, n, 3, attn.n_head, attn.head_dim).permute(2, 0, 3, 1, 4)
         q, k = encoding.rotate(q, k, positions, positions)
-        scores = q @ k.transpose(-1, -2) / math.sqrt(attn.head_dim)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(attn.head_dim)  # A = q·kᵀ/√d (eq. 1)
         bias = encoding.bias(q, k, scores, positions, positions) if encoding.has_bias else None
         plain = scores if bias is None else scores + bias
-        processed = model.stack.processors[layer](scores, bias) if model.stack.has_processor else plain
+        processed = model.stack.processors[layer](scores, bias) if model.stack.has_processor else plain  # eq. 5
         probs = torch.softmax(processed.masked_fill(~causal, float("-inf")), dim=-1)
         full_bias = torch.zeros_like(scores) if bias is None else bias.expand_as(scores)
-        maps.append({"A": scores[0].numpy(), "B": full_bias[0].numpy(), "dape": (processed - plain)[0].numpy(),
-                     "probs": probs[0].numpy()})
-    return maps
+        yield {"A": scores.float(), "B": full_bias.float(), "dape": (processed - plain).float(), "probs": probs.float()}
+        del q, k, scores, bias, plain, processed, probs, full_bias  # one layer's T² maps on the device at a time
 
 
-def sink_mass(probs: np.ndarray, min_query: int = 16) -> float:
-    """Mean probability on the first key over heads and queries i ≥ ``min_query`` (all queries if shorter)."""
+def layer_maps(model: GPT, tokens: torch.Tensor) -> list[dict[str, np.ndarray]]:
+    """Per layer: arrays ``A``, ``B``, ``dape`` and ``probs`` of shape [H, T, T] for a [1, T] token sequence."""
+    return [{name: parts[name][0].cpu().numpy() for name in MAP_NAMES} for parts in _layers(model, tokens)]
+
+
+def layer_rows(model: GPT, tokens: torch.Tensor, min_query: int = 16) -> list[dict]:
+    """Per layer: the last query row [H, T] of ``A``, ``B``, ``dape`` and ``probs`` (appendix K's figures) and
+    ``sink_mass`` (computed on the device; no [H, T, T] map leaves it)."""
+    out = []
+    for parts in _layers(model, tokens):
+        row = {name: parts[name][0, :, -1, :].cpu().numpy() for name in MAP_NAMES}
+        row["sink_mass"] = sink_mass(parts["probs"][0], min_query)
+        out.append(row)
+        del parts  # before the next layer's maps are computed
+    return out
+
+
+def sink_mass(probs, min_query: int = 16) -> float:
+    """Mean probability on the first key over heads and queries i ≥ ``min_query`` (all queries if shorter);
+    ``probs`` [H, T, T] as a numpy array or a tensor on any device."""
     start = min_query if probs.shape[-2] > min_query else 0
     return float(probs[:, start:, 0].mean())
+
+
+def sink_frame(layers: list[dict], *, method: str, eval_len: int, device: str) -> pd.DataFrame:
+    """One row per layer: the sink mass (from :func:`layer_rows`, or :func:`layer_maps`' probabilities) and the
+    device that computed it; no rows for a diverged run (no layers)."""
+    rows = [{"method": method, "eval_len": eval_len, "layer": i,
+             "sink_mass": m["sink_mass"] if "sink_mass" in m else sink_mass(m["probs"]), "device": device}
+            for i, m in enumerate(layers)]
+    return pd.DataFrame(rows, columns=["method", "eval_len", "layer", "sink_mass", "device"])
+
+
+def write_heatmaps(path: str | Path, layers: list[dict], *, method: str, device: str) -> None:
+    """Appendix K's heat-map data, atomically: ``layer{i}_{A,B,dape,probs}`` as the last query row [H, T] of each
+    map, the method and the device."""
+    arrays = {f"layer{i}_{name}": m[name] if m[name].ndim == 2 else m[name][:, -1, :]
+              for i, m in enumerate(layers) for name in MAP_NAMES}
+    with io.atomic_path(Path(path)) as tmp:
+        with open(tmp, "wb") as handle:
+            np.savez_compressed(handle, method=np.array(method), device=np.array(device), **arrays)

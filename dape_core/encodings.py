@@ -1,15 +1,21 @@
-"""Positional encodings: NoPE, RoPE, T5 bias, ALiBi, Kerple (log), FIRE, CoPE and Transformer-XL.
+"""Positional encodings: NoPE, RoPE, YaRN, randomized RoPE, T5 bias, ALiBi, Kerple (log), FIRE, CoPE and
+Transformer-XL.
 
 Every encoding works at any length (no maximum-length assertion, nothing cached by length) and offers two
 hooks that the score pipeline (``dape_core.attention``) calls:
 
-* ``rotate(q, k, q_pos, k_pos)`` — a rotation of queries and keys (RoPE); identity for the others;
-* ``bias(q, k, scores, q_pos, k_pos)`` — the additive bias B of paper eq. (1): ``None`` (NoPE, RoPE),
+* ``rotate(q, k, q_pos, k_pos)`` — a rotation of queries and keys (RoPE, YaRN, randomized RoPE); identity for
+  the others;
+* ``bias(q, k, scores, q_pos, k_pos)`` — the additive bias B of paper eq. (1): ``None`` (NoPE, the RoPE family),
   ``[H, Tq, Tk]`` (ALiBi, Kerple, FIRE, T5) or ``[batch, H, Tq, Tk]`` when it depends on the query (CoPE, XL).
 
-``q_pos``/``k_pos`` are 1-D position vectors; ``scores`` is q·kᵀ/√d of the same rows. With ``causal=False``
+``q_pos``/``k_pos`` are 1-D position vectors; ``scores`` is q·kᵀ/√d of the same rows. Decoder (causal) biases
+are those of the public code, built on tril(i − j): keys right of the query see the bias of distance 0 (the
+causal mask hides them; only a processor without tril, the §4.5 ablation, reads them). With ``causal=False``
 (the CHE encoder) each encoding tells left from right; the choice per encoding is written in its docstring.
-A new encoding is one class decorated with ``@register("name")``; it then joins the tests and configs by name.
+An encoding with ``randomized_positions`` is trained and evaluated at sorted random positions drawn by
+``dape_core.positions``. A new encoding is one class decorated with ``@register("name", "Display")``; it then
+joins the tests and configs by name.
 
 What does not change within a forward pass and has no parameters — distances, T5's buckets, masks, XL's
 sinusoids, ALiBi's whole bias — is built once per pair of position tensors and reused by every layer
@@ -25,7 +31,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from dape_core.errors import require_choice
+from dape_core.errors import ConfigError, require_choice
 
 ENCODINGS: dict[str, type["PositionalEncoding"]] = {}
 
@@ -108,6 +114,7 @@ class PositionalEncoding(nn.Module):
     needs_scores = False  # True: the bias is a function of q·kᵀ (CoPE's gates)
     relative_bias = False  # True: B[i, j] depends on pos_i − pos_j alone (lets DAPE's Conv1 work per distance)
     shared_by_default = False  # one instance for all layers (public code: only the T5 table)
+    randomized_positions = False  # True: trained and evaluated at random positions (dape_core.positions)
 
     def __init__(self, n_head: int, head_dim: int, *, causal: bool = True, train_len: int = 512, **_: object):
         super().__init__()
@@ -148,9 +155,11 @@ class RoPE(PositionalEncoding):
         inv_freq = rope_base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
         self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
 
-    def _rotate_one(self, x, pos):
+    def _rotate_one(self, x, pos, inv_freq=None):
+        """x rotated by the angles pos·θ_d (θ = ``inv_freq``, RoPE's own frequencies by default)."""
+        inv_freq = self.inv_freq if inv_freq is None else inv_freq
         dtype = torch.promote_types(x.dtype, torch.float32)
-        angles = pos.to(dtype)[:, None] * self.inv_freq.to(dtype)[None, :]  # [T, d/2]
+        angles = pos.to(dtype)[:, None] * inv_freq.to(dtype)[None, :]  # [T, d/2]
         cos = torch.cat([angles.cos(), angles.cos()], -1).to(x.dtype)
         sin = torch.cat([angles.sin(), angles.sin()], -1).to(x.dtype)
         x1, x2 = x.chunk(2, dim=-1)
@@ -158,6 +167,68 @@ class RoPE(PositionalEncoding):
 
     def rotate(self, q, k, q_pos, k_pos):
         return self._rotate_one(q, q_pos), self._rotate_one(k, k_pos)
+
+
+@register("yarn", "YaRN")
+class YaRN(RoPE):
+    """YaRN (Peng et al., 2023): RoPE whose frequencies are interpolated "NTK-by-parts" and whose logits get a
+    temperature, applied without fine-tuning at the scale s = max(1, L′/L) of each forward pass (the paper's
+    dynamic scaling, §3.3; eq. 11): L = ``train_len``, L′ = the number of key positions (the evaluation length),
+    so a model trained as RoPE at L is plain RoPE up to L and YaRN beyond.
+
+    Per RoPE frequency θ_d: wavelength λ_d = 2π/θ_d (eq. 13), ratio r(d) = L/λ_d (eq. 17), ramp γ(r) = 0 below α,
+    1 above β and (r − α)/(β − α) between (eq. 18; α = 1, β = 32, the paper's values for Llama), interpolated
+    θ′_d = (1 − γ)·θ_d/s + γ·θ_d (eq. 20); q and k are both multiplied by √(1/t) = 0.1·ln s + 1 (eqs. 21–22),
+    the logits by 1/t. The reference code (jquesnelle/yarn) ramps linearly in the dimension index between the
+    dimensions where r = β and r = α (rounded outwards) rather than linearly in r; this follows the paper.
+    """
+
+    def __init__(self, n_head, head_dim, *, yarn_alpha: float = 1.0, yarn_beta: float = 32.0, **kw):
+        super().__init__(n_head, head_dim, **kw)
+        if not 0 <= yarn_alpha < yarn_beta:
+            raise ConfigError(f"yarn_beta: {yarn_beta!r} is not allowed with yarn_alpha {yarn_alpha!r}; allowed "
+                              "values: 0 ≤ yarn_alpha < yarn_beta")
+        theta = self.inv_freq.double()
+        ratio = self.train_len * theta / (2 * math.pi)  # r(d) = L/λ_d, λ_d = 2π/θ_d (eqs. 13, 17)
+        ramp = ((ratio - yarn_alpha) / (yarn_beta - yarn_alpha)).clamp(0, 1)  # γ(r(d)) (eq. 18)
+        self.register_buffer("ramp", ramp.float(), persistent=False)
+
+    def scale_factor(self, length: int) -> float:
+        """s = max(1, L′/L), L′ = ``length``, L = the training length (YaRN eq. 11, dynamic scaling §3.3)."""
+        return max(1.0, length / self.train_len)
+
+    def frequencies(self, s: float) -> torch.Tensor:
+        """θ′_d = (1 − γ(r(d)))·θ_d/s + γ(r(d))·θ_d (YaRN eq. 20)."""
+        return (1 - self.ramp) * self.inv_freq / s + self.ramp * self.inv_freq
+
+    @staticmethod
+    def attention_factor(s: float) -> float:
+        """√(1/t) = 0.1·ln s + 1, the factor on q and on k (YaRN eq. 22)."""
+        return 0.1 * math.log(s) + 1.0
+
+    def rotate(self, q, k, q_pos, k_pos):
+        s = self.scale_factor(k_pos.numel())
+        if s == 1.0:
+            return super().rotate(q, k, q_pos, k_pos)
+        frequencies, factor = self.frequencies(s), self.attention_factor(s)
+        return self._rotate_one(q, q_pos, frequencies) * factor, self._rotate_one(k, k_pos, frequencies) * factor
+
+
+@register("randrope", "RandRoPE")
+class RandomizedRoPE(RoPE):
+    """Randomized RoPE (Ruoss et al., 2023): RoPE at sorted positions drawn without replacement from
+    [0, max_position), max_position ≥ the longest evaluation length — a new draw for every training micro-batch,
+    a function of (seed, step, micro-batch) so that a resumed run draws the same positions.
+
+    Evaluation draws too, as Ruoss et al. do at test time: one draw per evaluation window, seeded by (seed,
+    length, window), so that a perplexity is deterministic and does not depend on batching (at length
+    max_position the draw is 0 … T−1). Positions 0 … T−1 at evaluation would put neighbouring tokens one
+    position apart, a spacing training shows only when max_position = train_len. The draws are made by
+    ``dape_core.positions``; this class is RoPE at the positions it is given (in the CHE encoder, the runner's
+    ``randomized_positions`` decides them, as for every encoding there).
+    """
+
+    randomized_positions = True
 
 
 def alibi_slopes(n_head: int) -> torch.Tensor:
@@ -177,9 +248,10 @@ def alibi_slopes(n_head: int) -> torch.Tensor:
 
 @register("alibi", "ALiBi")
 class ALiBi(PositionalEncoding):
-    """ALiBi (Press et al., 2022): b(i, j) = −m_h·(i − j).
+    """ALiBi (Press et al., 2022): b(i, j) = −m_h·max(i − j, 0).
 
-    Encoder (two-sided): b = −m_h·(|i − j| + 0.5·[j < i]), the reference CHE encoder's symmetry break.
+    Decoder: the public code's −m_h·tril(i − j), so keys right of the query get 0. Encoder (two-sided):
+    b = −m_h·(|i − j| + 0.5·[j < i]), the reference CHE encoder's symmetry break.
     """
 
     relative_bias = True
@@ -193,7 +265,9 @@ class ALiBi(PositionalEncoding):
 
         def build():
             dist = relative_distance(q_pos, k_pos).to(q.dtype)
-            if not self.causal:
+            if self.causal:
+                dist = dist.clamp(min=0)  # tril(i − j)
+            else:
                 dist = dist.abs() + 0.5 * (dist > 0).to(q.dtype)
             return -self.slopes.to(q.dtype)[:, None, None] * dist
 
@@ -202,10 +276,11 @@ class ALiBi(PositionalEncoding):
 
 @register("kerple", "Kerple")
 class Kerple(PositionalEncoding):
-    """Kerple, logarithmic variant (Chi et al., 2022): b(i, j) = −r1·log(1 + r2·|i − j|), r1, r2 ≥ 0.01.
+    """Kerple, logarithmic variant (Chi et al., 2022): b(i, j) = −r1·log(1 + r2·max(i − j, 0)), r1, r2 ≥ 0.01.
 
     Init r1 ~ 2·U(0, 1), r2 ~ U(0, 1) per head; the parameters are clamped to ≥ 0.01 in place at every forward,
-    as the reference does. Encoder (two-sided): separate (r1, r2) for keys left and right of the query.
+    as the reference does. Decoder: the public code's kernel of tril(i − j), so keys right of the query get 0.
+    Encoder (two-sided): −r1·log(1 + r2·|i − j|) with separate (r1, r2) for keys left and right of the query.
     """
 
     relative_bias = True
@@ -222,9 +297,12 @@ class Kerple(PositionalEncoding):
             for param in (self.r1, self.r2):
                 if bool((param < self.min_value).any()):
                     param.clamp_(min=self.min_value)
-        distance = geometry.get(
-            ("abs_distance", q.dtype), q_pos, k_pos, lambda: relative_distance(q_pos, k_pos).abs().to(q.dtype)
-        )
+        if self.causal:  # tril(i − j)
+            distance = geometry.get(("causal_distance", q.dtype), q_pos, k_pos,
+                                    lambda: relative_distance(q_pos, k_pos).clamp(min=0).to(q.dtype))
+        else:
+            distance = geometry.get(("abs_distance", q.dtype), q_pos, k_pos,
+                                    lambda: relative_distance(q_pos, k_pos).abs().to(q.dtype))
         r1 = self.r1.to(q.dtype)[:, :, None, None]
         r2 = self.r2.to(q.dtype)[:, :, None, None]
         kernel = -r1 * torch.log1p(r2 * distance)  # [sides, H, Tq, Tk]
@@ -239,8 +317,9 @@ class FIRE(PositionalEncoding):
     """FIRE (Li et al., 2023): b(i, j) = f_θ(ψ(i − j) / ψ(max(L, i))), ψ(x) = log(|c·x| + 1).
 
     f_θ = Linear(1, 32)–ReLU–Linear(32, H); c learnable (init 0.1); L = |L_multiplier·L_init| with L_multiplier
-    learnable (init 1) and L_init = train_len / 2 fixed; eps 1e-6 on the denominator. Encoder (two-sided): the
-    signed normalised distance sign(i − j)·ψ(i − j)/ψ(max(L, i, j)) goes into f_θ.
+    learnable (init 1) and L_init = train_len / 2 fixed; eps 1e-6 on the denominator. Decoder: the distance is
+    the public code's tril(i − j), so keys right of the query get f_θ(0). Encoder (two-sided): the signed
+    normalised distance sign(i − j)·ψ(i − j)/ψ(max(L, i, j)) goes into f_θ.
     """
 
     def __init__(self, n_head, head_dim, *, fire_width: int = 32, **kw):
@@ -260,7 +339,7 @@ class FIRE(PositionalEncoding):
         threshold = torch.abs(self.L_multiplier * self.L_init)
         if self.causal:
             normaliser = torch.maximum(q_pos.to(dtype), threshold)[:, None]
-            x = self.psi(dist) / (self.psi(normaliser) + self.eps)
+            x = self.psi(dist.clamp(min=0)) / (self.psi(normaliser) + self.eps)  # tril(i − j)
         else:
             far = torch.maximum(q_pos[:, None], k_pos[None, :]).to(dtype)
             normaliser = torch.maximum(far, threshold)
@@ -287,9 +366,14 @@ def t5_bucket(dist: torch.Tensor, *, bidirectional: bool, num_buckets: int = 32,
 
 @register("t5", "T5")
 class T5Bias(PositionalEncoding):
-    """T5 relative bias: a learned scalar per head for each of 32 buckets of i − j (max distance 128).
+    """T5 relative bias (Raffel et al., 2020) as the public code has it: b(i, j) = √d_head · w[bucket(i − j), h],
+    32 buckets of i − j, max distance 128; w [buckets, H] initialised Xavier-normal (std √(2/(buckets + H))).
 
-    One table shared by all layers (public code). Encoder: T5's bidirectional buckets (left and right apart).
+    The public code (GPT-NeoX's ParallelRelativePositionBias, ``pos_emb: rpe``) builds one table for all layers,
+    multiplies it by √d_head and initialises it with ``xavier_normal_``; this follows it. Decoder: causal buckets
+    of max(i − j, 0), so keys right of the query get bucket 0. Encoder: T5's bidirectional buckets (left and right
+    apart). A table saved before the √d_head scale was adopted (no ``scale`` in its state dict) was trained
+    unscaled and loads with scale 1, so it gives the results it was trained and evaluated with.
     """
 
     relative_bias = True
@@ -301,6 +385,9 @@ class T5Bias(PositionalEncoding):
         self.num_buckets = t5_buckets
         self.max_distance = t5_max_distance
         self.table = nn.Embedding(t5_buckets, n_head)
+        nn.init.xavier_normal_(self.table.weight)
+        self.register_buffer("scale", torch.tensor(math.sqrt(head_dim)))
+        self.register_load_state_dict_pre_hook(_unscaled_legacy_t5_table)
 
     def bias(self, q, k, scores, q_pos, k_pos):
         buckets = geometry.get(
@@ -314,7 +401,13 @@ class T5Bias(PositionalEncoding):
                 max_distance=self.max_distance,
             ),
         )
-        return self.table(buckets).permute(2, 0, 1).to(q.dtype)
+        return (self.table(buckets) * self.scale).permute(2, 0, 1).to(q.dtype)
+
+
+def _unscaled_legacy_t5_table(module, state_dict, prefix, *_):
+    """A T5 table saved without ``scale`` (an earlier version, trained unscaled) loads with scale 1."""
+    if prefix + "table.weight" in state_dict:
+        state_dict.setdefault(prefix + "scale", torch.ones((), dtype=module.scale.dtype))
 
 
 @register("cope", "CoPE")
@@ -409,6 +502,8 @@ __all__ = [
     "relative_distance",
     "GeometryCache",
     "geometry",
+    "YaRN",
+    "RandomizedRoPE",
     "alibi_slopes",
     "t5_bucket",
     "sinusoid",

@@ -8,6 +8,18 @@ tokens earlier, while the longest context still fits; ``max_windows`` caps them 
 
 ΔP (appendix A, eq. 6) = P(M(x[−T_train:]), w) − P(M(x), w) with w = ``delta_p_window`` (default the training
 length): positive when the context beyond the training length helps.
+
+Per-window losses (``--windows-out``): for every evaluation length, each window's mean NLL over its scored tokens
+(and over the ΔP window, with the full and the local context), keyed by (``document``, ``anchor``): the window's
+validation document and the end of its scored tokens. Windows depend only on the split and the evaluation
+settings (longest length, ``window``, ``max_windows``, ``seed``), never on the model, so two runs evaluated on
+the same split with the same settings score the same windows and are compared window by window (the claims'
+paired bootstrap). Every scored window has the same number of tokens, so exp(mean of a length's window losses) is
+its perplexity.
+
+The model and the batches go to one device, chosen once: CUDA when present (TF32 off, so results match fp32 on
+the CPU to rounding), the CPU otherwise; ``eval_device`` records it (and the sink and heat-map files, computed on
+the same device, record it as ``device``).
 """
 
 from __future__ import annotations
@@ -24,6 +36,7 @@ import torch
 
 from dape_core import io, settings as fields
 from dape_core.errors import ConfigError, require_positive
+from dape_core.positions import evaluation_positions, randomized, require_max_position
 from dape_core.settings import setting
 
 
@@ -39,7 +52,7 @@ class EvalSettings:
     max_windows: int = setting(64, help="windows per length at most (seeded choice)")
     batch_size: int = setting(8, help="windows per forward (1 beyond length 1024)")
     query_chunk_size: int = setting(1024, help="exact query-chunked attention beyond this length")
-    bootstrap: int = setting(1000, help="bootstrap resamples of the perplexity interval")
+    bootstrap: int = setting(1000, help="bootstrap resamples of the perplexity interval (0: no interval)")
     seed: int = setting(0, help="seed of the window choice and the bootstrap")
     threads: int = setting(2, help="CPU threads")
     heatmap_len: int | None = setting(None, help="sequence length of the sink and heat-maps (default: train_len)")
@@ -47,12 +60,29 @@ class EvalSettings:
     def __post_init__(self):
         for length in self.eval_lens:
             require_positive("eval_lens", length)
-        for name in ("window", "min_scored_tokens", "max_windows", "batch_size", "query_chunk_size", "bootstrap",
-                     "threads"):
+        for name in ("window", "min_scored_tokens", "max_windows", "batch_size", "query_chunk_size", "threads"):
             require_positive(name, getattr(self, name))
+        require_resamples("bootstrap", self.bootstrap)
         for name in ("delta_p_window", "heatmap_len"):
             if getattr(self, name) is not None:
                 require_positive(name, getattr(self, name))
+
+
+def require_resamples(field: str, value) -> int:
+    """A number of bootstrap resamples: an integer ≥ 0 (0: no interval)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{field}: {value!r} is not allowed; allowed values: an integer ≥ 0 (0: no interval)")
+    return value
+
+
+def choose_device() -> torch.device:
+    """The device of the evaluation, chosen once: CUDA when present, else the CPU."""
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def device_name(device: torch.device) -> str:
+    """``cpu`` or ``cuda:<GPU name>``, as recorded in ``eval_device``."""
+    return f"cuda:{torch.cuda.get_device_name(device)}" if device.type == "cuda" else "cpu"
 
 
 def window_anchors(doc_lengths: np.ndarray, max_len: int, window: int, max_windows: int | None, seed: int):
@@ -71,20 +101,26 @@ def window_anchors(doc_lengths: np.ndarray, max_len: int, window: int, max_windo
 
 
 @torch.no_grad()
-def window_nll(model, inputs: np.ndarray, targets: np.ndarray, last: int, batch_size: int) -> np.ndarray:
-    """Per-token negative log-likelihood [n_windows, last] of the final ``last`` targets of each window."""
+def window_nll(model, inputs: np.ndarray, targets: np.ndarray, last: int, batch_size: int, *,
+               seed: int = 0) -> np.ndarray:
+    """Per-token negative log-likelihood [n_windows, last] of the final ``last`` targets of each window. A model at
+    random positions (``randrope``) scores one window per forward, at positions drawn for (seed, length, window)."""
+    device = next(model.parameters()).device
+    batch_size = 1 if randomized(model.cfg) else batch_size
     out = []
     for b in range(0, len(inputs), batch_size):
-        x = torch.from_numpy(inputs[b : b + batch_size].astype(np.int64))
-        y = torch.from_numpy(targets[b : b + batch_size, -last:].astype(np.int64))
-        logits = model(x, last=last).float()
-        out.append(torch.nn.functional.cross_entropy(logits.transpose(1, 2), y, reduction="none").numpy())
+        x = torch.from_numpy(inputs[b : b + batch_size].astype(np.int64)).to(device)
+        y = torch.from_numpy(targets[b : b + batch_size, -last:].astype(np.int64)).to(device)
+        positions = evaluation_positions(model.cfg, seed, x.shape[1], b)  # None: 0 … T−1
+        logits = model(x, last=last, positions=positions).float()
+        out.append(torch.nn.functional.cross_entropy(logits.transpose(1, 2), y, reduction="none").cpu().numpy())
     return np.concatenate(out) if out else np.zeros((0, last))
 
 
 def bootstrap_ppl(nll_per_window: np.ndarray, n_boot: int, seed: int) -> tuple[float, float]:
-    """95 % percentile interval of exp(mean NLL) with windows resampled."""
-    if len(nll_per_window) < 2:
+    """95 % percentile interval of exp(mean NLL) with windows resampled; NaN bounds for ``n_boot`` 0."""
+    require_resamples("bootstrap", n_boot)
+    if len(nll_per_window) < 2 or n_boot == 0:
         return float("nan"), float("nan")
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, len(nll_per_window), size=(n_boot, len(nll_per_window)))
@@ -92,7 +128,15 @@ def bootstrap_ppl(nll_per_window: np.ndarray, n_boot: int, seed: int) -> tuple[f
     return float(np.percentile(ppl, 2.5)), float(np.percentile(ppl, 97.5))
 
 
-def evaluate(
+WINDOW_COLUMNS = ["eval_len", "document", "anchor", "tokens", "loss", "loss_dp", "loss_local"]
+
+
+def evaluate(model, split, eval_lens: list[int], **options) -> pd.DataFrame:
+    """One row per evaluation length (see :func:`evaluate_windows`, whose first result this is)."""
+    return evaluate_windows(model, split, eval_lens, **options)[0]
+
+
+def evaluate_windows(
     model,
     split,
     eval_lens: list[int],
@@ -105,12 +149,16 @@ def evaluate(
     batch_size: int = 8,
     seed: int = 0,
     n_boot: int = 1000,
-) -> pd.DataFrame:
-    """One row per evaluation length: ppl, its bootstrap interval, bits per byte, ΔP and the data it used."""
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(one row per evaluation length: ppl, its bootstrap interval, bits per byte, ΔP and the data it used;
+    one row per length × window: its id (``document``, ``anchor``) and mean NLL ``loss``, ``loss_dp`` and
+    ``loss_local`` over the scored and the ΔP tokens)."""
     eval_lens = sorted(set(int(x) for x in eval_lens))
     for x in eval_lens:
         require_positive("eval_lens", x)
+    require_max_position(model.cfg, max(eval_lens), "eval_lens")
     require_positive("window", window)
+    require_resamples("bootstrap", n_boot)
     delta_p_window = delta_p_window or train_len
     if delta_p_window > train_len:
         raise ConfigError(f"delta_p_window: {delta_p_window} is not allowed; allowed values: 1 … train_len ({train_len})")
@@ -127,23 +175,28 @@ def evaluate(
     seqs = np.stack([np.asarray(split.document(d)[e - longest - 1 : e], dtype=np.int64) for d, e in anchors]) \
         if anchors else np.zeros((0, longest + 1), dtype=np.int64)
     token_bytes = np.asarray(split.token_bytes)
-    rows = []
+    documents = np.array([d for d, _ in anchors], dtype=np.int64)
+    ends = np.array([e for _, e in anchors], dtype=np.int64)
+    rows, windows = [], []
     for n in eval_lens:
         w, wdp = min(window, n), min(delta_p_window, n)
         last = max(w, wdp)
         x, y = seqs[:, -n - 1 : -1], seqs[:, -n:]
-        nll = window_nll(model, x, y, last, batch_size if n <= 1024 else 1)
+        nll = window_nll(model, x, y, last, batch_size if n <= 1024 else 1, seed=seed)
         main = nll[:, -w:]
         per_window = main.mean(axis=1)
         loss = float(main.mean()) if main.size else float("nan")
         n_bytes = float(token_bytes[y[:, -w:]].sum())
         lo, hi = bootstrap_ppl(per_window, n_boot, seed)
+        dp_window = nll[:, -wdp:].mean(axis=1)
         ppl_dp = float(np.exp(nll[:, -wdp:].mean())) if nll.size else float("nan")
         if n > train_len:
-            local = window_nll(model, x[:, -train_len:], y[:, -train_len:], wdp, batch_size)
+            local = window_nll(model, x[:, -train_len:], y[:, -train_len:], wdp, batch_size, seed=seed)
             ppl_local = float(np.exp(local.mean()))
+            local_window = local.mean(axis=1)
         else:
             ppl_local = ppl_dp  # the whole sequence already fits the training length
+            local_window = dp_window
         rows.append({
             "eval_len": n, "window": w, "n_docs": len({d for d, _ in anchors}), "n_windows": len(anchors),
             "n_tokens": int(main.size), "loss": loss, "ppl": math.exp(loss) if main.size else float("nan"),
@@ -152,8 +205,11 @@ def evaluate(
             "delta_p_window": wdp, "ppl_dp": ppl_dp, "ppl_local": ppl_local, "delta_p": ppl_local - ppl_dp,
             "status": "ok",
         })
+        windows.append(pd.DataFrame({"eval_len": n, "document": documents, "anchor": ends, "tokens": w,
+                                     "loss": per_window, "loss_dp": dp_window, "loss_local": local_window},
+                                    columns=WINDOW_COLUMNS))
         print(f"eval_len {n}: ppl {rows[-1]['ppl']:.3f} over {rows[-1]['n_tokens']} tokens", file=sys.stderr)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows), pd.concat(windows, ignore_index=True)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -161,12 +217,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", required=True, help="an --out-dir of `dape tokenize` (its validation split is used)")
     fields.add_arguments(p, EvalSettings)
     p.add_argument("--out", required=True, help="CSV, one row per evaluation length")
+    p.add_argument("--windows-out", default=None,
+                   help="CSV of per-window losses: one row per evaluation length × window (document, anchor)")
     p.add_argument("--sink-out", default=None, help="CSV of the attention-sink statistic per layer (appendix K)")
     p.add_argument("--heatmap-out", default=None, help="NPZ of A, B and the DAPE term for one sequence (appendix K)")
 
 
 def run(args) -> int:
-    from dape_core.attention_maps import layer_maps, sink_mass
+    from dape_core.attention_maps import layer_rows, sink_frame, write_heatmaps
     from dape_core.data import load_split
     from dape_core.train import load_model
 
@@ -174,7 +232,12 @@ def run(args) -> int:
     if not Path(args.checkpoint).is_file():
         raise ConfigError(f"checkpoint: {args.checkpoint!r} does not exist; allowed values: a model.pt of `dape train`")
     torch.set_num_threads(ev.threads)
+    device = choose_device()
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     model, ckpt = load_model(args.checkpoint)
+    model.to(device)
     model.cfg.query_chunk_size = ev.query_chunk_size
     mc, ts = ckpt["model_config"], ckpt["train_settings"]
     settings = {
@@ -191,32 +254,32 @@ def run(args) -> int:
         frame = pd.DataFrame({"eval_len": sorted(set(ev.eval_lens)), "status": "diverged"})
         for col in ("loss", "ppl", "ppl_ci_low", "ppl_ci_high", "bpb", "ppl_dp", "ppl_local", "delta_p"):
             frame[col] = float("nan")
+        windows = pd.DataFrame(columns=WINDOW_COLUMNS)  # a diverged run scores no window
     else:
-        frame = evaluate(model, split, ev.eval_lens, train_len=ts["train_len"], window=ev.window,
-                         delta_p_window=ev.delta_p_window, min_scored_tokens=ev.min_scored_tokens,
-                         max_windows=ev.max_windows, batch_size=ev.batch_size, seed=ev.seed,
-                         n_boot=ev.bootstrap)
+        frame, windows = evaluate_windows(
+            model, split, ev.eval_lens, train_len=ts["train_len"], window=ev.window,
+            delta_p_window=ev.delta_p_window, min_scored_tokens=ev.min_scored_tokens, max_windows=ev.max_windows,
+            batch_size=ev.batch_size, seed=ev.seed, n_boot=ev.bootstrap)
     for key, value in settings.items():
         frame[key] = value
+    frame["eval_device"] = device_name(device)
     frame["git_commit"] = git_commit()
     frame["data_dir"] = str(args.data_dir)
     io.write_csv(args.out, frame)
+    if args.windows_out:
+        io.write_csv(args.windows_out, windows)
     if args.sink_out or args.heatmap_out:
         n = ev.heatmap_len or ts["train_len"]
         docs = split.long_documents(n)
         if len(docs) == 0:
             raise ConfigError(f"heatmap_len: no validation document has {n} tokens; allowed values: a shorter length")
         tokens = torch.from_numpy(np.asarray(split.document(int(docs[0]))[:n], dtype=np.int64))[None]
-        maps = [] if ckpt["status"] == "diverged" else layer_maps(model, tokens)
+        layers = [] if ckpt["status"] == "diverged" else layer_rows(model, tokens)  # on the evaluation's device
         if args.sink_out:
-            sink = pd.DataFrame([{"method": ckpt["method"], "eval_len": n, "layer": i, "sink_mass": sink_mass(m["probs"])}
-                                 for i, m in enumerate(maps)], columns=["method", "eval_len", "layer", "sink_mass"])
+            sink = sink_frame(layers, method=ckpt["method"], eval_len=n, device=device_name(device))
             for key in ("encoding", "processor", "kernel_size", "train_len", "seed"):
                 sink[key] = settings[key]
             io.write_csv(args.sink_out, sink)
         if args.heatmap_out:
-            arrays = {f"layer{i}_{name}": m[name][:, -1, :] for i, m in enumerate(maps) for name in ("A", "B", "dape", "probs")}
-            with io.atomic_path(Path(args.heatmap_out)) as tmp:
-                with open(tmp, "wb") as handle:
-                    np.savez_compressed(handle, method=np.array(ckpt["method"]), **arrays)
+            write_heatmaps(args.heatmap_out, layers, method=ckpt["method"], device=device_name(device))
     return 0

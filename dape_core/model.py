@@ -17,11 +17,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from dape_core.attention import SelfAttention
 from dape_core.dape import build_processor
 from dape_core.encodings import ENCODINGS, build_encoding
 from dape_core.errors import ConfigError, require_choice, require_positive
+from dape_core.implementations import resolve_attention_impl
 from dape_core.settings import AttentionSettings, setting
 
 # name -> (n_layer, n_head, d_model)
@@ -53,12 +55,18 @@ class GPTConfig(AttentionSettings):
     dropout: float = setting(0.0, help="dropout (paper appendix I: 0)")
     train_len: int = setting(512, help="training length (FIRE's L_init is half of it)")
     tie_embeddings: bool = setting(False, help="tie input and output embeddings (public code: untied)")
+    max_position: int = setting(8192, help="randrope: positions drawn from [0, max_position), ≥ the longest "
+                                           "evaluation length (Ruoss et al., 2023)")
     query_chunk_size: int | None = None  # exact query-chunked attention beyond this many rows
 
     def __post_init__(self):
         super().__post_init__()
         resolve_shape(self)
         require_positive("vocab_size", self.vocab_size)
+        require_positive("max_position", self.max_position)
+        if ENCODINGS[self.encoding].randomized_positions and self.train_len > self.max_position:
+            raise ConfigError(f"max_position: {self.max_position} is not allowed with train_len {self.train_len}; "
+                              "allowed values: ≥ train_len (positions are drawn from [0, max_position))")
         if self.query_chunk_size is not None:
             require_positive("query_chunk_size", self.query_chunk_size)
 
@@ -114,7 +122,16 @@ class Block(nn.Module):
         self.ff = nn.Sequential(nn.Linear(d_model, d_ff), activation(), nn.Linear(d_ff, d_model))
         self.drop = nn.Dropout(dropout)
 
+    #: recompute the block's activations in the backward pass instead of storing them (training's
+    #: ``activation_checkpointing``); a wrapper such as FSDP2's hooks stays outside the recomputed part
+    activation_checkpointing = False
+
     def forward(self, x, **attn_kwargs):
+        if self.activation_checkpointing and torch.is_grad_enabled():
+            return checkpoint(self._forward, x, use_reentrant=False, **attn_kwargs)
+        return self._forward(x, **attn_kwargs)
+
+    def _forward(self, x, **attn_kwargs):
         if self.pre_norm:
             x = x + self.drop(self.attn(self.norm1(x), **attn_kwargs))
             return x + self.drop(self.ff(self.norm2(x)))
@@ -153,7 +170,7 @@ class _Stack(nn.Module):
     def encoding(self, layer: int):
         return self.encodings[layer if len(self.encodings) > 1 else 0]
 
-    def forward(self, x, positions, query_chunk_size=None, fast_path=True, dape_dtype=None):
+    def forward(self, x, positions, query_chunk_size=None, attention_impl="fast", dape_dtype=None):
         for i, block in enumerate(self.blocks):
             x = block(
                 x,
@@ -161,7 +178,7 @@ class _Stack(nn.Module):
                 processor=self.processors[i] if self.has_processor else None,
                 positions=positions,
                 query_chunk_size=query_chunk_size,
-                fast_path=fast_path,
+                attention_impl=attention_impl,
                 dape_dtype=dape_dtype,
             )
         return x
@@ -184,20 +201,26 @@ class GPT(nn.Module):
             self.head.weight = self.embed.weight
 
     def forward(
-        self, idx: torch.Tensor, targets: torch.Tensor | None = None, *, fast_path: bool = True, last: int | None = None
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None, *, fast_path: bool = True, last: int | None = None,
+        positions: torch.Tensor | None = None,
     ):
         """Logits [batch, T, vocab] for token ids [batch, T] (only the ``last`` positions if given); with
-        ``targets`` also the mean cross-entropy."""
-        positions = torch.arange(idx.shape[1], device=idx.device)
+        ``targets`` also the mean cross-entropy. ``fast_path=False`` runs the plain reference path."""
+        # positions [T]: 0 … T−1 unless given (randomized encodings draw theirs with dape_core.positions)
+        positions = torch.arange(idx.shape[1], device=idx.device) if positions is None else positions.to(idx.device)
         x = self.drop(self.embed(idx))
-        fast_path = fast_path and self.cfg.attention_impl == "fast"
-        x = self.stack(x, positions, self.cfg.query_chunk_size, fast_path, TORCH_DTYPES[self.cfg.dape_dtype])
+        impl = self.resolved_attention_impl(idx.device) if fast_path else "plain"
+        x = self.stack(x, positions, self.cfg.query_chunk_size, impl, TORCH_DTYPES[self.cfg.dape_dtype])
         if last is not None:
             x = x[:, -last:]
         logits = self.head(self.norm(x))
         if targets is None:
             return logits
         return logits, F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+
+    def resolved_attention_impl(self, device: torch.device | str | None = None) -> str:
+        """The path ``attention_impl`` runs on ``device`` (default: the parameters'): ``auto`` resolved."""
+        return resolve_attention_impl(self.cfg.attention_impl, device or self.head.weight.device)
 
     def non_embedding_parameters(self) -> int:
         skip = {id(self.embed.weight), id(self.head.weight)}
@@ -237,8 +260,12 @@ class Encoder(nn.Module):
         elif positions.dim() == 2:
             positions = positions[0]
         x = self.drop(self.embed(tokens) * math.sqrt(self.cfg.d_model))
-        return self.head(self.stack(x, positions, fast_path=self.cfg.attention_impl == "fast",
+        return self.head(self.stack(x, positions, attention_impl=self.resolved_attention_impl(tokens.device),
                                     dape_dtype=TORCH_DTYPES[self.cfg.dape_dtype]))
+
+    def resolved_attention_impl(self, device: torch.device | str | None = None) -> str:
+        """The path ``attention_impl`` runs on ``device`` (default: the parameters'): ``auto`` resolved."""
+        return resolve_attention_impl(self.cfg.attention_impl, device or self.head.weight.device)
 
 
 def _init_weights(module: nn.Module) -> None:

@@ -25,7 +25,7 @@ from dape_core.errors import ConfigError, require_choice, require_odd_kernel, re
 
 PROCESSORS = ("none", "dape_v1", "dape_v2")
 PADDINGS = ("same", "causal")
-ATTENTION_IMPLS = ("fast", "plain")
+ATTENTION_IMPLS = ("auto", "fast", "plain", "materialized")
 DAPE_DTYPES = ("float32", "bfloat16")
 TRISTATE = {"default": None, "true": True, "false": False}  # a ``bool | None`` on the command line
 TRISTATE_NAMES = {value: name for name, value in TRISTATE.items()}
@@ -52,8 +52,10 @@ class AttentionSettings:
                            help="same: k//2 each side (appendix L); causal: k−1 on the left (§3.3's text)")
     encoding_shared: bool | None = setting(None, help="one positional module for all layers; default: as the "
                                                        "public code (only T5's table shared)")
-    attention_impl: str = setting("fast", choices=ATTENTION_IMPLS,
-                                  help="fast: the blocked DAPE path; plain: the paper's materialised form")
+    attention_impl: str = setting("auto", choices=ATTENTION_IMPLS,
+                                  help="auto: fast on a CPU, materialized on an accelerator; fast: the blocked "
+                                       "DAPE path (CPU); plain: the paper's materialised form; materialized: that "
+                                       "form per chunk of query rows, few kernel launches (GPU)")
     dape_dtype: str = setting("float32", choices=DAPE_DTYPES, help="precision of DAPE's GEMMs on the fast path")
 
     def __post_init__(self):

@@ -4,9 +4,12 @@ AdamW β (0.9, 0.95), cosine decay to ``min_lr_ratio``·lr after a linear warm-u
 (public-code values: warm-up 1 %, decay to 10 %, weight decay 0.1, clip 1.0). The data order is a function of
 (seed, step), so a resumed run draws exactly the batches the uninterrupted run would have drawn.
 
-Outputs in ``--out-dir``: ``model.pt`` (restore with :func:`load_model`), ``summary.json`` (status ``ok`` or
-``diverged``, provenance, throughput) and ``metrics.jsonl`` (step, loss, lr, tokens/s). Periodic checkpoints go to
-``--checkpoint-dir`` — keep it outside a workflow rule's declared outputs so a failed job's clean-up keeps them.
+Outputs in ``--out-dir``: ``model.pt`` (a plain full state dict under every ``distributed`` mode; restore with
+:func:`load_model`), ``summary.json`` (status ``ok`` or ``diverged``, provenance, throughput), ``metrics.jsonl``
+(step, loss, lr, gradient norm, tokens/s) and ``tensorboard/`` (event files, :mod:`dape_core.tensorboard_log`).
+Periodic checkpoints go to ``--checkpoint-dir`` (:mod:`dape_core.checkpoints`; the newest two are kept) — keep it
+outside a workflow rule's declared outputs so a failed job's clean-up keeps them. ``--distributed ddp`` or ``fsdp``
+under torchrun splits the batch across processes (:mod:`dape_core.distributed`).
 """
 
 from __future__ import annotations
@@ -28,13 +31,19 @@ import numpy as np
 import torch
 
 from dape_core import io, settings as fields
+from dape_core.checkpoints import checkpoints_for
+from dape_core.distributed import DISTRIBUTED, Distributed, full_value
+from dape_core.encodings import ENCODINGS, Kerple
 from dape_core.errors import ConfigError, require_positive
 from dape_core.methods import method_label
 from dape_core.model import GPT, GPTConfig
+from dape_core.positions import training_positions
 from dape_core.settings import setting
+from dape_core.tensorboard_log import TrainingLog
 
 PRECISIONS = ("fp32", "bf16")
-DISTRIBUTED = ("none", "ddp")
+#: settings that change how a run is computed, not its numbers: a checkpoint resumes across them
+NOT_HASHED = ("threads", "checkpoint_every", "log_every", "activation_checkpointing")
 
 
 @dataclass(kw_only=True)
@@ -57,7 +66,11 @@ class TrainSettings:
     threads: int = setting(2, help="CPU threads")
     checkpoint_every: int = setting(200, help="steps between resume checkpoints")
     log_every: int = setting(10, help="steps between metrics lines")
-    distributed: str = setting("none", choices=DISTRIBUTED, help="ddp under torchrun (gloo on CPU, NCCL on GPU)")
+    distributed: str = setting("none", choices=DISTRIBUTED,
+                               help="under torchrun: ddp (a replica per process) or fsdp (FSDP2, parameters, "
+                                    "gradients and optimiser state sharded); gloo on CPU, NCCL on GPU")
+    activation_checkpointing: bool = setting(False, help="recompute each block's activations in the backward pass "
+                                                         "instead of storing them (less memory, more compute)")
 
     def __post_init__(self):
         fields.check_choices(self, TrainSettings)
@@ -102,6 +115,27 @@ def optimizer_for(model: torch.nn.Module, s: TrainSettings) -> torch.optim.Optim
     return torch.optim.AdamW(groups, lr=s.lr, betas=(s.beta1, s.beta2))
 
 
+def constrain_parameters(model: torch.nn.Module) -> None:
+    """Kerple's r1, r2 ≥ 0.01 (Chi et al., 2022) on the stored parameters, after every optimiser step.
+
+    Kerple also clamps in its forward, but under FSDP that reaches only the gathered copy of a parameter, not the
+    shard the optimiser updates; clamping the (possibly sharded, DTensor) parameter itself holds in every mode."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, Kerple):
+                for param in (module.r1, module.r2):
+                    param.clamp_(min=module.min_value)
+
+
+def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float) -> float:
+    """Clip the global gradient norm to ``grad_clip``, step, apply the parameter constraints; returns the norm
+    before clipping (over every shard under FSDP)."""
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    constrain_parameters(model)
+    return full_value(norm)
+
+
 def git_commit() -> str:
     try:
         out = subprocess.run(
@@ -127,47 +161,23 @@ def config_hash(config: dict) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def hashed_model_config(model: GPT, device) -> dict:
+    """The model settings a resume checkpoint must match: what runs, not how it was asked for. ``auto`` is
+    resolved to the path it selects on ``device``, and ``max_position`` counts only for an encoding that draws
+    its positions from it (a checkpoint written before either existed still resumes)."""
+    config = dataclasses.asdict(model.cfg)
+    config["attention_impl"] = model.resolved_attention_impl(device)
+    if not ENCODINGS[model.cfg.encoding].randomized_positions:
+        config.pop("max_position")
+    return config
+
+
 def load_model(path: str | Path, map_location: str = "cpu") -> tuple[GPT, dict]:
     """Restore a ``model.pt`` written by ``dape train``: returns (model in eval mode, the checkpoint dict)."""
     checkpoint = torch.load(path, map_location=map_location, weights_only=False)
     model = GPT(GPTConfig(**checkpoint["model_config"]))
     model.load_state_dict(checkpoint["model"])
     return model.eval(), checkpoint
-
-
-class _Distributed:
-    """torchrun data parallelism (gloo on CPU, NCCL on GPU); a no-op for ``distributed: none``."""
-
-    def __init__(self, mode: str):
-        self.enabled = mode == "ddp" and int(os.environ.get("WORLD_SIZE", "1")) > 1
-        self.rank = int(os.environ.get("RANK", "0")) if self.enabled else 0
-        self.world = int(os.environ.get("WORLD_SIZE", "1")) if self.enabled else 1
-        self.device = torch.device("cpu")
-        if self.enabled:
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
-            torch.distributed.init_process_group(backend)
-            if torch.cuda.is_available():
-                self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-                torch.cuda.set_device(self.device)
-        elif torch.cuda.is_available():
-            self.device = torch.device("cuda")
-
-    def wrap(self, model):
-        if not self.enabled:
-            return model
-        ids = [self.device.index] if self.device.type == "cuda" else None
-        return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
-
-    def mean(self, value: float) -> float:
-        if not self.enabled:
-            return value
-        t = torch.tensor([value], dtype=torch.float64, device=self.device)
-        torch.distributed.all_reduce(t)
-        return float(t) / self.world
-
-    def close(self):
-        if self.enabled:
-            torch.distributed.destroy_process_group()
 
 
 def train(
@@ -184,7 +194,7 @@ def train(
     from dape_core.data import load_split
 
     torch.set_num_threads(settings.threads)
-    dist = _Distributed(settings.distributed)
+    dist = Distributed(settings.distributed)
     out_dir, checkpoint_dir = Path(out_dir), Path(checkpoint_dir or Path(out_dir) / "checkpoints")
     train_split = load_split(data_dir, "train")
     vocab = int(train_split.meta["tokenizer"]["vocab_size"])
@@ -193,31 +203,29 @@ def train(
     model_config = dataclasses.replace(model_config, train_len=settings.train_len)
     if len(train_split.tokens) < settings.train_len + 2:
         raise ConfigError(f"train_len: {settings.train_len} exceeds the training split ({len(train_split.tokens)} tokens)")
-
-    torch.manual_seed(settings.seed)
-    model = GPT(model_config).to(dist.device)
-    ddp_model = dist.wrap(model)
-    optimizer = optimizer_for(model, settings)
-    full_config = {"model": dataclasses.asdict(model_config), "train": dataclasses.asdict(settings),
-                   "data_dir": str(data_dir), "data_sha256": train_split.meta["splits"]["train"].get("tokens_sha256")}
-    chash = config_hash({k: v for k, v in full_config.items() if k != "data_dir"} | {"train": {
-        k: v for k, v in dataclasses.asdict(settings).items() if k not in ("threads", "checkpoint_every", "log_every")}})
-
-    step, history = 0, []
-    last_ckpt = checkpoint_dir / "last.pt"
-    if last_ckpt.is_file():
-        state = torch.load(last_ckpt, map_location=dist.device, weights_only=False)
-        if state.get("config_hash") == chash:
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            step, history = state["step"], state["history"]
-            print(f"resumed from {last_ckpt} at step {step}", file=sys.stderr)
-        else:
-            print(f"ignoring {last_ckpt}: it belongs to other settings", file=sys.stderr)
-
     per_rank = settings.batch_size // dist.world
     if per_rank * dist.world != settings.batch_size:
         raise ConfigError(f"batch_size: {settings.batch_size} is not divisible by the {dist.world} processes")
+
+    torch.manual_seed(settings.seed)
+    model = GPT(model_config).to(dist.device)
+    for block in model.stack.blocks:
+        block.activation_checkpointing = settings.activation_checkpointing
+    wrapped = dist.wrap(model)  # under fsdp `model` itself is sharded in place: the optimiser is built after
+    optimizer = optimizer_for(model, settings)
+    full_config = {"model": dataclasses.asdict(model_config), "train": dataclasses.asdict(settings),
+                   "data_dir": str(data_dir), "data_sha256": train_split.meta["splits"]["train"].get("tokens_sha256")}
+    chash = config_hash({k: v for k, v in full_config.items() if k != "data_dir"} | {
+        "model": hashed_model_config(model, dist.device),
+        "train": {k: v for k, v in dataclasses.asdict(settings).items() if k not in NOT_HASHED}})
+
+    checkpoints = checkpoints_for(checkpoint_dir, dist)
+    step, history = 0, []
+    restored = checkpoints.load(model, optimizer, chash)
+    if restored is not None:
+        step, history = restored["step"], restored["history"]
+    log = TrainingLog(out_dir / "tensorboard", first_step=step + 1, enabled=dist.rank == 0)
+
     autocast = torch.autocast(dist.device.type, dtype=torch.bfloat16, enabled=settings.precision == "bf16")
     bar = None
     if progress and dist.rank == 0:
@@ -238,33 +246,38 @@ def train(
             starts = batch_starts(step, micro, settings.seed, len(train_split.tokens), settings.train_len, settings.batch_size)
             starts = starts[dist.rank * per_rank : (dist.rank + 1) * per_rank]
             x, y = get_batch(train_split.tokens, starts, settings.train_len)
-            with autocast:
-                _, loss = ddp_model(x.to(dist.device), y.to(dist.device))
-            (loss / settings.grad_accum).backward()
+            positions = training_positions(model_config, settings.seed, step, micro, settings.train_len)  # randrope
+            with dist.accumulating(wrapped, last=micro == settings.grad_accum - 1):
+                with autocast:
+                    _, loss = wrapped(x.to(dist.device), y.to(dist.device), positions=positions)
+                (loss / settings.grad_accum).backward()
             loss_sum += float(loss.detach()) / settings.grad_accum
         loss_value = dist.mean(loss_sum)
         if not math.isfinite(loss_value):
             status = "diverged"
             history.append({"step": step + 1, "loss": loss_value, "lr": lr, "tokens_per_s": 0.0})
+            log.step(step + 1, loss=loss_value, lr=lr)
             print(f"loss became {loss_value} at step {step + 1}: stopping, status diverged", file=sys.stderr)
             break
-        torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
-        optimizer.step()
+        grad_norm = optimizer_step(model, optimizer, settings.grad_clip)
         step += 1
+        log.step(step, loss=loss_value, lr=lr, grad_norm=grad_norm)
         n_tok = settings.batch_size * settings.grad_accum * settings.train_len
         tokens_seen += n_tok
         window_tokens += n_tok
         if step % settings.log_every == 0 or step == settings.steps:
             now = time.perf_counter()
-            history.append({"step": step, "loss": loss_value, "lr": lr,
-                            "tokens_per_s": window_tokens / max(now - window_start, 1e-9)})
+            tokens_per_s = window_tokens / max(now - window_start, 1e-9)
+            history.append({"step": step, "loss": loss_value, "lr": lr, "grad_norm": grad_norm,
+                            "tokens_per_s": tokens_per_s})
+            log.window(step, tokens_per_s=tokens_per_s, device=dist.device)
             window_start, window_tokens = now, 0
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{loss_value:.3f}", refresh=False)
-        if dist.rank == 0 and (step % settings.checkpoint_every == 0) and step < settings.steps:
-            io.torch_save(last_ckpt, {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
-                                      "history": history, "config_hash": chash})
+        if step % settings.checkpoint_every == 0 and step < settings.steps:
+            log.flush()  # the events up to this checkpoint are on disk before a resume could start from it
+            checkpoints.save(model, optimizer, step, history, chash)
         if stop_after is not None and step >= stop_after:
             break
     if bar is not None:
@@ -278,22 +291,28 @@ def train(
         "tokens_per_s": tokens_seen / elapsed if elapsed > 0 and tokens_seen else float("nan"),
         "wall_s": elapsed,
         "parameters": sum(p.numel() for p in model.parameters()),
+        "parameters_per_rank": dist.gather(dist.local_parameters(model)),
         "non_embedding_parameters": model.non_embedding_parameters(),
         "flops_per_token": model.flops_per_token(settings.train_len),
         "method": method_label(model_config.encoding, model_config.processor, model_config.kernel_size, model_config.tril),
+        "attention_impl": model.resolved_attention_impl(dist.device),  # the path that ran (`auto` resolved)
+        "distributed": dist.mode,
         "config_hash": chash,
         "config": full_config,
         "world_size": dist.world,
         **provenance(settings.threads),
     }
-    if dist.rank == 0 and finished:
-        io.torch_save(out_dir / "model.pt", {"model": model.state_dict(), "model_config": dataclasses.asdict(model_config),
-                                              "train_settings": dataclasses.asdict(settings), "status": status,
-                                              "config_hash": chash, "method": summary["method"]})
-        io.write_text(out_dir / "metrics.jsonl", "".join(json.dumps(h) + "\n" for h in history))
-        io.write_json(out_dir / "summary.json", summary)
+    log.close()
+    if finished:
+        state = dist.full_state_dict(model)  # a collective under fsdp: every process takes part
+        if dist.rank == 0:
+            io.torch_save(out_dir / "model.pt", {"model": state, "model_config": dataclasses.asdict(model_config),
+                                                  "train_settings": dataclasses.asdict(settings), "status": status,
+                                                  "config_hash": chash, "method": summary["method"]})
+            io.write_text(out_dir / "metrics.jsonl", "".join(json.dumps(h) + "\n" for h in history))
+            io.write_json(out_dir / "summary.json", summary)
         # the run is complete: a forced rerun (e.g. after a code change) must train from step 0, not resume
-        last_ckpt.unlink(missing_ok=True)
+        checkpoints.remove()
     dist.close()
     return summary
 

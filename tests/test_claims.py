@@ -1,4 +1,5 @@
-"""Each claim on hand-made frames where it must PASS, must FAIL and must be NOT-RUN; claims find rows by role."""
+"""Each claim on hand-made frames (three seeds, no per-window losses: intervals over seeds) where it must be
+CONFIRMED, REFUTED, UNDECIDED and NOT-RUN; claims find rows by role."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dape_core.report.claims import (CLAIMS, CORE_CLAIMS, FAIL, NOT_RUN, PASS, claims_markdown, evaluate_claims,
-                                     evaluate_claims_on_paper)
+from dape_core.report.claims import (CLAIMS, CONFIRMED, CORE_CLAIMS, NOT_RUN, REFUTED, UNDECIDED, claims_markdown,
+                                     evaluate_claims, evaluate_claims_on_paper)
 from dape_core.methods import parse_method
+from dape_core.report.compare import setting_correlations
 
 SEEDS = (0, 1, 2)
 
@@ -56,11 +58,13 @@ def explode_bounded(kerple=(9.5, 10.0, 10.2), nope=(30.0, 80.0)):
 
 
 def test_explode_bounded():
-    assert verdict("baselines_explode_bounded", explode_bounded()) == PASS
-    assert verdict("baselines_explode_bounded", explode_bounded(kerple=(9.5, 12, 16))) == FAIL
-    assert verdict("baselines_explode_bounded", explode_bounded(nope=(12.0, 15.0))) == FAIL
+    assert verdict("baselines_explode_bounded", explode_bounded()) == CONFIRMED
+    assert verdict("baselines_explode_bounded", explode_bounded(kerple=(9.5, 12, 16))) == UNDECIDED  # 1.68×
+    assert verdict("baselines_explode_bounded", explode_bounded(kerple=(9.5, 15, 25))) == REFUTED  # 2.6×
+    assert verdict("baselines_explode_bounded", explode_bounded(nope=(12.0, 17.0))) == UNDECIDED  # 1.7×
+    assert verdict("baselines_explode_bounded", explode_bounded(nope=(12.0, 13.0))) == REFUTED  # 1.3×: bounded
     one_seed_flat = explode_bounded(nope=([30, 30, 12], [80, 80, 15]))
-    assert verdict("baselines_explode_bounded", one_seed_flat) == FAIL
+    assert verdict("baselines_explode_bounded", one_seed_flat) == UNDECIDED
     no_nope = explode_bounded()[lambda d: d["method"] != "NoPE"]
     assert verdict("baselines_explode_bounded", no_nope) == NOT_RUN
     assert verdict("baselines_explode_bounded", None) == NOT_RUN
@@ -69,7 +73,7 @@ def test_explode_bounded():
 def test_a_diverged_kerple_is_not_bounded():
     lm = explode_bounded()
     lm.loc[lm["method"] == "Kerple", "status"] = "diverged"
-    assert verdict("baselines_explode_bounded", lm) == FAIL
+    assert verdict("baselines_explode_bounded", lm) == REFUTED
 
 
 # --------------------------------------------------------------------------- §4.1 ordering and best within
@@ -80,22 +84,24 @@ def trio(d3_beyond=(9.5, 9.4), d3_within=9.0, dape_within=9.2):
 
 
 def test_ordering_beyond():
-    assert verdict("dape_ordering_beyond", trio()) == PASS
-    assert verdict("dape_ordering_beyond", trio(d3_beyond=(9.95, 9.98))) == FAIL  # gain < 1%
+    assert verdict("dape_ordering_beyond", trio()) == CONFIRMED
+    assert verdict("dape_ordering_beyond", trio(d3_beyond=(9.95, 9.98))) == UNDECIDED  # 0 < gain < 1%
+    assert verdict("dape_ordering_beyond", trio(d3_beyond=(10.5, 10.6))) == REFUTED  # DAPE1x3 worse
     noisy = trio(d3_beyond=([9.0, 9.0, 10.1], [9.0, 9.0, 10.1]))  # big mean gain, one seed worse
-    assert verdict("dape_ordering_beyond", noisy) == FAIL
+    assert verdict("dape_ordering_beyond", noisy) == UNDECIDED
     assert verdict("dape_ordering_beyond", trio()[lambda d: d["method"] != "DAPE1x3-Kerple"]) == NOT_RUN
 
 
 def test_a_diverged_dape1x3_loses():
     lm = trio()
     lm.loc[lm["method"] == "DAPE1x3-Kerple", "status"] = "diverged"
-    assert verdict("dape_ordering_beyond", lm) == FAIL
+    assert verdict("dape_ordering_beyond", lm) == REFUTED
 
 
 def test_best_within():
-    assert verdict("dape1x3_best_within", trio()) == PASS
-    assert verdict("dape1x3_best_within", trio(d3_within=9.18)) == FAIL  # 0.2% < 0.5%
+    assert verdict("dape1x3_best_within", trio()) == CONFIRMED
+    assert verdict("dape1x3_best_within", trio(d3_within=9.18)) == UNDECIDED  # 0 < 0.2% < 0.5%
+    assert verdict("dape1x3_best_within", trio(d3_within=9.3)) == REFUTED  # worse than DAPE-Kerple
     assert verdict("dape1x3_best_within", trio()[lambda d: d["method"] == "Kerple"]) == NOT_RUN
 
 
@@ -113,32 +119,33 @@ def every(encodings, dape1x3, base=lambda enc: enc, base_ppl=(10, 20)):
 
 def test_improves_nope_rope():
     cid = "dape1x3_improves_nope_rope"
-    assert verdict(cid, every(["NoPE", "RoPE"], {})) == PASS
-    assert verdict(cid, every(["NoPE", "RoPE"], {"RoPE": (10.2, 11)})) == FAIL  # worse at ×1
+    assert verdict(cid, every(["NoPE", "RoPE"], {})) == CONFIRMED
+    assert verdict(cid, every(["NoPE", "RoPE"], {"RoPE": (10.2, 11)})) == REFUTED  # worse at ×1
     assert verdict(cid, every(["NoPE", "RoPE"], {})[lambda d: ~d["method"].str.startswith("DAPE")]) == NOT_RUN
 
 
 def test_improves_additive():
     cid = "dape1x3_improves_additive"
-    assert verdict(cid, every(["ALiBi", "Kerple", "FIRE"], {})) == PASS
-    assert verdict(cid, every(["ALiBi", "Kerple", "FIRE"], {"FIRE": (9.5, 19.9)})) == FAIL  # 0.5% beyond
+    assert verdict(cid, every(["ALiBi", "Kerple", "FIRE"], {})) == CONFIRMED
+    assert verdict(cid, every(["ALiBi", "Kerple", "FIRE"], {"FIRE": (9.5, 19.9)})) == UNDECIDED  # 0.5% beyond
+    assert verdict(cid, every(["ALiBi", "Kerple", "FIRE"], {"FIRE": (9.5, 21)})) == REFUTED  # −5% beyond
     assert verdict(cid, every(["NoPE"], {})) == NOT_RUN
 
 
 def test_beats_dape_additive():
     cid = "dape1x3_beats_dape_additive"
     lm = every(["ALiBi", "Kerple", "FIRE"], {}, base=lambda enc: f"DAPE-{enc}")
-    assert verdict(cid, lm) == PASS
+    assert verdict(cid, lm) == CONFIRMED
     worse = every(["ALiBi", "Kerple", "FIRE"], {"ALiBi": (9.5, 20.5)}, base=lambda enc: f"DAPE-{enc}")
-    assert verdict(cid, worse) == FAIL
+    assert verdict(cid, worse) == REFUTED
     assert verdict(cid, every(["Kerple"], {})) == NOT_RUN  # no DAPE (k = 1) run
 
 
 def test_naive_dape_degrades_rope():
     cid = "naive_dape_degrades_rope"
     base = runs(E, "RoPE", {1: 10, 2: 30})
-    assert verdict(cid, frame(base, runs(E, "DAPE-RoPE", {1: 10.5, 2: 40}))) == PASS
-    assert verdict(cid, frame(base, runs(E, "DAPE-RoPE", {1: 9.5, 2: 20}))) == FAIL
+    assert verdict(cid, frame(base, runs(E, "DAPE-RoPE", {1: 10.5, 2: 40}))) == CONFIRMED
+    assert verdict(cid, frame(base, runs(E, "DAPE-RoPE", {1: 9.5, 2: 20}))) == REFUTED
     assert verdict(cid, base) == NOT_RUN
 
 
@@ -149,10 +156,11 @@ def leak(no_tril):
 
 
 def test_leakage_collapse():
-    assert verdict("leakage_collapse", leak(1.2)) == PASS
-    assert verdict("leakage_collapse", leak(4.0)) == PASS  # < 0.5 × tril
-    assert verdict("leakage_collapse", leak(8.0)) == FAIL
-    assert verdict("leakage_collapse", leak([1.2, 1.2, 8.0])) == FAIL
+    assert verdict("leakage_collapse", leak(1.2)) == CONFIRMED
+    assert verdict("leakage_collapse", leak(4.0)) == CONFIRMED  # < 0.5 × tril
+    assert verdict("leakage_collapse", leak(8.0)) == UNDECIDED  # better without tril, not halved
+    assert verdict("leakage_collapse", leak(12.0)) == REFUTED  # worse without tril
+    assert verdict("leakage_collapse", leak([1.2, 1.2, 8.0])) == UNDECIDED
     assert verdict("leakage_collapse", runs("leakage", "DAPE1x3-Kerple", {1: 10})) == NOT_RUN
 
 
@@ -169,8 +177,9 @@ def widths(d21_within=8.9):
 
 def test_narrow_beats_wide():
     cid = "narrow_dape1x3_beats_wide_dape"
-    assert verdict(cid, widths()) == PASS  # the better D=32 DAPE does not enter the rule
-    assert verdict(cid, widths(d21_within=9.3)) == FAIL
+    assert verdict(cid, widths()) == CONFIRMED  # the better D=32 DAPE does not enter the rule
+    assert verdict(cid, widths(d21_within=9.3)) == REFUTED
+    assert verdict(cid, widths(d21_within=9.18)) == UNDECIDED
     assert verdict(cid, widths()[lambda d: d["dape_width"] != 64]) == NOT_RUN
 
 
@@ -185,8 +194,9 @@ def kernels(k7=(9.3, 9.5)):
 
 def test_kernel_not_always_largest():
     cid = "kernel_size_not_always_largest"
-    assert verdict(cid, kernels()) == PASS
-    assert verdict(cid, kernels(k7=(9.3, 9.3))) == FAIL
+    assert verdict(cid, kernels()) == CONFIRMED
+    assert verdict(cid, kernels(k7=(9.3, 9.3))) == REFUTED  # the largest kernel is best in every cell
+    assert verdict(cid, kernels(k7=(9.3, 9.4))) == UNDECIDED  # k=3 ties k=7 at ×2
     assert verdict(cid, kernels()[lambda d: d["method"].isin(["DAPE-Kerple", "DAPE1x3-Kerple"])]) == NOT_RUN
 
 
@@ -202,16 +212,18 @@ def equal_tokens(short_at_256=5.1):
 
 def test_equal_tokens_comparable():
     cid = "equal_tokens_comparable"
-    assert verdict(cid, equal_tokens()) == PASS
-    assert verdict(cid, equal_tokens(short_at_256=5.5)) == FAIL
+    assert verdict(cid, equal_tokens()) == CONFIRMED
+    assert verdict(cid, equal_tokens(short_at_256=5.5)) == REFUTED
+    assert verdict(cid, equal_tokens(short_at_256=[5.1, 5.1, 5.5])) == UNDECIDED
     assert verdict(cid, runs(T, "DAPE1x3-Kerple", {1: 5.0}, train_len=256)) == NOT_RUN
 
 
 def test_long_training_hurts_short():
     cid = "long_training_hurts_short"
     short = runs(T, "RoPE", {1: 6.0}, train_len=32)
-    assert verdict(cid, frame(short, runs(T, "RoPE", {0.125: 6.5, 1: 5.0}, train_len=256))) == PASS
-    assert verdict(cid, frame(short, runs(T, "RoPE", {0.125: 6.05, 1: 5.0}, train_len=256))) == FAIL
+    assert verdict(cid, frame(short, runs(T, "RoPE", {0.125: 6.5, 1: 5.0}, train_len=256))) == CONFIRMED
+    assert verdict(cid, frame(short, runs(T, "RoPE", {0.125: 6.1, 1: 5.0}, train_len=256))) == UNDECIDED  # 1.6%
+    assert verdict(cid, frame(short, runs(T, "RoPE", {0.125: 5.9, 1: 5.0}, train_len=256))) == REFUTED
     assert verdict(cid, frame(short, runs(T, "RoPE", {1: 5.0}, train_len=256))) == NOT_RUN
 
 
@@ -222,9 +234,9 @@ def delta(dape_dp=0.5):
 
 
 def test_delta_p_sign():
-    assert verdict("delta_p_sign", delta()) == PASS
-    assert verdict("delta_p_sign", delta(dape_dp=-0.1)) == FAIL
-    assert verdict("delta_p_sign", delta(dape_dp=0.05)) == FAIL  # 0.5% of the local ppl
+    assert verdict("delta_p_sign", delta()) == CONFIRMED
+    assert verdict("delta_p_sign", delta(dape_dp=-0.1)) == REFUTED
+    assert verdict("delta_p_sign", delta(dape_dp=0.05)) == UNDECIDED  # 0.5% of the local ppl
     assert verdict("delta_p_sign", delta()[lambda d: d["method"] != "RoPE"]) == NOT_RUN
 
 
@@ -242,9 +254,9 @@ def timing(ratios=(0.5, 0.6, 0.7), mode="forward"):
 
 def test_timing_overhead_shrinks():
     cid = "timing_overhead_shrinks"
-    assert verdict(cid, timing=timing()) == PASS
-    assert verdict(cid, timing=timing(ratios=(0.5, 0.51, 0.7))) == FAIL
-    assert verdict(cid, timing=timing(ratios=(0.7, 0.6, 0.5))) == FAIL
+    assert verdict(cid, timing=timing()) == CONFIRMED
+    assert verdict(cid, timing=timing(ratios=(0.5, 0.51, 0.7))) == UNDECIDED  # rises by less than 0.02
+    assert verdict(cid, timing=timing(ratios=(0.7, 0.6, 0.5))) == REFUTED
     assert verdict(cid, timing=timing(mode="train_step")) == NOT_RUN
     assert verdict(cid) == NOT_RUN
 
@@ -268,8 +280,8 @@ def che(wins=3):
 
 def test_che_most_tasks():
     cid = "che_dape1x3_beats_kerple"
-    assert verdict(cid, che=che(wins=3)) == PASS
-    assert verdict(cid, che=che(wins=2)) == FAIL  # 2 of 4 is not most; parity_check does not count
+    assert verdict(cid, che=che(wins=3)) == CONFIRMED
+    assert verdict(cid, che=che(wins=2)) == REFUTED  # 2 of 4 lost: most cannot be won; parity_check does not count
     assert verdict(cid, che=che()[lambda d: d["task"] == "parity_check"]) == NOT_RUN
     assert verdict(cid) == NOT_RUN
 
@@ -286,8 +298,9 @@ def sink(d3=0.4):
 
 def test_sink_stronger():
     cid = "sink_stronger_with_dape1x3"
-    assert verdict(cid, sink=sink()) == PASS
-    assert verdict(cid, sink=sink(d3=0.205)) == FAIL
+    assert verdict(cid, sink=sink()) == CONFIRMED
+    assert verdict(cid, sink=sink(d3=0.205)) == UNDECIDED
+    assert verdict(cid, sink=sink(d3=0.1)) == REFUTED
     assert verdict(cid, sink=sink()[lambda d: d["method"] == "DAPE-Kerple"]) == NOT_RUN
 
 
@@ -296,29 +309,30 @@ def test_larger_models():
     cid = "dape1x3_beats_dape_larger_models"
     parts = [runs("model_size", m, {1: v, 2: v + 0.5}, size=s)
              for s in ("small", "base") for m, v in (("DAPE-Kerple", 9.0), ("DAPE1x3-Kerple", 8.8))]
-    assert verdict(cid, frame(*parts)) == PASS
+    assert verdict(cid, frame(*parts)) == CONFIRMED
     parts[-1] = runs("model_size", "DAPE1x3-Kerple", {1: 9.1, 2: 9.6}, size="base")
-    assert verdict(cid, frame(*parts)) == FAIL
+    assert verdict(cid, frame(*parts)) == REFUTED
     assert verdict(cid, runs("model_size", "DAPE-Kerple", {1: 9.0})) == NOT_RUN
 
 
 def test_beats_data_adaptive():
     cid = "dape1x3_beats_data_adaptive"
     d3 = runs(B, "DAPE1x3-Kerple", {1: 9.0, 2: 9.5})
-    assert verdict(cid, frame(d3, runs(B, "CoPE", {1: 9.3, 2: 12}), runs(B, "XL", {1: 9.4, 2: 11}))) == PASS
-    assert verdict(cid, frame(d3, runs(B, "CoPE", {1: 9.3, 2: 9.6}))) == FAIL
+    assert verdict(cid, frame(d3, runs(B, "CoPE", {1: 9.3, 2: 12}), runs(B, "XL", {1: 9.4, 2: 11}))) == CONFIRMED
+    assert verdict(cid, frame(d3, runs(B, "CoPE", {1: 9.3, 2: 9.6}))) == UNDECIDED  # +1% beyond: below 2%
+    assert verdict(cid, frame(d3, runs(B, "CoPE", {1: 8.5, 2: 9.6}))) == REFUTED
     assert verdict(cid, d3) == NOT_RUN
 
 
 # --------------------------------------------------------------------------- rows found by role
 def test_a_role_finds_its_rows_whatever_the_family_is_called():
-    assert verdict("dape_ordering_beyond", trio()) == PASS
-    assert verdict("dape_ordering_beyond", trio().assign(families="x_anything")) == PASS
+    assert verdict("dape_ordering_beyond", trio()) == CONFIRMED
+    assert verdict("dape_ordering_beyond", trio().assign(families="x_anything")) == CONFIRMED
     shared = trio().assign(families="x_a;x_b", roles="kernel_sweep;central")
-    assert verdict("dape_ordering_beyond", shared) == PASS
+    assert verdict("dape_ordering_beyond", shared) == CONFIRMED
     kerple = trio()["method"] == "Kerple"
     split = trio().assign(families=np.where(kerple, "x_one", "x_two"))  # two families of one role, read together
-    assert verdict("dape_ordering_beyond", split) == PASS
+    assert verdict("dape_ordering_beyond", split) == CONFIRMED
     assert verdict("dape_ordering_beyond", split[~kerple]) == NOT_RUN
 
 
@@ -331,14 +345,14 @@ def test_a_family_name_alone_finds_nothing():
 
 def test_timing_che_and_sink_read_their_roles():
     cid = "timing_overhead_shrinks"
-    assert verdict(cid, timing=timing().assign(roles="x;forward_time")) == PASS
+    assert verdict(cid, timing=timing().assign(roles="x;forward_time")) == CONFIRMED
     assert verdict(cid, timing=timing().assign(roles="step_time")) == NOT_RUN
     mixed = frame(timing().assign(roles="forward_time"),
-                  timing(ratios=(0.7, 0.6, 0.5)).assign(roles="step_time"))  # would FAIL if read
-    assert verdict(cid, timing=mixed) == PASS
-    assert verdict("che_dape1x3_beats_kerple", che=che().assign(roles="che")) == PASS
+                  timing(ratios=(0.7, 0.6, 0.5)).assign(roles="step_time"))  # would be REFUTED if read
+    assert verdict(cid, timing=mixed) == CONFIRMED
+    assert verdict("che_dape1x3_beats_kerple", che=che().assign(roles="che")) == CONFIRMED
     assert verdict("che_dape1x3_beats_kerple", che=che().assign(roles="central")) == NOT_RUN
-    assert verdict("sink_stronger_with_dape1x3", sink=sink().assign(roles="attention_maps")) == PASS
+    assert verdict("sink_stronger_with_dape1x3", sink=sink().assign(roles="attention_maps")) == CONFIRMED
     assert verdict("sink_stronger_with_dape1x3", sink=sink().assign(roles="")) == NOT_RUN
 
 
@@ -367,21 +381,29 @@ def test_every_claim_is_tested_and_cites_a_section():
 def test_records_and_markdown(on_paper):
     df = evaluate_claims(trio(), timing=timing())
     assert list(df.columns) == ["claim_id", "section", "statement", "rule", "core", "informational", "verdict",
-                                "summary", "numbers"]
+                                "basis", "summary", "numbers"]
     row = df.set_index("claim_id").loc["dape_ordering_beyond"]
     first = next(iter(row["numbers"].values()))
-    assert first["holds"] and first["gain"] > 0.01 and first["n_seeds"] == 3
-    md = claims_markdown(df, paper=on_paper.reset_index())
+    assert first["verdict"] == CONFIRMED and first["gain_low"] > 0.01 and first["n_seeds"] == 3
+    assert row["basis"] == "seeds only (no per-window data)"  # three seeds, no lm_windows.csv
+    rho = setting_correlations(trio())
+    md = claims_markdown(df, paper=on_paper.reset_index(), rho=rho)
     assert "| `dape_ordering_beyond` ★ | §4.1 |" in md and "## Rules" in md and "on the paper's numbers" in md
     assert md.count("\n- `") == len(CLAIMS)
+    counts = df["verdict"].value_counts()
+    assert md.startswith(f"# Claims\n\n{counts.get(CONFIRMED, 0)} CONFIRMED, {counts.get(REFUTED, 0)} REFUTED, ")
+    assert "never a refutation" in md and "windows only (1 seed: seed noise not seen)" in md
+    assert "## Method orderings against the paper" in md and "| central | code, train 64, tiny |" in md
+    assert (on_paper["basis"].str.startswith("point") | on_paper["verdict"].eq(NOT_RUN)).all()
 
 
 @pytest.mark.parametrize("claim_id, expected", [
-    ("baselines_explode_bounded", PASS), ("dape_ordering_beyond", PASS), ("dape1x3_best_within", PASS),
-    ("dape1x3_improves_additive", PASS), ("dape1x3_beats_dape_additive", PASS),
-    ("narrow_dape1x3_beats_wide_dape", PASS), ("kernel_size_not_always_largest", PASS), ("delta_p_sign", PASS),
-    ("timing_overhead_shrinks", PASS), ("che_dape1x3_beats_kerple", PASS),
-    ("dape1x3_beats_dape_larger_models", PASS), ("dape1x3_beats_data_adaptive", PASS),
+    ("baselines_explode_bounded", CONFIRMED), ("dape_ordering_beyond", CONFIRMED),
+    ("dape1x3_best_within", CONFIRMED), ("dape1x3_improves_additive", CONFIRMED),
+    ("dape1x3_beats_dape_additive", CONFIRMED), ("narrow_dape1x3_beats_wide_dape", CONFIRMED),
+    ("kernel_size_not_always_largest", CONFIRMED), ("delta_p_sign", CONFIRMED),
+    ("timing_overhead_shrinks", CONFIRMED), ("che_dape1x3_beats_kerple", CONFIRMED),
+    ("dape1x3_beats_dape_larger_models", CONFIRMED), ("dape1x3_beats_data_adaptive", CONFIRMED),
     ("dape1x3_improves_nope_rope", NOT_RUN), ("naive_dape_degrades_rope", NOT_RUN), ("leakage_collapse", NOT_RUN),
     ("equal_tokens_comparable", NOT_RUN), ("long_training_hurts_short", NOT_RUN),
     ("sink_stronger_with_dape1x3", NOT_RUN)])

@@ -41,6 +41,7 @@ def test_train_rejects_a_missing_data_dir(tmp_path, capsys):
 @pytest.mark.parametrize("args,field", [
     (["--eval-lens", "0"], "eval_lens"),
     (["--eval-lens", "32", "--query-chunk-size", "0"], "query_chunk_size"),
+    (["--eval-lens", "32", "--bootstrap", "-1"], "bootstrap"),
 ])
 def test_evaluate_rejects_bad_settings(tmp_path, capsys, args, field):
     with pytest.raises(SystemExit):

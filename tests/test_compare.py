@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from dape_core.report.compare import (compare_markdown, ordering, rank_correlation, relative_improvements,
-                                      spearman)
+                                      setting_correlations, spearman)
 from dape_core.methods import parse_method
 from dape_core.report.paper import as_lm_results
 
@@ -68,6 +68,19 @@ def test_a_reversed_run_has_negative_rho_and_a_diverged_run_ranks_last():
     at1 = order[(order["role"] == "central") & (order["multiple"] == 1)].set_index("method")
     assert np.isinf(at1.loc["DAPE1x3-Kerple", "run_ppl"]) and at1.loc["DAPE1x3-Kerple", "run_rank"] == 5
     assert rank_correlation(order).query("role == 'central' and multiple == 1")["spearman"].iloc[0] < 1
+
+
+def test_setting_correlations_give_rho_per_multiple_and_its_mean():
+    """One row per role and run setting (the claims report's summary), from rank_correlation's ρ per multiple."""
+    swapped = {**TABLE2, "NoPE": (4.0, 42.27)}  # NoPE best at ×1: ρ < 1 there, 1 at ×2
+    rho = setting_correlations(run_frame(swapped))
+    central = rho[rho["role"] == "central"].iloc[0]
+    corr = rank_correlation(ordering(run_frame(swapped))).query("role == 'central'").set_index("multiple")
+    assert central["n_multiples"] == 2 and corr.loc[2.0, "spearman"] == 1.0 and corr.loc[1.0, "spearman"] < 1
+    assert central["mean_spearman"] == pytest.approx(corr["spearman"].mean())
+    assert central["spearman_by_multiple"] == (f"×1 {corr.loc[1.0, 'spearman']:.2f} (n=5), ×2 1.00 (n=5)")
+    assert (central["paper_dataset"], central["paper_train_len"]) == ("arxiv", 1024)
+    assert set(rho["role"]) == set(rank_correlation(ordering(run_frame(swapped)))["role"])
 
 
 def test_relative_improvements_run_and_paper():

@@ -118,8 +118,9 @@ def test_timing_and_che_families():
     )
     plan = grid.build_plan(config)
     assert list(plan.timing_runs) == ["forward-small-kerple-none-N128"]
-    paths = grid.build_plan(base_config(time={"stage": "timing", "axes": {"attention_impl": ["fast", "plain"]}}))
-    assert list(paths.timing_runs) == ["forward-small-kerple-none-B1", "forward-small-kerple-none-B1-plain"]
+    paths = grid.build_plan(base_config(time={"stage": "timing", "axes": {"attention_impl": ["auto", "fast", "plain"]}}))
+    assert list(paths.timing_runs) == ["forward-small-kerple-none-B1", "forward-small-kerple-none-B1-fast",
+                                       "forward-small-kerple-none-B1-plain"]
     assert plan.timing_runs["forward-small-kerple-none-N128"]["batch_size"] is None
     assert list(plan.che_cells) == ["even_pairs-kerple-none-lr0.001", "even_pairs-kerple-none-lr0.0003"]
     assert len(plan.che_jobs()) == 4

@@ -25,6 +25,7 @@ def test_two_process_ddp_matches_one_process(tiny_corpus, tmp_path):
     single, ddp = curve("single"), curve("ddp")
     summary = json.loads((tmp_path / "ddp" / "summary.json").read_text())
     assert summary["world_size"] == 2 and len(single) == len(ddp) == 8
+    assert summary["distributed"] == "ddp" and summary["parameters_per_rank"] == [summary["parameters"]] * 2  # replicas
     # Same batches and the same averaged gradient; only the order of floating-point reductions differs.
     for a, b in zip(single, ddp):
         assert abs(a - b) <= 1e-4 * abs(a), (single, ddp)

@@ -15,14 +15,16 @@ from dape_core.report.compare import ordering
 from workflow_fixture import CONFIGS, smoke_run  # noqa: F401
 
 REPORTS = {"lm": "lm_results.csv", "timing": "timing.csv", "che": "che_results.csv", "sink": "sink.csv"}
+WINDOWS = "lm_windows.csv"  # per-window losses, written by `dape report lm` beside lm_results.csv
 
 
 def read_reports(directory) -> dict[str, pd.DataFrame]:
-    return {key: pd.read_csv(directory / name) for key, name in REPORTS.items()}
+    return {key: pd.read_csv(directory / name) for key, name in {**REPORTS, "windows": WINDOWS}.items()}
 
 
 def verdicts(reports: dict[str, pd.DataFrame]) -> dict[str, str]:
-    table = evaluate_claims(reports["lm"], timing=reports["timing"], che=reports["che"], sink=reports["sink"])
+    table = evaluate_claims(reports["lm"], timing=reports["timing"], che=reports["che"], sink=reports["sink"],
+                            windows=reports["windows"])
     return dict(zip(table["claim_id"], table["verdict"]))
 
 
@@ -31,7 +33,8 @@ def aggregate_under(plan, spec_path, workdir, out_dir) -> None:
     results = workdir / "results"
     lm = [results / f"lm/{run}/seed{seed}" for run, seed in plan.lm_jobs()]
     commands = {
-        "lm": ["--evals", *[str(d / "eval.csv") for d in lm], "--summaries", *[str(d / "summary.json") for d in lm]],
+        "lm": ["--evals", *[str(d / "eval.csv") for d in lm], "--summaries", *[str(d / "summary.json") for d in lm],
+               "--windows", *[str(d / "windows.csv") for d in lm], "--windows-out", str(out_dir / WINDOWS)],
         "timing": ["--timings", *[str(results / f"timing/{name}.csv") for name in plan.timing_runs]],
         "che": ["--cells", *[str(results / f"che/{cell}/seed{seed}.csv") for cell, seed in plan.che_jobs()]],
         "sink": ["--sinks", *[str(results / f"lm/{run}/seed{seed}/attention/L{length}/sink.csv")
@@ -66,5 +69,10 @@ def test_renaming_every_family_changes_no_verdict(smoke_run, tmp_path):
     written = pd.read_csv(smoke_run.path("reports/claims.csv"))
     assert dict(zip(written["claim_id"], written["verdict"])) == expected  # the DAG's own claims.csv
     assert any(v != NOT_RUN for v in expected.values()), expected
+    pd.testing.assert_frame_equal(after["windows"], before["windows"])
+    assert len(after["windows"]) and after["windows"]["loss"].notna().all()
+    written_md = smoke_run.path("reports/claims.md").read_text()
+    assert all(f"**{v}**" in written_md for v in expected.values())  # CONFIRMED / REFUTED / UNDECIDED / NOT-RUN
+    assert "seeds × windows" in written_md  # the central comparison's two seeds, paired window by window
     pd.testing.assert_frame_equal(ordering(after["lm"]), ordering(before["lm"]))
     assert len(ordering(after["lm"]))

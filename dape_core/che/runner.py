@@ -30,6 +30,7 @@ from dape_core.che.tasks import TASKS, Task, get_task
 from dape_core.errors import ConfigError, require_choice, require_positive
 from dape_core.methods import method_label
 from dape_core.model import Encoder, EncoderConfig
+from dape_core.positions import draw_positions as sorted_random_positions
 from dape_core.settings import AttentionSettings, setting
 
 AGGREGATIONS = ("max", "mean")
@@ -106,10 +107,10 @@ class CHESettings(AttentionSettings):
 
 
 def draw_positions(rng: np.random.Generator, length: int, settings: CHESettings) -> torch.Tensor | None:
-    """Sorted positions without replacement from [0, max_position) (Ruoss et al., 2023), or None (0…T−1)."""
+    """Sorted positions from [0, max_position) by the shared sampler (Ruoss et al., 2023), or None (0…T−1)."""
     if not settings.randomized_positions:
         return None
-    return torch.from_numpy(np.sort(rng.choice(settings.max_position, size=length, replace=False)))
+    return sorted_random_positions(rng, length, settings.max_position)
 
 
 def output_logits(model: Encoder, task: Task, inputs: np.ndarray, n_outputs: int, positions, device) -> torch.Tensor:

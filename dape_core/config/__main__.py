@@ -1,11 +1,13 @@
-"""``python -m dape_core.config CONFIG``: validate, then print jobs per family and the estimate."""
+"""``python -m dape_core.config CONFIG``: validate, then print jobs per family and the estimate (per training
+shape, with a calibration CSV: measured, scaled from a measured shape, or the FLOP estimate)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from dape_core.config import build_plan, estimate_line, load_yaml
+from dape_core.config import build_plan, estimate, estimate_line, load_yaml
+from dape_core.config.estimate import estimate_details
 from dape_core.errors import ConfigError
 
 
@@ -18,6 +20,7 @@ def main(argv: list[str] | None = None) -> int:
         config.update(load_yaml(path))
     try:
         plan = build_plan(config)
+        figures = estimate(plan)
     except ConfigError as err:
         print(f"configuration error: {err}", file=sys.stderr)
         return 2
@@ -25,7 +28,9 @@ def main(argv: list[str] | None = None) -> int:
         spec = plan.families[family]
         role = f" ({spec['role']})" if spec.get("role") else ""
         print(f"{family + role:<34} {spec['stage']:<8} " + ", ".join(f"{n} {rule}" for rule, n in counts.items()))
-    print(estimate_line(plan))
+    print(estimate_line(plan, figures))
+    if figures["calibrated"]:  # a calibration CSV was read: which figure each training shape used
+        print("\n".join(estimate_details(figures)))
     return 0
 
 

@@ -76,8 +76,10 @@ class Plan:
     def families_of_stage(self, *stages: str) -> list[str]:
         return [name for name, fam in self.families.items() if fam["stage"] in stages]
 
-    def resources(self, rule: str) -> dict:
-        return dict(self.config["resources"][rule])
+    def resources(self, rule: str, size: str | None = None) -> dict:
+        """A rule's resources; for train_lm, those of a run of model ``size`` (``resources.train_lm.sizes``)."""
+        values = dict(self.config["resources"][rule])
+        return {**values, **values.pop("sizes", {}).get(size, {})}
 
     def report_spec(self) -> dict:
         """What the report stage needs (results/plan.json): families with their runs, memberships, run settings."""
@@ -140,6 +142,7 @@ def build_plan(config: dict, *, check_schema: bool = True, schema_path: str | Pa
         run["seeds"] = sorted(set(run["seeds"]))
     for cell in plan.che_cells.values():
         cell["seeds"] = sorted(set(cell["seeds"]))
+    check_train_processes(plan)
     return plan
 
 
@@ -414,13 +417,15 @@ def check_lm_run(s: dict, where: str, datasets: dict, *, extrapolates: bool) -> 
     """One LM run: its model, training and evaluation dataclasses accept it, and the cross-field rules hold."""
     from dape_core.evaluate import EvalSettings
     from dape_core.model import GPTConfig
+    from dape_core.positions import require_max_position
     from dape_core.train import TrainSettings
 
     require_choice(f"{where}.dataset", s["dataset"], datasets)
-    checked(where, lambda: GPTConfig(**_only(s, GPTConfig)))
+    model = checked(where, lambda: GPTConfig(**_only(s, GPTConfig)))
     checked(where, lambda: TrainSettings(**_only(s, TrainSettings)))
     ev = s["eval"]
     checked(f"{where}.eval", lambda: EvalSettings(**_only(ev, EvalSettings)))
+    checked(f"{where}.eval", lambda: require_max_position(model, max(ev["eval_lens"]), "eval_lens"))
     if ev["delta_p_window"] is not None and ev["delta_p_window"] > s["train_len"]:
         raise ConfigError(f"{where}.eval.delta_p_window: {ev['delta_p_window']} is not allowed; allowed values: "
                           f"1 … train_len ({s['train_len']}), or null for train_len")
@@ -429,6 +434,18 @@ def check_lm_run(s: dict, where: str, datasets: dict, *, extrapolates: bool) -> 
             raise ConfigError(f"{where}.eval.eval_lens: {length} is shorter than train_len {s['train_len']}; allowed "
                               "values: evaluation lengths ≥ train_len in a family that extrapolates "
                               "(or set extrapolates: false)")
+
+
+def check_train_processes(plan: Plan) -> None:
+    """A training job with several GPUs runs one process each, which split its global batch evenly."""
+    sizes = plan.config["resources"]["train_lm"]["sizes"]
+    for name, run in plan.lm_runs.items():
+        size, batch_size = run["settings"]["size"], run["settings"]["batch_size"]
+        gpu = plan.resources("train_lm", size)["gpu"]
+        if gpu > 1 and batch_size % gpu:
+            where = f"resources.train_lm.sizes.{size}.gpu" if "gpu" in sizes.get(size, {}) else "resources.train_lm.gpu"
+            raise ConfigError(f"{where}: {gpu} processes do not divide batch_size {batch_size} of run {name}; "
+                              "allowed values: a divisor of the batch_size of every run it applies to")
 
 
 def check_timing_run(s: dict, where: str) -> None:

@@ -13,7 +13,7 @@ _SUFFIX = {
     "encoding_shared": lambda v: {True: "-shared", False: "-unshared", None: "-sharedefault"}[v],
     "tag": lambda v: f"-{v}" if v else "",
     "randomized_positions": lambda v: "-randpos" if v else "-norandpos",
-    "attention_impl": lambda v: f"-{v}", "dape_dtype": lambda v: f"-{v}",
+    "attention_impl": lambda v: f"-{v}", "dape_dtype": lambda v: f"-{v}", "precision": lambda v: f"-{v}",
 }
 
 # Settings that are part of a name, in the order of their suffixes. An LM run's name leaves out the path
@@ -21,7 +21,7 @@ _SUFFIX = {
 LM_NAME_SUFFIXES = ("size", "n_layer", "n_head", "d_model", "tril", "padding", "batch_size", "grad_accum", "steps",
                     "tie_embeddings", "encoding_shared", "tag")
 LM_NAME_SETTINGS = ("dataset", "train_len", "encoding", "processor", "kernel_size", "dape_width", *LM_NAME_SUFFIXES)
-TIMING_NAME_SUFFIXES = ("n_layer", "tril", "padding", "encoding_shared", "attention_impl", "dape_dtype")
+TIMING_NAME_SUFFIXES = ("n_layer", "tril", "padding", "encoding_shared", "attention_impl", "dape_dtype", "precision")
 CHE_NAME_SUFFIXES = ("padding", "steps", "batch_size", "randomized_positions", "encoding_shared", "attention_impl",
                      "dape_dtype")
 

@@ -1,14 +1,41 @@
 """Faster implementations of the score processor, one module each, each with one contract: it equals
 ``ScoreProcessor.forward`` (:mod:`dape_core.dape`, the paper's materialised form and the reference) on outputs and
-gradients, which the tests prove (``tests/test_performance_paths.py``, ``tests/test_attention.py``).
+gradients, which the tests prove (``tests/test_performance_paths.py``, ``tests/test_attention.py``,
+``tests/test_gpu_path.py``).
 
 ``attention_impl`` (:class:`~dape_core.settings.AttentionSettings`) chooses the path of a model:
 
+* ``auto`` (the default) — resolved where the model runs, by :func:`resolve_attention_impl`: ``fast`` on a CPU,
+  ``materialized`` on an accelerator (CUDA and any other non-CPU device);
 * ``plain`` — the reference itself (materialised [batch, 2H, T, T], ``nn.Conv2d``); kept selectable because the
   paper's timing table measured it;
 * ``fast`` — :mod:`dape_core.implementations.blocked`: blocked GEMMs shaped for a CPU core's caches, with the
-  hidden map recomputed in the backward pass.
+  hidden map recomputed in the backward pass; its Python loop over batch elements × row blocks makes operator
+  calls grow with the batch;
+* ``materialized`` — :mod:`dape_core.implementations.materialized`: the reference's arithmetic per chunk of query
+  rows (the layer's own ``nn.Conv2d``, channels-last, fp32 scores and softmax), chunks sized by a memory budget;
+  its operator calls do not depend on the batch, which on a GPU means kernel launches.
 
-A new implementation is a module here with a function of the same signature as
-:func:`~dape_core.implementations.blocked.blocked_scores`, its name in ``ATTENTION_IMPLS`` and an exactness test.
+A new implementation is a module here whose scores function takes the arguments of
+:func:`~dape_core.implementations.blocked.blocked_scores` (processor, scores, bias, row offset; ``causal``,
+``keys_out``, ``compute_dtype``), its name in ``ATTENTION_IMPLS`` and an exactness test.
 """
+
+from __future__ import annotations
+
+import torch
+
+from dape_core.errors import require_choice
+from dape_core.settings import ATTENTION_IMPLS
+
+CPU_PATH = "fast"  # what ``auto`` runs on a CPU
+ACCELERATOR_PATH = "materialized"  # what ``auto`` runs on any other device
+
+
+def resolve_attention_impl(name: str, device: torch.device | str) -> str:
+    """The path that ``attention_impl`` ``name`` runs on ``device``: ``auto`` → ``fast`` on a CPU, ``materialized``
+    elsewhere; every other name is itself."""
+    require_choice("attention_impl", name, ATTENTION_IMPLS)
+    if name != "auto":
+        return name
+    return CPU_PATH if torch.device(device).type == "cpu" else ACCELERATOR_PATH

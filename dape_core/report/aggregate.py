@@ -113,6 +113,23 @@ def lm_results(plan: dict, eval_paths: list[str], summary_paths: list[str]) -> p
     return df[[c for c in LEADING if c in df] + [c for c in df if c not in LEADING]].reset_index(drop=True)
 
 
+WINDOW_LEADING = ["run", "seed", "eval_len", "document", "anchor"]
+
+
+def lm_windows(window_paths: list[str]) -> pd.DataFrame:
+    """Per-window losses of every run × seed × evaluation length (``results/lm/{run}/seed{seed}/windows.csv``),
+    led by the run and seed: the units of the claims' paired bootstrap (a window is (``document``, ``anchor``),
+    the same for every run evaluated on one split with the same settings)."""
+    frames = []
+    for path in window_paths:
+        frame = pd.read_csv(path)
+        frame["run"], frame["seed"] = run_and_seed(path)
+        frames.append(frame)
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=WINDOW_LEADING)
+    df = df.sort_values(WINDOW_LEADING, kind="stable")
+    return df[WINDOW_LEADING + [c for c in df if c not in WINDOW_LEADING]].reset_index(drop=True)
+
+
 def sink_results(plan: dict, sink_paths: list[str]) -> pd.DataFrame:
     """Attention-sink mass per run × seed × length × layer; a diverged run keeps one row with status diverged."""
     families: dict[tuple[str, int], list[str]] = {}

@@ -3,10 +3,12 @@
 Sub-commands (each writes its outputs atomically):
 
 - ``lm``, ``sink``, ``timing``, ``che``, ``leakage``: per-job files → ``reports/*.csv`` (``--plan`` is
-  ``results/plan.json``, the families, their roles and the run settings of the configuration);
+  ``results/plan.json``, the families, their roles and the run settings of the configuration); ``lm`` also stacks
+  the per-window losses into ``lm_windows.csv`` (``--windows``, ``--windows-out``);
 - ``tables``: Markdown and LaTeX tables of every family into ``--out-dir``;
 - ``figure ppl|sweep|timing|che|attention|sink``: one figure;
-- ``claims``: the claim verdicts (``claims.md``, ``claims.csv``); ``compare``: the paper-vs-run comparison.
+- ``claims``: the claim verdicts with their intervals (``claims.md``, ``claims.csv``; ``--windows`` is
+  ``lm_windows.csv``); ``compare``: the paper-vs-run comparison.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--evals", nargs="+", required=True, help="results/lm/{run}/seed{seed}/eval.csv files")
     p.add_argument("--summaries", nargs="+", required=True, help="the matching summary.json files")
     p.add_argument("--out", required=True)
+    p.add_argument("--windows", nargs="+", default=[], help="results/lm/{run}/seed{seed}/windows.csv files")
+    p.add_argument("--windows-out", help="lm_windows.csv: the per-window losses of --windows, with run and seed")
 
     p = command("sink", "sink.csv: attention-sink mass per run × seed × length × layer")
     p.add_argument("--plan", required=True)
@@ -71,6 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     p = command("claims", "claim verdicts: claims.md and claims.csv")
     _add_sources(p)
+    p.add_argument("--windows", help="lm_windows.csv: per-window losses (the intervals' windows)")
     p.add_argument("--out-md", required=True)
     p.add_argument("--out-csv", required=True)
 
@@ -102,6 +107,10 @@ def run(args) -> int:
         plan = aggregate.read_plan(args.plan)
         if command == "lm":
             frame = aggregate.lm_results(plan, args.evals, args.summaries)
+            if args.windows_out:
+                windows = aggregate.lm_windows(args.windows)
+                io.write_csv(args.windows_out, windows)
+                print(f"{len(windows)} rows → {args.windows_out}")
         elif command == "sink":
             frame = aggregate.sink_results(plan, args.sinks)
         elif command == "timing":
@@ -120,7 +129,7 @@ def run(args) -> int:
         draw_figure(args)
     elif command == "claims":
         write_claims(_read(args.lm), _read(args.timing), _read(args.che), _read(args.sink), args.out_md,
-                     args.out_csv)
+                     args.out_csv, windows=_read(args.windows))
     else:
         from dape_core.report.compare import compare_markdown, ordering
 
@@ -190,12 +199,15 @@ def draw_figure(args) -> None:
         figures.che_figure(pd.read_csv(args.che), args.family, spec.get("aggregation", "max"), title, args.out)
 
 
-def write_claims(lm, timing, che, sink, out_md: str | Path, out_csv: str | Path) -> pd.DataFrame:
-    """The claim verdicts on this run, next to the same rules applied to the paper's own numbers."""
+def write_claims(lm, timing, che, sink, out_md: str | Path, out_csv: str | Path, windows=None) -> pd.DataFrame:
+    """The claim verdicts on this run, next to the same rules applied to the paper's own numbers, and the
+    Spearman ρ of each setting's method ordering against the paper's."""
     from dape_core.report.claims import claims_markdown, evaluate_claims, evaluate_claims_on_paper
+    from dape_core.report.compare import setting_correlations
 
-    verdicts = evaluate_claims(lm, timing=timing, che=che, sink=sink)
-    io.write_text(out_md, claims_markdown(verdicts, paper=evaluate_claims_on_paper()))
+    verdicts = evaluate_claims(lm, timing=timing, che=che, sink=sink, windows=windows)
+    rho = setting_correlations(lm) if lm is not None and len(lm) else None
+    io.write_text(out_md, claims_markdown(verdicts, paper=evaluate_claims_on_paper(), rho=rho))
     table = verdicts.assign(numbers=verdicts["numbers"].map(lambda n: json.dumps(n, default=str, sort_keys=True)))
     io.write_csv(out_csv, table)
     return verdicts

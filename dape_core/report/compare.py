@@ -154,6 +154,23 @@ def rank_correlation(order: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=keys + ["n_methods", "n_shared", "spearman", "run_order", "paper_order"])
 
 
+def setting_correlations(lm: pd.DataFrame, paper: pd.DataFrame | None = None,
+                         size_map: dict[str, str] | None = None) -> pd.DataFrame:
+    """Per role and run setting: Spearman's ρ against the paper at each multiple (from :func:`rank_correlation`)
+    and their mean over the multiples where ρ is defined (at least two shared methods, neither side constant)."""
+    corr = rank_correlation(ordering(lm, paper, size_map))
+    keys = ["role", "dataset", "train_len", "size", "paper_dataset", "paper_train_len", "paper_size"]
+    rows = []
+    for k, g in corr.groupby(keys, dropna=False, sort=False):
+        defined = g[g["spearman"].notna()]
+        by_multiple = ", ".join(f"×{m:g} {r:.2f} (n={n})" for m, r, n in
+                                zip(defined["multiple"], defined["spearman"], defined["n_shared"]))
+        rows.append({**dict(zip(keys, k)), "n_multiples": len(defined),
+                     "mean_spearman": float(defined["spearman"].mean()) if len(defined) else float("nan"),
+                     "spearman_by_multiple": by_multiple})
+    return pd.DataFrame(rows, columns=keys + ["n_multiples", "mean_spearman", "spearman_by_multiple"])
+
+
 def _baselines_of(method: str, present: set[str], role: str) -> list[str]:
     """The methods a DAPE variant is measured against: its encoding alone, DAPE (k = 1) for k > 1, the widest
     DAPE (k = 1) in the width sweep (§4.6), and the tril model for a no-tril one (§4.5)."""

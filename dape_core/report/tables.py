@@ -183,34 +183,79 @@ def che_tables(che: pd.DataFrame, family: str, aggregation: str = "max") -> list
     return [Table("", "task", rows, columns, cells, best, note)]
 
 
+PATH_SETTINGS = ("attention_impl", "dape_dtype", "precision")  # what a timed path is, besides the method
+
+
+def timing_path(row) -> str:
+    """The path a timing row ran, as its panel title: "attention_impl plain, dape_dtype float32, precision fp16 —
+    the paper's materialised form", or "attention_impl auto (materialized), … — the default path" (empty for rows
+    that do not record it)."""
+    from dape_core.settings import AttentionSettings
+
+    parts = [f"{key} {row[key]}" for key in PATH_SETTINGS if key in row and pd.notna(row[key])]
+    resolved = row.get("attention_path")
+    if parts and isinstance(resolved, str) and resolved != row.get("attention_impl"):
+        parts[0] += f" ({resolved})"  # what auto ran on the timing device
+    which = {"plain": " — the paper's materialised form",
+             AttentionSettings.attention_impl: " — the default path"}.get(row.get("attention_impl"), "")
+    return ", ".join(parts) + which
+
+
 def timing_tables(timing: pd.DataFrame, family: str, reference: str = "DAPE1x3-Kerple") -> list[Table]:
-    """Table 7: methods as rows; per size × length × batch the median ms and its ratio to ``reference``."""
+    """Table 7: one panel per path (attention_impl, dape_dtype, precision), methods as rows; per size × batch the
+    median ms at each length, their Total when there are several lengths (Table 7 reports totals over its testing
+    lengths), and the ratio of the total (or the one length) to ``reference`` on the same path."""
     df = in_family(timing, family)
     if df.empty:
         return [Table("", "method", [], [], [], [], "no timing rows")]
-    keys = ["mode", "size", "seq_len", "batch_size"]
-    methods = method_order(df["method"])
-    columns, values = [], {}
-    for key, group in df.groupby(keys, sort=True):
-        mode, size, seq_len, batch = key
-        times = group.groupby("method")["median_ms"].median()
-        ref = times.get(reference, np.nan)
-        columns += [f"{size} T={seq_len} B={batch} ms", f"{size} T={seq_len} B={batch} ratio"]
-        for m in methods:
-            values.setdefault(m, []).extend([times.get(m, np.nan), times.get(m, np.nan) / ref])
-    cells = [[("n/a" if not np.isfinite(v) else f"{v:.2f}" if i % 2 == 0 else f"{v:.4f}")
-              for i, v in enumerate(values[m])] for m in methods]
-    best = []
-    for m in methods:
-        row = []
-        for i, v in enumerate(values[m]):
-            column = [values[k][i] for k in methods]
-            row.append(i % 2 == 0 and np.isfinite(v) and v == np.nanmin(column))
-        best.append(row)
+    df = df.assign(_path=[timing_path(r) for r in df.to_dict("records")],
+                   _label=_base_methods(df))
     device = ", ".join(sorted(df["device"].astype(str).unique())) if "device" in df else "?"
     threads = ", ".join(sorted(df["threads"].astype(str).unique())) if "threads" in df else "?"
-    note = f"median of the repeats; ratio = ms / ms of {reference}; device {device}, threads {threads}"
-    return [Table("", "method", methods, columns, cells, best, note)]
+    out = []
+    for path, group in df.groupby("_path", sort=False):
+        methods = method_order(group["_label"])
+        columns, values, is_ms, lengths_summed = [], {m: [] for m in methods}, [], set()
+        for (mode, size, batch), shape in group.groupby(["mode", "size", "batch_size"], sort=False):
+            times = shape.groupby(["_label", "seq_len"])["median_ms"].median()
+            lengths = sorted(shape["seq_len"].unique())
+            for n in lengths:
+                columns.append(f"{size} T={n} B={batch} ms")
+                is_ms.append(True)
+                for m in methods:
+                    values[m].append(times.get((m, n), np.nan))
+            total = {m: sum(times.get((m, n), np.nan) for n in lengths) for m in methods}  # NaN if one is missing
+            if len(lengths) > 1:
+                lengths_summed |= set(lengths)
+                columns.append(f"{size} Total B={batch} ms")
+                is_ms.append(True)
+                for m in methods:
+                    values[m].append(total[m])
+            name = f"{size} T={lengths[0]} B={batch} ratio" if len(lengths) == 1 else f"{size} Total B={batch} ratio"
+            columns.append(name)
+            is_ms.append(False)
+            for m in methods:
+                values[m].append(total[m] / total.get(reference, np.nan))
+        cells = [[("n/a" if not np.isfinite(v) else f"{v:.2f}" if ms else f"{v:.4f}")
+                  for v, ms in zip(values[m], is_ms)] for m in methods]
+        best = [[ms and np.isfinite(v) and v == np.nanmin([values[k][i] for k in methods])
+                 for i, (v, ms) in enumerate(zip(values[m], is_ms))] for m in methods]
+        total_note = (f"; Total = sum over T = {', '.join(map(str, sorted(lengths_summed)))}" if lengths_summed
+                      else "")
+        note = (f"median of the repeats{total_note}; ratio = ms / ms of {reference} on the same path; "
+                f"device {device}, threads {threads}")
+        out.append(Table(path, "method", methods, columns, cells, best, note))
+    return out
+
+
+def _base_methods(df: pd.DataFrame) -> list[str]:
+    """Row labels within a path's panel: the paper's method label without the path qualifiers of ``dape time``."""
+    from dape_core.methods import method_label
+
+    if not {"encoding", "processor", "kernel_size"} <= set(df.columns):
+        return list(df["method"])
+    return [method_label(e, p, int(k)) if pd.notna(e) else m
+            for e, p, k, m in zip(df["encoding"], df["processor"], df["kernel_size"].fillna(1), df["method"])]
 
 
 def leakage_tables(leakage: pd.DataFrame, family: str) -> list[Table]:

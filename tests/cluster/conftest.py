@@ -37,13 +37,13 @@ def slurm_required() -> bool:
     return ci not in ("", "0", "false", "no") or os.environ.get("DAPE_REQUIRE_SLURM") == "1"
 
 
-@pytest.fixture(scope="module")
-def localhost_slurm(tmp_path_factory):
-    """A running SlurmLocalhost; its daemons are stopped by PID when the module's tests end."""
+def running_cluster(state_dir, **options):
+    """A running SlurmLocalhost (``options``: its fields, e.g. ``gpu_files``) until the generator closes; then its
+    daemons are stopped by PID. Skips (or fails under CI / DAPE_REQUIRE_SLURM=1) where the host cannot run one."""
     reason = host_unsuitable_reason()
     if reason:
         pytest.skip(f"no slurm on localhost: {reason}")
-    cluster = SlurmLocalhost(tmp_path_factory.mktemp("slurm"))
+    cluster = SlurmLocalhost(state_dir, **options)
     unmet = None
     try:
         if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
@@ -60,3 +60,20 @@ def localhost_slurm(tmp_path_factory):
         yield cluster
     finally:
         cluster.down()
+
+
+@pytest.fixture(scope="module")
+def localhost_slurm(tmp_path_factory):
+    """A running SlurmLocalhost (GPUs: the machine's /dev/nvidia*); stopped when the module's tests end."""
+    yield from running_cluster(tmp_path_factory.mktemp("slurm"))
+
+
+@pytest.fixture(scope="module")
+def fake_gpu_slurm(tmp_path_factory):
+    """A running SlurmLocalhost whose node offers 2 GPUs as GRES, backed by placeholder files: slurm schedules and
+    counts them like real devices (no device cgroup here), and torch, finding no CUDA, runs on the CPU."""
+    state = tmp_path_factory.mktemp("slurm")
+    devices = [state / f"fakegpu{i}" for i in range(2)]
+    for device in devices:
+        device.touch()
+    yield from running_cluster(state, gpu_files=[str(d) for d in devices])

@@ -4,7 +4,8 @@ Rules read their settings only through the functions below, as named `params:` g
 training, evaluation, timing, che, corpus: the dataclasses that declare them). Each group is a mapping that
 Snakemake compares between runs, so a changed setting reruns exactly the jobs it reaches; in a shell command it
 formats as `--name value` options. Resources (threads, mem_mb, runtime, gpu) come from the configuration's
-`resources` block alone (`job_resources`); the report rules are local rules and need none.
+`resources` block alone (`job_resources`; a training job's follow its run's model size, `train_job`); the report
+rules are local rules and need none.
 """
 
 import os
@@ -50,15 +51,77 @@ def threads_of(rule_name):
     return PLAN.resources(rule_name)["threads"]
 
 
-def job_resources(rule_name):
-    """mem_mb, runtime, gpu (and gpu_model) of a rule, from the configuration's `resources` block; a GPU job asks
-    for its threads per GPU (`cpus_per_gpu`, which the slurm executor passes instead of --cpus-per-task)."""
-    resources = {key: value for key, value in PLAN.resources(rule_name).items() if key != "threads" and value is not None}
+def slurm_resources(values):
+    """mem_mb, runtime, gpu (and gpu_model) of one job's resources; a GPU job asks for its threads per GPU
+    (`cpus_per_gpu`, which the slurm executor passes instead of --cpus-per-task, so a job gets gpu × threads CPUs)."""
+    resources = {key: value for key, value in values.items()
+                 if key not in ("threads", "distributed") and value is not None}
     if resources.get("gpu"):
-        resources["cpus_per_gpu"] = PLAN.resources(rule_name)["threads"]
+        resources["cpus_per_gpu"] = values["threads"]
     else:
         resources.pop("gpu_model", None)
     return resources
+
+
+def job_resources(rule_name):
+    """A rule's resources, from the configuration's `resources` block (see slurm_resources)."""
+    return slurm_resources(PLAN.resources(rule_name))
+
+
+# A training job's resources depend on its run's model size (resources.train_lm.sizes): several GPUs run one
+# torchrun process each.
+class TrainLauncher:
+    """The command that starts a training job: `dape train`, or with several GPUs torchrun with one process per GPU
+    (NCCL; gloo processes where there is no GPU) and `--distributed`; `--threads` per process.
+
+    Not a builtin type, so Snakemake leaves it out of the params rerun trigger: like the thread count, how a job is
+    spread over devices does not rerun a finished run (`--forcerun` does)."""
+
+    def __init__(self, processes, distributed, threads):
+        self.processes, self.distributed, self.threads = processes, distributed, threads
+
+    def __str__(self):
+        if self.processes > 1:
+            return (f"torchrun --standalone --nproc-per-node {self.processes} -m dape_core.cli train"
+                    f" --distributed {self.distributed} --threads {self.threads}")
+        return f"dape train --threads {self.threads}"
+
+
+def train_job(run):
+    """resources.train_lm for one LM run: the rule's values updated by those of the run's size."""
+    return PLAN.resources("train_lm", PLAN.lm_runs[run]["settings"]["size"])
+
+
+def train_processes(run):
+    return max(1, train_job(run)["gpu"])
+
+
+def train_threads(wildcards):
+    """The job's CPUs: threads per process × processes."""
+    return train_job(wildcards.run)["threads"] * train_processes(wildcards.run)
+
+
+def train_launcher(wildcards, threads):
+    """`threads` is the job's (capped at --cores by Snakemake), shared among its processes."""
+    processes = train_processes(wildcards.run)
+    return TrainLauncher(processes, train_job(wildcards.run)["distributed"], max(1, threads // processes))
+
+
+def train_job_resources():
+    """train_lm's resources as functions of the run. Every job has the same keys: where some jobs have GPUs, one
+    without gets cpus_per_gpu too (the slurm executor reads it only with a GPU) and an empty gpu_model."""
+    with_gpu = any(train_job(run)["gpu"] for run in PLAN.lm_runs)
+    keys = ["mem_mb", "runtime", "gpu"]
+    keys += ["cpus_per_gpu", *(["gpu_model"] if PLAN.resources("train_lm")["gpu_model"] else [])] if with_gpu else []
+
+    def value(key):
+        def of_run(wildcards):
+            job = train_job(wildcards.run)
+            return slurm_resources(job).get(key, {"cpus_per_gpu": job["threads"], "gpu_model": ""}.get(key))
+
+        return of_run
+
+    return {key: value(key) for key in keys}
 
 
 # ------------------------------------------------------------------------------------------------ data

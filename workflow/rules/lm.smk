@@ -17,10 +17,12 @@ rule train_lm:
         out_dir=lambda wildcards, output: str(Path(output.model).parent),
         # outside the outputs, so that a failed job's clean-up keeps them and a rerun resumes
         checkpoint_dir="results/checkpoints/{run}/seed{seed}",
+        # `dape train`, or torchrun with one process per GPU of the run's size (resources.train_lm.sizes)
+        launcher=train_launcher,
     priority: 10  # the longest jobs first, so that short ones fill the end of the schedule
-    threads: threads_of("train_lm")
+    threads: train_threads
     resources:
-        **job_resources("train_lm"),
+        **train_job_resources(),
     log:
         "logs/lm/{run}/seed{seed}/train.log",
     benchmark:
@@ -28,8 +30,8 @@ rule train_lm:
     conda:
         "../../envs/lm.yaml"
     shell:
-        "dape train --data-dir {params.data_dir} --out-dir {params.out_dir} --checkpoint-dir {params.checkpoint_dir}"
-        " {params.attention} {params.shape} {params.training} --seed {wildcards.seed} --threads {threads} --no-progress > {log} 2>&1"
+        "{params.launcher} --data-dir {params.data_dir} --out-dir {params.out_dir} --checkpoint-dir {params.checkpoint_dir}"
+        " {params.attention} {params.shape} {params.training} --seed {wildcards.seed} --no-progress > {log} 2>&1"
 
 
 rule evaluate_lm:
@@ -37,6 +39,7 @@ rule evaluate_lm:
         unpack(eval_inputs),
     output:
         eval="results/lm/{run}/seed{seed}/eval.csv",
+        windows="results/lm/{run}/seed{seed}/windows.csv",
     params:
         evaluation=eval_options,
         data_dir=lambda wildcards, input: str(Path(input.meta).parent),
@@ -51,7 +54,7 @@ rule evaluate_lm:
         "../../envs/lm.yaml"
     shell:
         "dape evaluate --checkpoint {input.model} --data-dir {params.data_dir} {params.evaluation}"
-        " --threads {threads} --out {output.eval} > {log} 2>&1"
+        " --threads {threads} --out {output.eval} --windows-out {output.windows} > {log} 2>&1"
 
 
 rule attention_maps:

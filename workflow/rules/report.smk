@@ -19,12 +19,14 @@ rule aggregate_lm:
         plan="results/plan.json",
         evals=lm_files("eval.csv"),
         summaries=lm_files("summary.json"),
+        windows=lm_files("windows.csv"),
     output:
         lm=report(
             "reports/lm_results.csv",
             caption="../report/lm_results.rst",
             category="Data",
         ),
+        windows="reports/lm_windows.csv",
     localrule: True
     log:
         "logs/report/aggregate_lm.log",
@@ -32,7 +34,7 @@ rule aggregate_lm:
         "../../envs/report.yaml"
     shell:
         "dape report lm --plan {input.plan} --evals {input.evals} --summaries {input.summaries}"
-        " --out {output.lm} > {log} 2>&1"
+        " --out {output.lm} --windows {input.windows} --windows-out {output.windows} > {log} 2>&1"
 
 
 rule aggregate_sink:
@@ -256,7 +258,11 @@ rule sink_figure:
 
 rule claims:
     input:
-        unpack(report_inputs),
+        # the report inputs and, with language models, their per-window losses (the claims' intervals)
+        unpack(
+            lambda wildcards: report_inputs(wildcards)
+            | ({"windows": "reports/lm_windows.csv"} if PLAN.lm_runs else {})
+        ),
     output:
         markdown=report("reports/claims.md", caption="../report/claims.rst", category="Claims"),
         table="reports/claims.csv",

@@ -1,5 +1,6 @@
 """Forward and training-step times with peak memory (Table 7, §4.2): one `dape time` job per timing run, each
-length measured in a fresh process (results/timing/{timing_run}.csv)."""
+length measured in a fresh process, on the job's GPU when it has one (resources.time_lm.gpu), in the run's
+`precision` (results/timing/{timing_run}.csv, each row naming its device)."""
 
 
 rule time_lm:

@@ -1,0 +1,66 @@
+"""Token positions: 0 … T−1, or the sorted random positions of randomized positional encodings.
+
+Randomized positional encodings (Ruoss et al., 2023) give a sequence of length T the positions of T indices
+drawn without replacement from [0, L_max) and sorted, so that a model trained on short sequences has seen every
+position and relative distance up to L_max − 1 (L_max = ``max_position`` ≥ the longest evaluation length). One
+sampler, :func:`draw_positions`, serves the CHE runner (Table 6, where the benchmark randomises the positions of
+every encoding) and the language models of an encoding that declares ``randomized_positions`` (``randrope``).
+
+Language models draw from generators seeded by integers alone, never from a stream that depends on what came
+before: a training micro-batch's positions are a function of (seed, step, micro-batch), as its data is
+(``dape_core.train.batch_starts``), so a resumed run draws the positions of the uninterrupted run; an evaluation
+window's positions are a function of (seed, length, window), so the perplexity does not depend on batching.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from dape_core.encodings import ENCODINGS
+from dape_core.errors import ConfigError
+
+#: the last entropy word of every position generator: keeps the position draws of (seed, step, micro) apart from
+#: the data draws of the same (seed, step, micro) (ASCII "pos")
+POSITION_STREAM = 0x706F73
+
+
+def draw_positions(rng: np.random.Generator, length: int, max_position: int) -> torch.Tensor:
+    """Sorted positions drawn without replacement from [0, max_position) (Ruoss et al., 2023): int64 [length]."""
+    if length > max_position:
+        raise ConfigError(f"max_position: {max_position} is not allowed for a sequence of {length} positions; "
+                          f"allowed values: ≥ {length}")
+    return torch.from_numpy(np.sort(rng.choice(max_position, size=length, replace=False)))
+
+
+def randomized(cfg) -> bool:
+    """Whether a model (anything with an ``encoding``) is trained and evaluated at random positions."""
+    return bool(ENCODINGS[cfg.encoding].randomized_positions)
+
+
+def require_max_position(cfg, length: int, field: str) -> None:
+    """A randomized model can only place ``length`` ≤ ``max_position`` positions (the error names ``field``)."""
+    if randomized(cfg) and length > cfg.max_position:
+        raise ConfigError(f"{field}: {length} exceeds max_position {cfg.max_position} of encoding {cfg.encoding!r} "
+                          f"(positions are drawn from [0, max_position)); allowed values: ≤ {cfg.max_position}, "
+                          "or train with a larger max_position")
+
+
+def training_positions(cfg, seed: int, step: int, micro: int, length: int) -> torch.Tensor | None:
+    """Positions of one training micro-batch (shared by its sequences): None (0 … T−1) unless the encoding is
+    randomized, else a draw that is a function of (seed, step, micro) alone."""
+    if not randomized(cfg):
+        return None
+    return draw_positions(np.random.default_rng([seed, step, micro, POSITION_STREAM]), length, cfg.max_position)
+
+
+def evaluation_positions(cfg, seed: int, length: int, window: int) -> torch.Tensor | None:
+    """Positions of one evaluation window of ``length`` tokens: None (0 … T−1) unless the encoding is randomized,
+    else a draw that is a function of (seed, length, window) alone (Ruoss et al. sample at test time too)."""
+    if not randomized(cfg):
+        return None
+    return draw_positions(np.random.default_rng([seed, length, window, POSITION_STREAM]), length, cfg.max_position)
+
+
+__all__ = ["POSITION_STREAM", "draw_positions", "randomized", "require_max_position", "training_positions",
+           "evaluation_positions"]

@@ -1,0 +1,160 @@
+"""GPU-hours from measured throughput: the estimate reads a calibration CSV (a fixture here, no GPU needed), uses a
+measured row as is, scales the nearest row of the same method by FLOPs per token, and falls back to the FLOP
+estimate with a message; benchmarks/calibrate_gpu.py writes such a CSV (run here on the CPU)."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from dape_core import config as grid
+from dape_core.config.__main__ import main as config_main
+from dape_core.config.estimate import FLOPS, MEASURED, training_flops
+from dape_core.errors import ConfigError
+from dape_core.model import GPT, GPTConfig
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE = REPO / "tests" / "data" / "gpu_calibration_fixture.csv"
+STEPS, BATCH, TRAIN_LEN = 10, 4, 32
+TOKENS = STEPS * BATCH * TRAIN_LEN  # of one training job (grad_accum 1)
+
+
+def calibrated_config(calibration=str(FIXTURE), device="fixture-gpu-a") -> dict:
+    """Three runs: DAPE1x3-Kerple tiny (measured in the fixture), DAPE1x3-Kerple small (its fixture row ran out of
+    memory: scaled from tiny) and Kerple tiny (no row of the method: FLOP estimate)."""
+    return {
+        "datasets": {"code": {"source": "builtin-code", "vocab_size": 300}},
+        "defaults": {"lm": {"size": "tiny", "train_len": TRAIN_LEN, "steps": STEPS, "batch_size": BATCH,
+                            "attention_impl": "fast", "eval": {"eval_lens": [32, 64]}}},
+        "families": {"runs": {"grids": [
+            {"axes": {"size": ["tiny", "small"], "method": ["DAPE1x3-Kerple"]}},
+            {"axes": {"method": ["Kerple"]}},
+        ]}},
+        "estimate": {"calibration": calibration, "calibration_device": device},
+    }
+
+
+def shapes(estimate: dict) -> dict:
+    return {(s["size"], s["method"]): s for s in estimate["shapes"]}
+
+
+def flops_per_token(size: str, **method) -> float:
+    """The decoder's own count, from a model built on the CPU (not through the estimate's meta-device path)."""
+    return GPT(GPTConfig(size=size, vocab_size=300, train_len=TRAIN_LEN, **method)).flops_per_token(TRAIN_LEN)
+
+
+def test_a_measured_row_is_used_as_is_and_an_unmeasured_size_is_scaled_by_flops_per_token():
+    plan = grid.build_plan(calibrated_config())
+    e = grid.estimate(plan)
+    by = shapes(e)
+    dape = dict(processor="dape_v2", kernel_size=3)
+
+    measured = by[("tiny", "DAPE1x3-Kerple")]
+    assert measured["source"] == MEASURED
+    assert measured["gpu_hours"] == pytest.approx(TOKENS / 2000.0 / 3600)  # fixture-gpu-a's fp32 row, not bf16's
+
+    scaled = by[("small", "DAPE1x3-Kerple")]  # its own row is out_of_memory: not used
+    assert scaled["source"].startswith("scaled from tiny T=32 B=4")
+    rate = 2000.0 * flops_per_token("tiny", **dape) / flops_per_token("small", **dape)
+    assert scaled["gpu_hours"] == pytest.approx(TOKENS / rate / 3600)
+    assert rate < 2000.0  # more FLOPs per token, fewer tokens per second
+
+    kerple = by[("tiny", "Kerple")]
+    assert kerple["source"] == FLOPS
+    settings = plan.lm_runs["code-T32-kerple-none"]["settings"]
+    assert kerple["gpu_hours"] == pytest.approx(training_flops(settings, 300) / (312e12 * 0.3) / 3600)
+
+    assert e["sources"] == {"measured": 1, "scaled": 1, "FLOP estimate": 1}
+    assert e["gpu_hours"] == pytest.approx(sum(s["gpu_hours"] for s in e["shapes"]))
+
+
+def test_the_device_picks_its_own_rows():
+    by = shapes(grid.estimate(grid.build_plan(calibrated_config(device="fixture-gpu-b"))))
+    assert by[("tiny", "DAPE1x3-Kerple")]["gpu_hours"] == pytest.approx(TOKENS / 8000.0 / 3600)
+    with pytest.raises(ConfigError, match=r"^estimate\.calibration_device: null, .*allowed values: fixture-gpu-a, "
+                                          r"fixture-gpu-b"):
+        grid.estimate(grid.build_plan(calibrated_config(device=None)))
+    with pytest.raises(ConfigError, match=r"^estimate\.calibration_device: 'h100' is not in .*allowed values: "
+                                          r"fixture-gpu-a, fixture-gpu-b"):
+        grid.estimate(grid.build_plan(calibrated_config(device="h100")))
+
+
+def test_a_missing_csv_falls_back_to_the_flop_estimate_with_a_message(tmp_path):
+    missing = tmp_path / "gpu_calibration.csv"
+    with_csv = grid.estimate(grid.build_plan(calibrated_config()))
+    plan = grid.build_plan(calibrated_config(calibration=str(missing)))
+    e = grid.estimate(plan)
+    assert e["sources"] == {"measured": 0, "scaled": 0, "FLOP estimate": 3} and not e["calibrated"]
+    flops = sum(training_flops(plan.lm_runs[name]["settings"], 300) for name, _ in plan.lm_jobs())
+    assert e["gpu_hours"] == pytest.approx(flops / (312e12 * 0.3) / 3600)
+    assert e["gpu_hours"] != pytest.approx(with_csv["gpu_hours"])
+    line = grid.estimate_line(plan, e)
+    assert f"calibration {missing} not found" in line and "FLOP estimate" in line and "GPU-hours" in line
+
+
+def test_a_csv_without_the_calibration_columns_is_refused_naming_the_field(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("device,tokens_per_s\nx,1\n")
+    with pytest.raises(ConfigError, match=r"^estimate\.calibration: .* lacks the columns size, .*allowed values"):
+        grid.estimate(grid.build_plan(calibrated_config(calibration=str(bad))))
+
+
+def test_the_printed_estimate_names_the_figure_of_every_training_shape(tmp_path, capsys):
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(calibrated_config()))
+    assert config_main([str(path)]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split(":")[0].strip(): line for line in out.splitlines() if line.startswith("  ")}
+    assert lines["tiny DAPE1x3-Kerple D=32 T=32 B=4 fp32 fast/float32"].endswith("measured")
+    assert "scaled from tiny T=32 B=4 (2000 tokens/s)" in lines["small DAPE1x3-Kerple D=32 T=32 B=4 fp32 fast/float32"]
+    assert lines["tiny Kerple T=32 B=4 fp32 fast/float32"].endswith("FLOP estimate")
+    assert "tokens/s measured for 1 jobs, scaled by FLOPs for 1" in out
+
+
+def test_the_paper_config_without_its_csv_prints_the_flop_estimate(capsys):
+    config = grid.load_yaml(REPO / "configs" / "paper.yaml")
+    assert config["estimate"]["calibration"] == "benchmarks/results/gpu_calibration.csv"
+    assert not (REPO / config["estimate"]["calibration"]).exists(), "no GPU number is committed"
+    assert config_main([str(REPO / "configs" / "paper.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "gpu_calibration.csv not found" in out and "FLOP estimate" in out
+
+
+@pytest.mark.slow
+def test_calibrate_gpu_on_the_cpu_writes_rows_the_estimate_uses_as_measured(tmp_path):
+    config = calibrated_config(calibration=str(tmp_path / "cpu.csv"), device="cpu")
+    config["families"] = {"runs": {"axes": {"method": ["Kerple", "DAPE1x3-Kerple"]}}}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    (tmp_path / "cpu.csv").write_text((FIXTURE.read_text()))  # another device's rows are kept beside the new ones
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "calibrate_gpu.py"), "--config", str(path),
+                           "--device", "cpu", "--out", str(tmp_path / "cpu.csv"), "--steps", "2", "--warmup", "1",
+                           "--threads", "1"], capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = pd.read_csv(tmp_path / "cpu.csv", comment="#")
+    cpu = rows[rows["device"] == "cpu"]
+    assert list(cpu["method"]) == ["Kerple", "DAPE1x3-Kerple"] and (cpu["status"] == "ok").all()
+    assert (cpu["tokens_per_s"] > 0).all() and (cpu["median_step_ms"] > 0).all()
+    expected = cpu["micro_batch"] * cpu["train_len"] * cpu["grad_accum"] / (cpu["median_step_ms"] / 1000)
+    assert ((cpu["tokens_per_s"] - expected).abs() <= 1e-6 * expected).all()
+    assert set(cpu["attention_path"]) == {"fast"} and set(cpu["vocab_size"]) == {300}
+    assert (rows["device"] == "fixture-gpu-a").sum() == 3  # kept
+    e = grid.estimate(grid.build_plan(config))
+    assert e["sources"] == {"measured": 2, "scaled": 0, "FLOP estimate": 0}
+    kerple = next(s for s in e["shapes"] if s["method"] == "Kerple")
+    rate = cpu.loc[cpu["method"] == "Kerple", "tokens_per_s"].item()
+    assert kerple["gpu_hours"] == pytest.approx(TOKENS / rate / 3600) and math.isfinite(kerple["gpu_hours"])
+
+
+def test_calibrate_gpu_refuses_cuda_without_a_gpu():
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")  # no GPU visible, on any machine
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "calibrate_gpu.py"), "--device", "cuda"],
+                          capture_output=True, text=True, cwd=REPO, timeout=120, env=env)
+    assert done.returncode == 2 and "no CUDA device here" in done.stderr

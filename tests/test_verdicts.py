@@ -1,0 +1,281 @@
+"""Claim verdicts with intervals (CONFIRMED / REFUTED / UNDECIDED) on synthetic per-window losses; per-window
+losses written by `dape evaluate` and collected by `dape report lm`; `--bootstrap 0`."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from dape_core.cli import main
+from dape_core.data import load_split
+from dape_core.errors import ConfigError
+from dape_core.evaluate import WINDOW_COLUMNS, choose_device, device_name, evaluate_windows
+from dape_core.methods import parse_method
+from dape_core.model import GPT, GPTConfig
+from dape_core.report import aggregate
+from dape_core.report.claims import CONFIRMED, NOT_RUN, REFUTED, UNDECIDED, evaluate_claims
+from dape_core.report.intervals import POINT, Interval, combine, decide, interval
+
+GAIN_20 = math.log(0.8)  # log ppl offset of a method 20 % better: ppl_A / ppl_B = 0.8
+
+
+# Noise as measured on real runs (Kerple, d 128, 2 layers, T 64, 300 steps at batch 16, 3 seeds, evaluated at
+# 64…1024 on 32 windows of 32 tokens): per-window loss sd 0.93 nats; two seeds' mean losses differ by 0.01–0.04
+# nats, about one standard error (0.025) of the paired per-window difference.
+SEED_SD, WINDOW_SD = 0.02, 0.1
+
+
+def synthetic(offsets: dict[str, float], seeds=(0, 1), n_windows=32, lengths=(64, 128, 256), train_len=64,
+              seed_sd=SEED_SD, window_sd=WINDOW_SD, rng=0, role="every_encoding", ids=None):
+    """(lm_results rows, lm_windows rows) of methods whose per-window loss is the window's difficulty (shared by
+    every method and seed, sd 0.9 nats) + the method's planted offset + a per-(method, seed) effect (sd
+    ``seed_sd``) + a per-(method, seed, window) deviation (sd ``window_sd``, the same at every length, plus a
+    quarter of it per length). ``ids`` maps a method to its own window ids."""
+    gen = np.random.default_rng(rng)
+    difficulty = gen.normal(4.0, 0.9, n_windows)
+    lm, windows = [], []
+    for method, offset in offsets.items():
+        p = parse_method(method)
+        for seed in seeds:
+            effect, deviation = gen.normal(0.0, seed_sd), gen.normal(0.0, window_sd, n_windows)
+            run = f"{method}-run"
+            for n in lengths:
+                loss = difficulty + offset + effect + deviation + gen.normal(0.0, window_sd / 4, n_windows)
+                documents = (ids or {}).get(method, np.arange(n_windows))
+                windows.append(pd.DataFrame({"run": run, "seed": seed, "eval_len": n, "document": documents,
+                                             "anchor": 1000, "tokens": 32, "loss": loss, "loss_dp": loss,
+                                             "loss_local": loss}))
+                lm.append({"run": run, "seed": seed, "families": "fam", "roles": role, "method": method,
+                           "dataset": "code", "size": "small", "encoding": p["encoding"], "processor": p["processor"],
+                           "kernel_size": p["kernel_size"], "dape_width": 32, "tril": p["tril"],
+                           "train_len": train_len, "eval_len": n, "status": "ok", "ppl": float(np.exp(loss.mean()))})
+    return pd.DataFrame(lm), pd.concat(windows, ignore_index=True)
+
+
+def check(claim_id: str, lm: pd.DataFrame, windows: pd.DataFrame | None) -> pd.Series:
+    return evaluate_claims(lm, windows=windows, claim_ids=[claim_id]).set_index("claim_id").loc[claim_id]
+
+
+def first_check(record: pd.Series) -> dict:
+    return next(iter(record["numbers"].values()))
+
+
+# ------------------------------------------------------------------------------------------ the three verdicts
+@pytest.mark.parametrize("seeds, most_decided", [((0, 1), 6), ((0, 1, 2), 3)])
+def test_two_seeds_of_one_method_compared_with_each_other_are_undecided(seeds, most_decided):
+    """"RoPE" and "DAPE-RoPE" are here seeds of one and the same method under two names, compared 40 times at the
+    measured noise. A 95 % interval excludes 0 for some of them by chance, more often with two seeds (whose seed
+    level sees two values only) than with three; the bounds allow for that rate and binomial spread, no more."""
+    verdicts, widths = [], []
+    for rng in range(40):
+        record = check("naive_dape_degrades_rope", *synthetic({"RoPE": 0.0, "DAPE-RoPE": 0.0}, seeds, rng=rng))
+        c = first_check(record)
+        assert c["basis"] == "seeds × windows" and c["n_seeds"] == len(seeds) and c["n_rows"] == 32
+        verdicts.append(record["verdict"])
+        widths.append(c["gain_high"] - c["gain_low"])
+    assert len(verdicts) - verdicts.count(UNDECIDED) <= most_decided, verdicts
+    assert verdicts.count(CONFIRMED) <= 2  # noise rarely reaches the claim's 2 % margin
+    assert verdicts[0] == UNDECIDED
+    assert 0.01 < np.median(widths) < 0.2  # finite intervals of the size of the noise: not vacuous
+
+
+@pytest.mark.parametrize("rng", [0, 1, 2])
+def test_a_planted_20_percent_gain_is_confirmed_and_a_planted_loss_refuted(rng):
+    lm, windows = synthetic({"RoPE": GAIN_20, "DAPE-RoPE": 0.0}, rng=rng)  # RoPE 20 % better: the claim
+    record = check("naive_dape_degrades_rope", lm, windows)
+    assert record["verdict"] == CONFIRMED, record["summary"]
+    c = first_check(record)
+    assert c["gain"] == pytest.approx(0.2, abs=0.03) and c["gain_low"] <= 0.2 <= c["gain_high"]
+    assert c["gain_low"] >= c["margin"]
+    lm, windows = synthetic({"RoPE": -GAIN_20, "DAPE-RoPE": 0.0}, rng=rng)  # RoPE 20 % worse: the opposite
+    record = check("naive_dape_degrades_rope", lm, windows)
+    assert record["verdict"] == REFUTED, record["summary"]
+    assert first_check(record)["gain_high"] < 0
+
+
+def test_a_gain_below_the_margin_is_undecided_not_refuted():
+    lm, windows = synthetic({"RoPE": math.log(0.99), "DAPE-RoPE": 0.0}, window_sd=0.01, seed_sd=0.001)
+    record = check("naive_dape_degrades_rope", lm, windows)
+    c = first_check(record)
+    assert c["gain_low"] > 0 and c["gain_high"] < c["margin"]  # surely positive, surely below 2 %
+    assert record["verdict"] == UNDECIDED
+
+
+def test_one_seed_sees_the_windows_only_and_says_so():
+    lm, windows = synthetic({"RoPE": GAIN_20, "DAPE-RoPE": 0.0}, seeds=(0,))
+    record = check("naive_dape_degrades_rope", lm, windows)
+    assert record["verdict"] == CONFIRMED and record["basis"] == "windows only (1 seed: seed noise not seen)"
+    assert "windows only (1 seed: seed noise not seen): 1 × 32" in record["summary"]
+    # the same comparison without per-window losses has nothing to resample: no interval, never a verdict
+    record = check("naive_dape_degrades_rope", lm, None)
+    assert record["verdict"] == UNDECIDED and record["basis"] == "no interval (1 seed, no per-window data)"
+    c = first_check(record)
+    assert c["gain"] == pytest.approx(0.2, abs=0.06) and c["gain_low"] == -math.inf and c["gain_high"] == 1.0
+
+
+def test_without_per_window_losses_the_seeds_alone_are_resampled():
+    lm, windows = synthetic({"RoPE": GAIN_20, "DAPE-RoPE": 0.0}, seeds=(0, 1, 2))
+    with_windows, seeds_only = check("naive_dape_degrades_rope", lm, windows), check("naive_dape_degrades_rope", lm, None)
+    assert with_windows["basis"] == "seeds × windows" and seeds_only["basis"] == "seeds only (no per-window data)"
+    assert with_windows["verdict"] == seeds_only["verdict"] == CONFIRMED
+    assert first_check(with_windows)["gain"] == pytest.approx(first_check(seeds_only)["gain"], abs=1e-9)
+
+
+def test_windows_pair_by_id_only():
+    """Windows of the two methods share no id: nothing to pair, so each seed counts by its mean (seeds only)."""
+    lm, windows = synthetic({"RoPE": GAIN_20, "DAPE-RoPE": 0.0},
+                            ids={"RoPE": np.arange(32), "DAPE-RoPE": np.arange(100, 132)})
+    record = check("naive_dape_degrades_rope", lm, windows)
+    assert record["basis"] == "seeds only (no per-window data)"
+
+
+def test_a_claim_of_several_checks_combines_all_confirmed_any_refuted():
+    cid = "dape_ordering_beyond"  # DAPE1x3-Kerple beats DAPE-Kerple, and DAPE-Kerple beats Kerple
+    cases = {(GAIN_20, GAIN_20): CONFIRMED, (GAIN_20, 0.0): UNDECIDED, (GAIN_20, -GAIN_20): REFUTED,
+             (0.0, -GAIN_20): REFUTED}
+    for (d3_over_dape, dape_over_kerple), expected in cases.items():
+        offsets = {"Kerple": 0.0, "DAPE-Kerple": dape_over_kerple, "DAPE1x3-Kerple": dape_over_kerple + d3_over_dape}
+        record = check(cid, *synthetic(offsets, role="central"))
+        verdicts = [c["verdict"] for c in record["numbers"].values()]
+        assert len(verdicts) == 2 and record["verdict"] == expected, (offsets, record["summary"])
+    assert combine([]) == NOT_RUN
+    assert combine([CONFIRMED, CONFIRMED]) == CONFIRMED
+    assert combine([CONFIRMED, UNDECIDED]) == UNDECIDED
+    assert combine([UNDECIDED, REFUTED, CONFIRMED]) == REFUTED
+
+
+def test_a_diverged_run_loses_whatever_the_noise():
+    lm, windows = synthetic({"RoPE": 0.0, "DAPE-RoPE": 0.0})
+    diverged = lm["method"] == "DAPE-RoPE"
+    lm.loc[diverged, "status"] = "diverged"
+    windows = windows[~windows["run"].eq("DAPE-RoPE-run")]  # a diverged run scores no window
+    assert check("naive_dape_degrades_rope", lm, windows)["verdict"] == CONFIRMED
+    lm.loc[diverged, "status"], lm.loc[~diverged, "status"] = "ok", "diverged"
+    assert check("naive_dape_degrades_rope", lm, windows)["verdict"] == REFUTED
+
+
+# ------------------------------------------------------------------------------------------ the interval rules
+def test_decide_reads_the_whole_interval():
+    def iv(low, high):
+        return Interval((low + high) / 2, low, high, "seeds × windows", 2, 32)
+
+    rule = {"side": 1, "confirm": 0.02, "refute": 0.0}
+    assert decide(iv(0.03, 0.2), **rule) == CONFIRMED
+    assert decide(iv(0.01, 0.2), **rule) == UNDECIDED  # not wholly beyond the margin
+    assert decide(iv(-0.01, 0.2), **rule) == UNDECIDED  # inside the noise
+    assert decide(iv(-0.2, -0.01), **rule) == REFUTED
+    bounded = {"side": -1, "confirm": 1.5, "refute": 2.0}
+    assert decide(iv(1.1, 1.4), **bounded) == CONFIRMED
+    assert decide(iv(1.4, 2.1), **bounded) == UNDECIDED
+    assert decide(iv(2.1, 3.0), **bounded) == REFUTED
+    no_margin = {"side": 1, "confirm": 0.0, "refute": 0.0}
+    assert decide(iv(0.0, 0.0), **no_margin) == UNDECIDED  # a tie confirms nothing
+
+
+def test_the_interval_is_reproducible_and_point_data_stay_points():
+    units = [np.random.default_rng(s).normal(0.1, 0.05, (32, 1)) for s in range(3)]
+    a = interval(units, lambda m: m[:, 0], "key")
+    assert a == interval(units, lambda m: m[:, 0], "key")  # seeded from the check's key
+    assert a.low < a.estimate < a.high and a.basis == "seeds × windows"
+    p = interval([np.array([[0.1]])], lambda m: m[:, 0], "key", point=True)
+    assert p.low == p.estimate == p.high == 0.1 and p.basis == POINT
+
+
+# ------------------------------------------------------------------------------------------ evaluation windows
+def _model(encoding: str) -> GPT:
+    torch.manual_seed(0)
+    return GPT(GPTConfig(size="tiny", encoding=encoding, vocab_size=512)).eval()
+
+
+def test_evaluation_windows_are_the_same_for_every_model_and_give_its_perplexity(tiny_corpus):
+    split = load_split(tiny_corpus, "val")
+    options = dict(train_len=32, window=16, max_windows=6, n_boot=20)
+    rows_a, win_a = evaluate_windows(_model("kerple"), split, [32, 64], **options)
+    rows_b, win_b = evaluate_windows(_model("alibi"), split, [32, 64], **options)
+    assert list(win_a.columns) == WINDOW_COLUMNS and len(win_a) == 2 * 6
+    ids = ["eval_len", "document", "anchor"]
+    pd.testing.assert_frame_equal(win_a[ids], win_b[ids])  # paired window by window
+    assert not np.allclose(win_a["loss"], win_b["loss"])  # two different models
+    for n, g in win_a.groupby("eval_len"):  # equal tokens per window: exp(mean window loss) = ppl
+        assert math.exp(g["loss"].mean()) == pytest.approx(rows_a.set_index("eval_len").loc[n, "ppl"], rel=1e-6)
+    assert (win_a.loc[win_a["eval_len"] == 32, "loss_local"] == win_a.loc[win_a["eval_len"] == 32, "loss_dp"]).all()
+
+
+def test_evaluate_writes_windows_and_its_device_and_aggregation_collects_them(tiny_corpus, tmp_path):
+    run_dir = tmp_path / "results" / "lm" / "r1" / "seed3"
+    assert main(["train", "--data-dir", str(tiny_corpus), "--out-dir", str(run_dir), "--size", "tiny",
+                 "--train-len", "32", "--batch-size", "4", "--steps", "2", "--threads", "1", "--no-progress"]) == 0
+    out, windows = run_dir / "eval.csv", run_dir / "windows.csv"
+    assert main(["evaluate", "--checkpoint", str(run_dir / "model.pt"), "--data-dir", str(tiny_corpus),
+                 "--eval-lens", "32", "64", "--window", "16", "--max-windows", "5", "--min-scored-tokens", "1",
+                 "--threads", "1", "--out", str(out), "--windows-out", str(windows)]) == 0
+    rows, per_window = pd.read_csv(out), pd.read_csv(windows)
+    assert (rows["eval_device"] == device_name(choose_device())).all()  # "cpu" here, "cuda:<GPU>" on a GPU
+    assert len(per_window) == 2 * 5 and list(per_window.columns) == WINDOW_COLUMNS
+    collected = aggregate.lm_windows([str(windows)])
+    assert list(collected.columns[:5]) == ["run", "seed", "eval_len", "document", "anchor"]
+    assert set(collected["run"]) == {"r1"} and set(collected["seed"]) == {3}
+
+
+def test_bootstrap_zero_means_no_interval_and_a_negative_count_is_refused(tiny_corpus, tmp_path, capsys):
+    split = load_split(tiny_corpus, "val")
+    rows, _ = evaluate_windows(_model("kerple"), split, [32], train_len=32, window=16, max_windows=4, n_boot=0)
+    assert rows["ppl_ci_low"].isna().all() and rows["ppl_ci_high"].isna().all() and rows["ppl"].notna().all()
+    assert main(["train", "--data-dir", str(tiny_corpus), "--out-dir", str(tmp_path), "--size", "tiny",
+                 "--train-len", "32", "--batch-size", "4", "--steps", "2", "--threads", "1", "--no-progress"]) == 0
+    base = ["evaluate", "--checkpoint", str(tmp_path / "model.pt"), "--data-dir", str(tiny_corpus), "--eval-lens",
+            "32", "--window", "16", "--max-windows", "4", "--min-scored-tokens", "1", "--threads", "1", "--out",
+            str(tmp_path / "eval.csv")]
+    assert main([*base, "--bootstrap", "0"]) == 0
+    rows = pd.read_csv(tmp_path / "eval.csv")
+    assert rows["ppl_ci_low"].isna().all() and rows["ppl"].notna().all()
+    with pytest.raises(SystemExit) as exit_info:
+        main([*base, "--bootstrap", "-1"])
+    assert exit_info.value.code == 2
+    message = capsys.readouterr().err
+    assert "error: bootstrap: -1 is not allowed; allowed values: an integer ≥ 0 (0: no interval)" in message
+    with pytest.raises(ConfigError, match="bootstrap"):
+        evaluate_windows(_model("kerple"), split, [32], train_len=32, window=16, max_windows=4, n_boot=-5)
+
+
+def test_report_lm_collects_windows_and_report_claims_reads_them(tmp_path):
+    """`dape report lm --windows … --windows-out` then `dape report claims --windows`: the DAG's two steps."""
+    import json
+
+    lm, windows = synthetic({"Kerple": 0.0, "DAPE-Kerple": GAIN_20, "DAPE1x3-Kerple": 2 * GAIN_20},
+                            role="central")
+    plan = {"families": {"base": {"stage": "lm", "role": "central", "runs": sorted(set(lm["run"]))}},
+            "lm_runs": {}, "lm_members": [], "leakage_pairs": {}, "timing_members": [], "che_members": []}
+    evals, summaries, window_files = [], [], []
+    for (run, seed), rows in lm.groupby(["run", "seed"]):
+        directory = tmp_path / "results" / "lm" / run / f"seed{seed}"
+        directory.mkdir(parents=True)
+        rows.drop(columns=["run", "seed", "families", "roles"]).to_csv(directory / "eval.csv", index=False)
+        per_window = windows[(windows["run"] == run) & (windows["seed"] == seed)]
+        per_window.drop(columns=["run", "seed"]).to_csv(directory / "windows.csv", index=False)
+        (directory / "summary.json").write_text(json.dumps({"status": "ok"}))
+        settings = {key: rows[key].iloc[0] if key in rows else None for key in aggregate.LM_SETTING_COLUMNS}
+        plan["lm_runs"][run] = {"settings": {k: (v.item() if hasattr(v, "item") else v) for k, v in settings.items()}}
+        plan["lm_members"].append({"family": "base", "run": run, "seed": int(seed), "eval_lens": [64, 128, 256]})
+        evals.append(str(directory / "eval.csv"))
+        summaries.append(str(directory / "summary.json"))
+        window_files.append(str(directory / "windows.csv"))
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    reports = tmp_path / "reports"
+    assert main(["report", "lm", "--plan", str(tmp_path / "plan.json"), "--evals", *evals, "--summaries", *summaries,
+                 "--out", str(reports / "lm_results.csv"), "--windows", *window_files,
+                 "--windows-out", str(reports / "lm_windows.csv")]) == 0
+    collected = pd.read_csv(reports / "lm_windows.csv")
+    assert len(collected) == len(windows) and set(collected["run"]) == set(lm["run"])
+    assert main(["report", "claims", "--plan", str(tmp_path / "plan.json"), "--lm", str(reports / "lm_results.csv"),
+                 "--windows", str(reports / "lm_windows.csv"), "--out-md", str(reports / "claims.md"),
+                 "--out-csv", str(reports / "claims.csv")]) == 0
+    table = pd.read_csv(reports / "claims.csv").set_index("claim_id")
+    assert table.loc["dape_ordering_beyond", "verdict"] == CONFIRMED
+    assert table.loc["dape_ordering_beyond", "basis"] == "seeds × windows"
+    md = (reports / "claims.md").read_text()
+    assert "**CONFIRMED**" in md and "| central | code, train 64, small |" in md  # ρ against Table 2 etc.
