@@ -52,6 +52,13 @@ DAPE_V2 = dict(encoding="kerple", processor="dape_v2", kernel_size=3)
 DAPE_V1 = dict(encoding="kerple", processor="dape_v1", kernel_size=1)
 
 
+def group_methods(group: dict, compiled: bool = False) -> list[dict]:
+    """The methods of ``group``: :func:`methods`, restricted to the group's ``methods`` labels when it names some."""
+    out = methods(group["seq_len"], group["mode"], compiled)
+    keep = group.get("methods")
+    return out if keep is None else [m for m in out if m["label"] in keep or m["label"].removesuffix(" compiled") in keep]
+
+
 def methods(n: int, mode: str, compiled: bool = False) -> list[dict]:
     """The methods of a group at length ``n``: Kerple whole and chunked, DAPE on the plain and fast paths, and with
     ``compiled`` Kerple and DAPE1×3's plain path under ``torch.compile``. The fast path is not offered compiled:
@@ -78,12 +85,17 @@ def methods(n: int, mode: str, compiled: bool = False) -> list[dict]:
 
 
 SUITES = {
-    # the default preset (2 layers, width 128, 4 heads), batch 16: the DAG's training runs
-    "default": [dict(config="config.yaml", mode="train", batch=16, seq_len=n, repeats=7) for n in (64, 128, 256)],
+    # the default preset (2 layers, width 128, 4 heads), batch 16: the DAG's training runs (T 32; 64 and 128 in
+    # equal_tokens) and one longer length
+    "default": [dict(config="config.yaml", mode="train", batch=16, seq_len=n, repeats=7) for n in (32, 64, 128, 256)],
     # the 125M shape (width 768, 12 heads) at T = 512: one layer, and the model at reduced depth
     "125m": [
         dict(config="configs/paper.yaml", mode="layer", n_layer=1, batch=4, seq_len=512, repeats=5),
-        dict(config="configs/paper.yaml", mode="train", n_layer=4, batch=4, seq_len=512, repeats=3),
+        # every method's model and AdamW state live in one process (round-robin): at GPT-2's vocabulary each holds
+        # about 1.7 GB, so this group times the methods of the README's table only (all ten needed about 20 GB)
+        dict(config="configs/paper.yaml", mode="train", n_layer=4, batch=4, seq_len=512, repeats=3,
+             methods=("Kerple", "Kerple (whole mask)", "DAPE1x3-Kerple plain", "DAPE1x3-Kerple fast",
+                      "DAPE-Kerple fast")),
     ],
     # long-context evaluation at batch 1 on the 125M shape, reduced depth
     "eval": [dict(config="configs/paper.yaml", mode="eval", n_layer=2, batch=1, seq_len=n, repeats=3)
@@ -169,7 +181,7 @@ def time_group(group: dict) -> list[dict]:
     """All methods of a group in this process, round-robin; raw times per method. A compiled variant whose
     compilation fails (no C++ compiler, an unsupported operation) is left out with its reason on stderr."""
     torch.set_num_threads(group["threads"])
-    ms = methods(group["seq_len"], group["mode"], group.get("compile", False))
+    ms = group_methods(group, group.get("compile", False))
     models = [_build(group, m) for m in ms]
     data = _inputs(group, models[0].cfg.d_model)
     runs = [_step(group, model, data, m.get("torch_compile", False)) for m, model in zip(ms, models)]
@@ -199,7 +211,7 @@ def time_group(group: dict) -> list[dict]:
 def memory_case(group: dict, label: str) -> dict:
     """Peak resident memory of one method in this (fresh) process: warm-up and one measured unit of work."""
     torch.set_num_threads(group["threads"])
-    method = next(m for m in methods(group["seq_len"], group["mode"], True) if m["label"] == label)
+    method = next(m for m in group_methods(group, True) if m["label"] == label)
     model = _build(group, method)
     data = _inputs(group, model.cfg.d_model)
     run = _step(group, model, data, method.get("torch_compile", False))

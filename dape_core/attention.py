@@ -19,10 +19,18 @@ run it, all computing the same function:
   the causal mask) and, with ``same`` padding, the key columns right of its last row that the convolutions
   read (``ScoreProcessor.needed_halo``); keys beyond are never read. Peak memory then grows with
   chunk × T × dape_width instead of T² × dape_width.
+
+:func:`attend_causal` is the entry for a host model (``dape_core.hf``): Tq query rows against Tk ≥ Tq keys, query
+row r being key Tk − Tq + r (a KV cache), optionally under the host's key mask (padding, a sliding window). Without
+a mask that removes keys, the rows go through the same paths as above (with Tq = Tk, through :func:`attend`
+itself). With one, they take the plain path, by chunks of rows: the blocked and materialized forms take no key
+mask. There the processor treats a removed key as its zero padding (``ScoreProcessor.forward``'s ``key_mask``),
+then the scores get the causal mask and the host's.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -33,7 +41,7 @@ from dape_core.dape import ScoreProcessor
 from dape_core.encodings import PositionalEncoding
 from dape_core.errors import require_choice
 from dape_core.implementations.blocked import blocked_scores
-from dape_core.implementations.materialized import attend_materialized
+from dape_core.implementations.materialized import attend_materialized, chunk_rows, materialized_scores
 
 DEFAULT_CHUNK_BYTES = 16 * 2**20  # one chunk's [batch, H, rows, T] fp32 scores on the fast path
 MIN_CHUNK_ROWS = 64  # fewer query rows make q·kᵀ a memory-bound, matrix-vector-like product
@@ -84,6 +92,106 @@ def attend(
     return torch.cat([chunks[r0] for r0 in starts], dim=2)
 
 
+def attend_causal(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    encoding: PositionalEncoding,
+    processor: ScoreProcessor | None,
+    positions: torch.Tensor,
+    key_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    query_chunk_size: int | None = None,
+    attention_impl: str = "fast",
+    dape_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """Causal attention of q [batch, H, Tq, d_head] against k, v [batch, H, Tk, d_head], Tk ≥ Tq, query row r
+    at key Tk − Tq + r (a KV cache), keys at ``positions`` [Tk]; ``key_mask`` (bool, broadcastable to
+    [batch, 1, Tq, Tk], True where a key may be attended): a host model's mask on top of the causal one.
+    Returns [batch, H, Tq, d_head]."""
+    require_choice("attention_impl", attention_impl, PATHS)
+    n, n_keys = q.shape[2], k.shape[2]
+    if n > n_keys:
+        raise ValueError(f"queries: {n} rows against {n_keys} keys; allowed: at most as many rows as keys")
+    row_offset = n_keys - n
+    if key_mask is not None and not removes_past_keys(key_mask, row_offset, n_keys):
+        key_mask = None  # the causal mask alone: the unmasked paths
+    kwargs = dict(encoding=encoding, processor=processor, positions=positions, dropout_p=dropout_p)
+    if key_mask is None and row_offset == 0:
+        return attend(q, k, v, causal=True, query_chunk_size=query_chunk_size, attention_impl=attention_impl,
+                      dape_dtype=dape_dtype, **kwargs)
+    q, k = encoding.rotate(q, k, positions[row_offset:], positions)
+    if key_mask is not None:  # the plain path: the blocked and materialized forms take no key mask
+        chunk = query_chunk_size or auto_chunk_rows(q.shape[0], q.shape[1], n_keys)
+        return _by_row_chunks(
+            lambda r0, r1: _attend_rows_masked(q[:, :, r0:r1], k, v, row_offset + r0, key_mask[..., r0:r1, :],
+                                               **kwargs), n, chunk)
+    if processor is not None and attention_impl == "materialized":
+        return _attend_materialized_rows(q, k, v, row_offset, chunk=query_chunk_size, dape_dtype=dape_dtype, **kwargs)
+    if processor is not None and attention_impl == "fast":
+        chunk = query_chunk_size or auto_chunk_rows(q.shape[0], q.shape[1], n_keys)
+        return _attend_processed(q, k, v, causal=True, chunk=chunk, dape_dtype=dape_dtype, row_offset=row_offset,
+                                 **kwargs)
+    chunk = query_chunk_size or n
+    return _by_row_chunks(lambda r0, r1: _attend_rows(q[:, :, r0:r1], k, v, row_offset + r0, causal=True,
+                                                      fast_path=attention_impl != "plain", **kwargs), n, chunk)
+
+
+def removes_past_keys(key_mask: torch.Tensor, row_offset: int, n_keys: int) -> bool:
+    """Whether ``key_mask`` [.., Tq, Tk] forbids a key at or left of its query row (row r at key row_offset + r)."""
+    past = _causal_allowed(row_offset, row_offset + key_mask.shape[-2], n_keys, key_mask.device)
+    return bool((past & ~key_mask).any())
+
+
+def _by_row_chunks(attend_rows, n: int, chunk: int) -> torch.Tensor:
+    """``attend_rows(r0, r1)`` for chunks of query rows, largest chunk first, concatenated in order."""
+    starts = range(0, n, chunk)
+    chunks = {r0: attend_rows(r0, min(n, r0 + chunk)) for r0 in _longest_first(starts)}
+    return chunks[0] if len(chunks) == 1 else torch.cat([chunks[r0] for r0 in starts], dim=2)
+
+
+def _attend_materialized_rows(q, k, v, row_offset, *, encoding, processor, positions, dropout_p, chunk, dape_dtype):
+    """The materialized path for query rows at ``row_offset``, with ``attend_materialized``'s precision: fp32
+    scores and softmax, the feature map in ``dape_dtype``, else the autocast dtype, else the scores' dtype."""
+    device_type = q.device.type
+    feature_dtype = dape_dtype
+    if feature_dtype is None and torch.is_autocast_enabled(device_type):
+        feature_dtype = torch.get_autocast_dtype(device_type)
+    score_dtype = torch.promote_types(q.dtype, torch.float32)
+    chunk = chunk or chunk_rows(processor, q.shape[0], k.shape[2],
+                                feature_itemsize=(feature_dtype or score_dtype).itemsize)
+    with torch.autocast(device_type, enabled=False):
+        return _attend_processed(q.to(score_dtype), k.to(score_dtype), v, encoding=encoding, processor=processor,
+                                 positions=positions, causal=True, dropout_p=dropout_p, chunk=chunk,
+                                 dape_dtype=feature_dtype, row_offset=row_offset, scores_fn=materialized_scores)
+
+
+def _attend_rows_masked(q, k, v, row_offset, key_mask, *, encoding, processor, positions, dropout_p):
+    """The plain path (eq. 5) for query rows ``row_offset …`` under a host's ``key_mask`` [.., rows, Tk]: the
+    processor treats a masked key as its zero padding, the scores get the causal mask and the host's. A row whose
+    keys are all masked (a padding token's) attends to all its keys instead: a finite placeholder that no unmasked
+    row reads (its key is masked wherever it appears)."""
+    rows_end = row_offset + q.shape[2]
+    keys_read, keys_kept = _key_range(processor, True, rows_end, k.shape[2])
+    k_read, mask = k[:, :, :keys_read], key_mask[..., :keys_read]
+    past = _causal_allowed(row_offset, rows_end, keys_read, q.device)  # [rows, keys]: keys ≤ row
+    scores = torch.matmul(q, k_read.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # A = q·kᵀ/√d
+    bias = None
+    if encoding.has_bias:
+        bias = encoding.bias(q, k_read, scores, positions[row_offset:rows_end], positions[:keys_read])  # B
+    if processor is not None:
+        scores = processor(scores, bias, row_offset, key_mask=mask | ~past)  # future keys stay tril's
+    elif bias is not None:
+        scores = scores + bias
+    allowed = mask[..., :keys_kept] & past[:, :keys_kept]
+    allowed = allowed | ~allowed.any(-1, keepdim=True)
+    probs = torch.softmax(scores[..., :keys_kept].masked_fill(~allowed, float("-inf")), dim=-1)
+    if dropout_p > 0:
+        probs = F.dropout(probs, p=dropout_p)
+    return torch.matmul(probs, v[:, :, :keys_kept])
+
+
 def _longest_first(starts: range) -> list[int]:
     """Chunks in reverse order: each chunk's [.., rows, keys] temporaries are then no larger than the previous
     chunk's, so the allocator reuses their memory instead of growing the heap (peak memory at long lengths)."""
@@ -108,26 +216,30 @@ def _causal_allowed(row_offset, rows_end, keys_kept, device):
     return torch.arange(keys_kept, device=device)[None, :] <= row_index
 
 
-def _attend_processed(q, k, v, *, encoding, processor, positions, causal, dropout_p, chunk, dape_dtype):
+def _attend_processed(q, k, v, *, encoding, processor, positions, causal, dropout_p, chunk, dape_dtype,
+                      row_offset=0, scores_fn=None):
     """The fast path with a processor: per chunk of query rows, q·kᵀ/√d on the keys the rows reach, B, the
-    processor's blocked form (A + B + f with the causal mask), softmax, ·V."""
-    n, scale = q.shape[2], 1.0 / math.sqrt(q.shape[-1])
-    relative = encoding.relative_bias and n > 1 and bool((positions[1:] - positions[:-1] == 1).all())
+    processor's blocked form (A + B + f with the causal mask), softmax, ·V. Query row r is key ``row_offset`` + r
+    (``positions`` are the keys'); ``scores_fn``: another implementation's scores function (default: blocked)."""
+    n, n_keys, scale = q.shape[2], k.shape[2], 1.0 / math.sqrt(q.shape[-1])
+    if scores_fn is None:
+        relative = encoding.relative_bias and n_keys > 1 and bool((positions[1:] - positions[:-1] == 1).all())
+        scores_fn = functools.partial(blocked_scores, relative_bias=relative)
     outputs = {}
     for r0 in _longest_first(range(0, n, chunk)):
         rows_end = min(n, r0 + chunk)
-        keys_read, keys_kept = _key_range(processor, causal, rows_end, n)
+        first, last = row_offset + r0, row_offset + rows_end
+        keys_read, keys_kept = _key_range(processor, causal, last, n_keys)
         q_rows, k_read = q[:, :, r0:rows_end], k[:, :, :keys_read]
         scores = torch.matmul(q_rows, k_read.transpose(-2, -1)).mul_(scale)  # A = q·kᵀ/√d
-        bias = encoding.bias(q_rows, k_read, scores, positions[r0:rows_end], positions[:keys_read]) if encoding.has_bias else None
-        scores = blocked_scores(
-            processor, scores, bias, r0, causal=causal, keys_out=keys_kept, compute_dtype=dape_dtype,
-            relative_bias=relative,
-        )
+        bias = None
+        if encoding.has_bias:
+            bias = encoding.bias(q_rows, k_read, scores, positions[first:last], positions[:keys_read])  # B
+        scores = scores_fn(processor, scores, bias, first, causal=causal, keys_out=keys_kept, compute_dtype=dape_dtype)
         probs = torch.softmax(scores, dim=-1)
         if dropout_p > 0:
             probs = F.dropout(probs, p=dropout_p)
-        outputs[r0] = torch.matmul(probs, v[:, :, :keys_kept])
+        outputs[r0] = torch.matmul(probs.to(v.dtype), v[:, :, :keys_kept])
     return outputs[0] if len(outputs) == 1 else torch.cat([outputs[r0] for r0 in sorted(outputs)], dim=2)
 
 

@@ -16,6 +16,7 @@ from dape_core.errors import ConfigError
 COMMANDS: dict[str, tuple[str, str]] = {
     "tokenize": ("dape_core.data", "build token files from a corpus (built-in, local files or the Hub)"),
     "train": ("dape_core.train", "train a decoder language model"),
+    "finetune": ("dape_core.finetune", "continue training a Hugging Face decoder with or without a DAPE processor"),
     "evaluate": ("dape_core.evaluate", "perplexity at many evaluation lengths, and the ΔP of appendix A"),
     "time": ("dape_core.timing", "forward / training-step time and peak memory (Table 7, §4.2)"),
     "che": ("dape_core.che.runner", "train and evaluate one CHE cell (Table 6)"),

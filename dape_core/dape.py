@@ -14,7 +14,11 @@ Settings (:class:`~dape_core.settings.AttentionSettings`):
   even without tril.
 
 ``ScoreProcessor.forward`` is the paper's materialised form and the reference: [batch, 2H, Tq, Tk] through
-``nn.Conv2d``. Faster paths computing the same function live in :mod:`dape_core.implementations`, each proven
+``nn.Conv2d``. Its optional ``key_mask`` marks keys that a host model's mask removes (padding, a sliding window):
+such a key is treated as the convolutions' zero padding (its input [A; B] and its Conv1 output are zero), so a
+left-padded sequence's real tokens get the scores of the unpadded sequence. ``zero_init_output`` starts a new
+processor as the identity (f = 0: the second layer's weights and bias are zero), for adding DAPE to a trained
+model. Faster paths computing the same function live in :mod:`dape_core.implementations`, each proven
 equal to ``forward`` by the tests.
 """
 
@@ -33,7 +37,8 @@ NEGATIVE_SLOPE = 0.01  # LeakyReLU of appendix L
 class ScoreProcessor(nn.Module):
     """One layer's DAPE processor (paper eq. 5); every layer has its own."""
 
-    def __init__(self, n_head: int, settings: AttentionSettings, *, bias_channels: bool = True):
+    def __init__(self, n_head: int, settings: AttentionSettings, *, bias_channels: bool = True,
+                 zero_init_output: bool = False):
         super().__init__()
         if settings.processor == "none":
             raise ConfigError("processor: 'none' is not allowed for a ScoreProcessor; allowed values: dape_v1, "
@@ -52,6 +57,18 @@ class ScoreProcessor(nn.Module):
         else:
             self.conv1 = nn.Conv2d(in_channels, width, kernel_size=(1, self.kernel_size))
             self.conv2 = nn.Conv2d(width, n_head, kernel_size=(1, self.kernel_size))
+        if zero_init_output:
+            self.zero_output_layer()
+
+    def output_layer(self) -> nn.Module:
+        """The layer that produces f: Conv2 (DAPE V2) or the MLP's last Linear (DAPE V1)."""
+        return self.mlp[2] if self.processor == "dape_v1" else self.conv2
+
+    @torch.no_grad()
+    def zero_output_layer(self) -> None:
+        """f = 0, so the processor returns A + B (eq. 5 with a zero second layer): the identity on a trained model."""
+        nn.init.zeros_(self.output_layer().weight)
+        nn.init.zeros_(self.output_layer().bias)
 
     @property
     def left_padding(self) -> int:
@@ -76,15 +93,23 @@ class ScoreProcessor(nn.Module):
     def _pad(self, x: torch.Tensor) -> torch.Tensor:
         return F.pad(x, (self.left_padding, self.reach))
 
-    def feature_map(self, x: torch.Tensor) -> torch.Tensor:
-        """f: [batch, C, Tq, Tk] → [batch, H, Tq, Tk] (Conv2 ∘ LeakyReLU ∘ Conv1, or the MLP for V1)."""
-        if self.processor == "dape_v1":
+    def feature_map(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """f: [batch, C, Tq, Tk] → [batch, H, Tq, Tk] (Conv2 ∘ LeakyReLU ∘ Conv1, or the MLP for V1); Conv1's
+        output is zeroed where ``key_mask`` (broadcastable to [batch, 1, Tq, Tk]) is False."""
+        if self.processor == "dape_v1":  # pointwise: an absent key's output is never read by another key
             return self.mlp(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
         hidden = F.leaky_relu(self.conv1(self._pad(x)), NEGATIVE_SLOPE)
+        if key_mask is not None:
+            hidden = hidden * key_mask.to(hidden.dtype)
         return self.conv2(self._pad(hidden))
 
-    def forward(self, scores: torch.Tensor, bias: torch.Tensor | None, row_offset: int = 0) -> torch.Tensor:
-        """A + B + f(tril([A; B])) for query rows ``row_offset …`` and all given keys (eq. 5); the reference."""
+    def forward(self, scores: torch.Tensor, bias: torch.Tensor | None, row_offset: int = 0,
+                key_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """A + B + f(tril([A; B])) for query rows ``row_offset …`` and all given keys (eq. 5); the reference.
+
+        ``key_mask`` (bool, broadcastable to [batch, 1, Tq, Tk]): False where a key is absent for a row; an absent
+        key is the convolutions' zero padding (input and Conv1 output zero). Future keys are tril's business:
+        a caller passes them as present."""
         batch, _, tq, tk = scores.shape
         if self.bias_channels:
             if bias is None:
@@ -98,12 +123,15 @@ class ScoreProcessor(nn.Module):
             rows = torch.arange(tq, device=scores.device)[:, None] + row_offset
             keep = torch.arange(tk, device=scores.device)[None, :] <= rows
             x = x * keep.to(x.dtype)
-        return base + self.feature_map(x)
+        if key_mask is not None:
+            x = x * key_mask.to(x.dtype)
+        return base + self.feature_map(x, key_mask)
 
 
 
-def build_processor(n_head: int, settings: AttentionSettings, *, bias_channels: bool = True) -> ScoreProcessor | None:
-    """``None`` for processor ``none``; a ScoreProcessor otherwise."""
+def build_processor(n_head: int, settings: AttentionSettings, *, bias_channels: bool = True,
+                    zero_init_output: bool = False) -> ScoreProcessor | None:
+    """``None`` for processor ``none``; a ScoreProcessor otherwise (``zero_init_output``: f = 0 at the start)."""
     if settings.processor == "none":
         return None
-    return ScoreProcessor(n_head, settings, bias_channels=bias_channels)
+    return ScoreProcessor(n_head, settings, bias_channels=bias_channels, zero_init_output=zero_init_output)

@@ -213,7 +213,8 @@ def evaluate_windows(
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--checkpoint", required=True, help="model.pt written by `dape train`")
+    p.add_argument("--checkpoint", required=True, help="model.pt written by `dape train`, or a Hugging Face model "
+                                                        "directory (`dape finetune`'s model/; dape_core.hf.adapter)")
     p.add_argument("--data-dir", required=True, help="an --out-dir of `dape tokenize` (its validation split is used)")
     fields.add_arguments(p, EvalSettings)
     p.add_argument("--out", required=True, help="CSV, one row per evaluation length")
@@ -229,14 +230,24 @@ def run(args) -> int:
     from dape_core.train import load_model
 
     ev = fields.from_args(EvalSettings, args)
-    if not Path(args.checkpoint).is_file():
-        raise ConfigError(f"checkpoint: {args.checkpoint!r} does not exist; allowed values: a model.pt of `dape train`")
+    hf_directory = Path(args.checkpoint).is_dir()
+    if not (Path(args.checkpoint).is_file() or hf_directory):
+        raise ConfigError(f"checkpoint: {args.checkpoint!r} does not exist; allowed values: a model.pt of `dape train` "
+                          "or a Hugging Face model directory")
+    if hf_directory and (args.sink_out or args.heatmap_out):
+        raise ConfigError("sink_out / heatmap_out: not available for a Hugging Face model directory; allowed values: "
+                          "a model.pt of `dape train`")
     torch.set_num_threads(ev.threads)
     device = choose_device()
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-    model, ckpt = load_model(args.checkpoint)
+    if hf_directory:  # `dape finetune`'s model/ (or any local transformers checkpoint) behind the GPT interface
+        from dape_core.hf.adapter import load_for_evaluation
+
+        model, ckpt = load_for_evaluation(args.checkpoint)
+    else:
+        model, ckpt = load_model(args.checkpoint)
     model.to(device)
     model.cfg.query_chunk_size = ev.query_chunk_size
     mc, ts = ckpt["model_config"], ckpt["train_settings"]

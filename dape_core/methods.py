@@ -49,6 +49,27 @@ def parse_method(label: str, field: str = "method") -> dict:
     return {"encoding": encoding, "processor": "dape_v2", "kernel_size": int(match.group("k")), "tril": tril}
 
 
+#: display names of the Hugging Face decoders that dape_core.hf patches (model_type → label)
+HF_MODEL_NAMES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2"}
+BASE, FINETUNED = " (base)", " fine-tuned"
+
+
+def hf_method_label(model_type: str, encoding: str = "nope", processor: str = "none", kernel_size: int = 1,
+                    tril: bool = True, *, finetuned: bool) -> str:
+    """A Hugging Face decoder's label in the same style: "Llama (base)" (trained from a fresh configuration or the
+    original checkpoint), "Llama fine-tuned", "DAPE1x3-Llama fine-tuned" (eq. 4: the processor on the model's
+    RoPE scores), "DAPE-Llama+Kerple fine-tuned" (eq. 5 with an additive bias on top of RoPE)."""
+    name = HF_MODEL_NAMES.get(model_type, str(model_type))
+    if processor != "none" and encoding != "nope":
+        name += f"+{DISPLAY_NAMES[encoding]}"
+    if processor == "dape_v1":
+        name = f"DAPE-{name}"
+    elif processor == "dape_v2":
+        name = f"DAPE1x{kernel_size}-{name}"
+    name += FINETUNED if finetuned else BASE
+    return name + (NO_TRIL if processor != "none" and not tril else "")
+
+
 def method_slug(encoding: str, processor: str, kernel_size: int, dape_width: int) -> str:
     """``kerple-none`` or ``kerple-dape_v2-k3-w32``: the method part of a run name."""
     if processor == "none":

@@ -38,3 +38,34 @@ def test_quick_suite_without_a_compiler_times_every_eager_method(tmp_path):
     assert rows.loc[rows["method"] == rows["kerple_reference"].iloc[0], "ratio_vs_kerple"].item() == 1.0
     for label in ("Kerple compiled", "DAPE1x3-Kerple plain compiled"):
         assert f"bench: {label}: torch.compile failed, left out" in done.stderr
+
+
+def test_a_group_naming_methods_times_only_those_and_each_name_exists():
+    for suite, groups in bench_dape.SUITES.items():
+        for group in groups:
+            if "methods" not in group:
+                continue
+            offered = [m["label"] for m in bench_dape.methods(group["seq_len"], group["mode"])]
+            assert set(group["methods"]) <= set(offered), (suite, group["methods"])
+            kept = [m["label"] for m in bench_dape.group_methods(group)]
+            assert kept == [label for label in offered if label in group["methods"]]
+            compiled = [m["label"] for m in bench_dape.group_methods(group, compiled=True)]
+            assert "Kerple compiled" in compiled and "DAPE-Kerple plain" not in compiled
+
+
+def test_miniature_scale_collects_the_explosion_statistic_of_each_finished_variant(tmp_path):
+    import json
+
+    import miniature_scale
+
+    name, encoding = "v320-L2-T32-S1200", "rope"
+    out = tmp_path / "runs" / f"{name}-{encoding}"
+    out.mkdir(parents=True)
+    ppl = [10.0, 12.0, 30.0, 25.0, 20.0]  # the largest ratio is at ×4, not at the longest length
+    pd.DataFrame({"eval_len": [32 * m for m in miniature_scale.MULTIPLES], "ppl": ppl}).to_csv(out / "eval.csv")
+    (out / "summary.json").write_text(json.dumps({"wall_s": 12.34}))
+    table = miniature_scale.collect(tmp_path)
+    assert len(table) == 1  # variants without an eval.csv are left out
+    row = table.iloc[0]
+    assert (row["variant"], row["encoding"], row["vocab_size"], row["train_len"], row["steps"]) == (name, encoding, 320, 32, 1200)
+    assert row["ppl_x4"] == 30.0 and row["largest_ratio"] == 3.0

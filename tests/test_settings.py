@@ -22,6 +22,8 @@ STAGES = {
     "dape_core.timing": ("timing_settings", ("attention", "timing"), ["--out", "o"]),
     "dape_core.che.runner": ("che_settings", ("che_attention", "che"), ["--out", "o"]),
     "dape_core.data": ("dataset", ("corpus",), ["--out-dir", "o"]),
+    "dape_core.finetune": ("finetune_settings", ("finetune_model", "finetune_training"),
+                           ["--data-dir", "d", "--out-dir", "o"]),
 }
 
 
@@ -35,12 +37,14 @@ def _choices(module_name: str) -> dict[str, tuple]:
     """Allowed values as the stage's dataclasses declare them (and check them)."""
     from dape_core.che.runner import CHESettings
     from dape_core.data import SOURCES, TOKENIZERS
+    from dape_core.finetune import FinetuneSettings
     from dape_core.model import GPTConfig
     from dape_core.timing import TimingSettings
     from dape_core.train import TrainSettings
 
     classes = {"dape_core.train": (GPTConfig, TrainSettings), "dape_core.evaluate": (),
-               "dape_core.timing": (TimingSettings,), "dape_core.che.runner": (CHESettings,)}
+               "dape_core.timing": (TimingSettings,), "dape_core.che.runner": (CHESettings,),
+               "dape_core.finetune": (FinetuneSettings, TrainSettings)}
     if module_name == "dape_core.data":
         return {"source": SOURCES, "tokenizer": TOKENIZERS}
     return {k: v for cls in classes[module_name] for k, v in settings.choices(cls).items()}
@@ -80,6 +84,8 @@ def test_schema_settings_all_reach_a_command():
     assert set(SCHEMA["eval_settings"]["properties"]) == set(group("evaluation"))
     assert set(SCHEMA["timing_settings"]["properties"]) == set(group("attention")) | set(group("timing"))
     assert set(SCHEMA["che_settings"]["properties"]) == set(group("che_attention")) | set(group("che"))
+    finetune = set(SCHEMA["finetune_settings"]["properties"]) - {"dataset", "tag"}
+    assert finetune == set(group("finetune_model")) | set(group("finetune_training"))
 
 
 def test_the_attention_settings_are_one_dataclass_shared_by_every_stage():

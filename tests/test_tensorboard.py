@@ -3,6 +3,7 @@
 the earlier curve."""
 
 import json
+import time
 
 import pytest
 import torch
@@ -37,6 +38,9 @@ def test_events_have_the_expected_tags_and_steps_across_a_resume(tiny_corpus, tm
     train(CONFIG, SETTINGS, tiny_corpus, out, ckpt, progress=False, stop_after=STOP)
     interrupted = scalars(out / "tensorboard")
     assert [s for s, _ in interrupted["train/loss"]] == list(range(1, STOP + 1))  # written past the checkpoint at 8
+    # TensorBoard reads event files in name order: the time in seconds, then a per-process writer counter whose
+    # digits sort as text (10 < 9). A resumed job is a later process; here, in one process, a later second.
+    time.sleep(1.1)
     train(CONFIG, SETTINGS, tiny_corpus, out, ckpt, progress=False)  # resumes at step 8, rewrites 9 and 10
 
     curves = scalars(out / "tensorboard")
@@ -58,5 +62,6 @@ def test_events_have_the_expected_tags_and_steps_across_a_resume(tiny_corpus, tm
 
     # trained again from step 0 (a forced rerun; the finished run kept no checkpoint): the earlier curve is hidden
     rerun = TrainSettings(**{**SETTINGS.__dict__, "steps": 6})
+    time.sleep(1.1)
     train(CONFIG, rerun, tiny_corpus, out, ckpt, progress=False)
     assert [s for s, _ in scalars(out / "tensorboard")["train/loss"]] == list(range(1, 7))

@@ -35,10 +35,13 @@ def test_dry_run_builds_the_dag(tmp_path, name):
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-4000:]
     counts = job_counts(out)
-    assert counts["train_lm"] > 0 and counts["evaluate_lm"] == counts["train_lm"]
+    assert counts["train_lm"] > 0 and counts["evaluate_lm"] == counts["train_lm"] + counts.get("finetune_lm", 0)
     for rule in ("tokenize", "time_lm", "che", "tables", "claims", "paper_comparison"):
         assert counts.get(rule, 0) > 0, (rule, counts)
     assert "GPU-hours" in out  # the printed estimate
+    plan = build_plan(load_yaml(CONFIGS[name]))
+    assert counts.get("finetune_lm", 0) == len(plan.finetune_jobs()) == (3 if name == "smoke" else 0), counts
+    assert counts["evaluate_lm"] == len(plan.lm_jobs())  # the fine-tunes are evaluated as every LM run
 
 
 @pytest.mark.slow
@@ -86,6 +89,25 @@ def test_smoke_shows_the_diverged_run(smoke_run):
     assert "diverged" in table
     lm = smoke_run.path("reports/lm_results.csv").read_text()
     assert "diverged" in lm
+
+
+@pytest.mark.slow
+def test_smoke_reports_the_finetune_family(smoke_run):
+    """The Hugging Face family's base model and its two fine-tunes land in lm_results.csv with their labels, in
+    a table and a figure of their own."""
+    import pandas as pd
+
+    assert smoke_run.returncode == 0, smoke_run.log_tail
+    labels = ["Llama (base)", "Llama fine-tuned", "DAPE1x3-Llama fine-tuned"]
+    lm = pd.read_csv(smoke_run.path("reports/lm_results.csv"))
+    rows = lm[lm["roles"] == "hf_finetune"]
+    assert sorted(set(rows["method"])) == sorted(labels) and len(rows) == 3 * 2  # 3 runs × eval_lens [32, 64]
+    assert (rows["status"] == "ok").all() and rows["ppl"].between(1, 300).all()
+    header = smoke_run.path("reports/tables/hf_finetune_ppl.md").read_text().splitlines()[2]
+    assert header == "| eval_len | " + " | ".join(labels) + " |"
+    assert_valid_png(smoke_run.path("reports/figures/ppl_hf_finetune.png").read_bytes())
+    model = smoke_run.path(f"results/lm/{rows['run'].iloc[-1]}/seed0/model")
+    assert (model / "config.json").is_file() and (model / "tokenizer.json").is_file()
 
 
 def _modified_config(tmp_path, change) -> str:

@@ -166,7 +166,7 @@ def estimate(plan) -> dict:
     flops, hours = 0.0, 0.0
     shapes: dict[tuple, dict] = {}
     sources = {MEASURED: 0, SCALED: 0, FLOPS: 0}
-    for name, seed in plan.lm_jobs():
+    for name, seed in plan.train_jobs():
         settings = plan.lm_runs[name]["settings"]
         vocab = run_vocab(plan, settings)
         run_flops = training_flops(settings, vocab)
@@ -181,7 +181,8 @@ def estimate(plan) -> dict:
             "source": source})
         shape["jobs"] += 1
         shape["gpu_hours"] += run_hours
-    jobs = {"tokenize": len(plan.datasets), "train_lm": len(plan.lm_jobs()), "evaluate_lm": len(plan.lm_jobs()),
+    jobs = {"tokenize": len(plan.datasets), "train_lm": len(plan.train_jobs()),
+            "finetune_lm": len(plan.finetune_jobs()), "evaluate_lm": len(plan.lm_jobs()),
             "attention_maps": len(plan.attention_jobs()), "time_lm": len(plan.timing_runs), "che": len(plan.che_jobs())}
     return {"jobs": jobs, "train_flops": flops, "gpu_hours": hours, "gpu_tflops": assumptions["gpu_tflops"],
             "utilisation": assumptions["utilisation"], "calibration": note, "calibrated": rows is not None,
@@ -200,7 +201,7 @@ def estimate_line(plan, e: dict | None = None) -> str:
     else:
         basis = f"at {flop_rate}; {e['calibration']}"
     return (f"plan: {jobs}; training the LM runs ≈ {e['train_flops']:.3g} FLOPs ≈ {e['gpu_hours']:.1f} GPU-hours "
-            f"({basis}; evaluation, timing and CHE jobs not included)")
+            f"({basis}; evaluation, fine-tune, timing and CHE jobs not included)")
 
 
 def estimate_details(e: dict) -> list[str]:

@@ -1,13 +1,19 @@
 """Family expansion: a configuration's families crossed into runs (LM, timing, CHE) and checked.
 
-A configuration has ``datasets`` (name → options of ``dape tokenize``), ``defaults`` (``lm``, ``timing``, ``che``:
-every setting of a run of that stage), ``families`` (name → a grid: ``stage``, ``role``, ``axes`` crossed in order,
-``seeds``, ``set`` overrides), ``run_overrides`` (one run's settings), ``resources`` (per rule) and ``estimate``.
+A configuration has ``datasets`` (name → options of ``dape tokenize``), ``defaults`` (``lm``, ``timing``, ``che``,
+``finetune``: every setting of a run of that stage), ``families`` (name → a grid: ``stage``, ``role``, ``axes``
+crossed in order, ``seeds``, ``set`` overrides), ``run_overrides`` (one run's settings), ``resources`` (per rule)
+and ``estimate``.
 :func:`build_plan` validates it — the JSON schema (single-field types and ranges, defaults filled in), then the
 checks that need several fields, the registries or files, which build each run's settings dataclasses so that a
 setting is checked where it is declared — and expands the families into a :class:`Plan`. A run listed by several
 families is trained once; two families that give one name different settings are an error. Every error is a
 :class:`~dape_core.errors.ConfigError` naming the field and the allowed values.
+
+A ``finetune`` family's runs are Hugging Face decoders (``dape finetune``), evaluated as every language model (its
+``eval`` settings start from ``defaults.lm.eval``): with a ``base`` block, the family's base model is one more run
+(``base`` over the family's ``set``: a fresh model from ``base_config`` or a ``base_model`` directory, trained by the
+same stage) and every run of its axes fine-tunes that run's output, seed by seed.
 """
 
 from __future__ import annotations
@@ -25,9 +31,12 @@ from dape_core.config.schema import SCHEMA_PATH, validate_schema
 from dape_core.errors import ConfigError, require_choice, require_positive
 from dape_core.methods import parse_method
 
-STAGES = ("lm", "leakage", "timing", "che")
+STAGES = ("lm", "leakage", "timing", "che", "finetune")
 LM_STAGES = ("lm", "leakage")
-RULES = ("tokenize", "train_lm", "evaluate_lm", "attention_maps", "time_lm", "che")  # rules with resources
+EVALUATED_STAGES = (*LM_STAGES, "finetune")  # stages whose runs `dape evaluate` scores (perplexity tables)
+RULES = ("tokenize", "train_lm", "evaluate_lm", "attention_maps", "time_lm", "che", "finetune_lm")  # with resources
+#: settings whose value is a free mapping: merged key by key without a check (the job's library checks it)
+OPEN_MAPPINGS = ("base_config",)
 
 
 def _lm_settings() -> tuple[str, ...]:
@@ -35,6 +44,14 @@ def _lm_settings() -> tuple[str, ...]:
     from dape_core.config.options import group
 
     return ("dataset", "tag", *group("attention"), *group("shape"), *group("training"))
+
+
+def _finetune_settings() -> tuple[str, ...]:
+    """The settings of a fine-tune run that its job reads, its dataset and tag, and ``base_run`` (the run whose
+    output it starts from, or None)."""
+    from dape_core.config.options import group
+
+    return ("dataset", "tag", "base_run", *group("finetune_model"), *group("finetune_training"))
 
 
 def checked(where: str, build: Callable):
@@ -53,7 +70,8 @@ class Plan:
     config: dict
     datasets: dict[str, dict] = field(default_factory=dict)
     lm_runs: dict[str, dict] = field(default_factory=dict)  # name → settings, eval, seeds, attention_seeds, families
-    lm_members: list[dict] = field(default_factory=list)  # {"family", "run", "seed", "eval_lens"}
+    finetune_runs: dict[str, dict] = field(default_factory=dict)  # name → settings, eval, seeds, families
+    lm_members: list[dict] = field(default_factory=list)  # {"family", "run", "seed", "eval_lens"} (both kinds)
     leakage_pairs: dict[str, list[dict]] = field(default_factory=dict)  # family → [{"run", "twin"}]
     timing_runs: dict[str, dict] = field(default_factory=dict)
     timing_members: list[dict] = field(default_factory=list)  # {"family", "run"}
@@ -63,7 +81,18 @@ class Plan:
 
     # ---- jobs
     def lm_jobs(self) -> list[tuple[str, int]]:
+        """(run, seed) of every evaluated language model: trained by `dape train` or by `dape finetune`."""
+        return self.train_jobs() + self.finetune_jobs()
+
+    def train_jobs(self) -> list[tuple[str, int]]:
         return [(name, seed) for name, run in self.lm_runs.items() for seed in run["seeds"]]
+
+    def finetune_jobs(self) -> list[tuple[str, int]]:
+        return [(name, seed) for name, run in self.finetune_runs.items() for seed in run["seeds"]]
+
+    def evaluated_run(self, name: str) -> dict:
+        """An LM run or a fine-tune run (both have ``settings``, ``eval``, ``seeds`` and ``families``)."""
+        return self.lm_runs[name] if name in self.lm_runs else self.finetune_runs[name]
 
     def attention_jobs(self) -> list[tuple[str, int, int]]:
         """(run, seed, heat-map length) of the runs of families with attention_maps."""
@@ -84,7 +113,10 @@ class Plan:
     def report_spec(self) -> dict:
         """What the report stage needs (results/plan.json): families with their runs, memberships, run settings."""
         lm_runs = {name: {"settings": run["settings"], "eval": run["eval"]} for name, run in self.lm_runs.items()}
-        return {"families": self.families, "lm_runs": lm_runs, "lm_members": self.lm_members,
+        finetune_runs = {name: {"settings": run["settings"], "eval": run["eval"]}
+                         for name, run in self.finetune_runs.items()}
+        return {"families": self.families, "lm_runs": lm_runs, "finetune_runs": finetune_runs,
+                "lm_members": self.lm_members,
                 "leakage_pairs": self.leakage_pairs, "timing_members": self.timing_members,
                 "che_members": self.che_members}
 
@@ -97,6 +129,9 @@ class Plan:
                 attention = sum(len(self.lm_runs[run]["attention_settings"]["heatmap_lens"]) for run, _ in pairs
                                 ) if fam["attention_maps"] else 0
                 counts[name] = {"train_lm": len(pairs), "evaluate_lm": len(pairs), "attention_maps": attention}
+            elif fam["stage"] == "finetune":
+                pairs = {(m["run"], m["seed"]) for m in self.lm_members if m["family"] == name}
+                counts[name] = {"finetune_lm": len(pairs), "evaluate_lm": len(pairs)}
             elif fam["stage"] == "timing":
                 counts[name] = {"time_lm": sum(1 for m in self.timing_members if m["family"] == name)}
             else:
@@ -126,6 +161,9 @@ def build_plan(config: dict, *, check_schema: bool = True, schema_path: str | Pa
         meta["seeds"] = sorted({seed for grid in grids for seed in grid["seeds"]})
         meta["runs"] = []
         plan.families[family] = meta
+        if stage == "finetune":
+            _add_finetune_family(plan, family, spec, grids, where)
+            continue
         for i, grid in enumerate(grids):
             grid_where = where if len(grids) == 1 else f"{where}.grids[{i}]"
             grid_spec = dict(spec, **grid)
@@ -137,7 +175,7 @@ def build_plan(config: dict, *, check_schema: bool = True, schema_path: str | Pa
                 else:
                     _add_che(plan, family, grid_spec, settings, grid_where)
     _apply_run_overrides(plan, config.get("run_overrides") or {})
-    for run in plan.lm_runs.values():
+    for run in [*plan.lm_runs.values(), *plan.finetune_runs.values()]:
         run["eval"]["eval_lens"] = sorted(set(run["eval"]["eval_lens"]))
         run["seeds"] = sorted(set(run["seeds"]))
     for cell in plan.che_cells.values():
@@ -167,15 +205,18 @@ def _defaults_key(stage: str) -> str:
     return "lm" if stage in LM_STAGES else stage
 
 
+def finetune_defaults(defaults: dict) -> dict:
+    """Every setting of a fine-tune run: ``defaults.finetune`` and the evaluation of ``defaults.lm.eval``."""
+    return {**defaults["finetune"], "eval": copy.deepcopy(defaults["lm"]["eval"])}
+
+
 def _check_family_keys(family: str, spec: dict) -> None:
     where = f"families.{family}"
     stage = spec["stage"]
-    if spec.get("sweep") is not None and stage not in LM_STAGES:
-        raise ConfigError(f"{where}.sweep: not used by stage {stage!r}; allowed with stages: {', '.join(LM_STAGES)}")
-    for key in ("delta_p", "attention_maps"):
-        if spec.get(key) and stage not in LM_STAGES:
-            raise ConfigError(f"{where}.{key}: not used by stage {stage!r}; "
-                              f"allowed with stages: {', '.join(LM_STAGES)}")
+    for key, stages in (("sweep", EVALUATED_STAGES), ("delta_p", EVALUATED_STAGES), ("attention_maps", LM_STAGES),
+                        ("base", ("finetune",))):
+        if spec.get(key) not in (None, False) and stage not in stages:
+            raise ConfigError(f"{where}.{key}: not used by stage {stage!r}; allowed with stages: {', '.join(stages)}")
 
 
 def expand_family(spec: dict, defaults: dict, where: str) -> list[dict]:
@@ -217,7 +258,10 @@ def _merge(base: dict, update: dict, where: str, allowed: Iterable[str]) -> dict
     for key, value in update.items():
         if key not in allowed:
             raise ConfigError(f"{where}.{key}: unknown setting; allowed values: {', '.join(sorted(allowed))}")
-        if isinstance(out.get(key), dict):
+        if key in OPEN_MAPPINGS:
+            both = isinstance(out.get(key), dict) and isinstance(value, dict)
+            out[key] = {**out[key], **copy.deepcopy(value)} if both else copy.deepcopy(value)
+        elif isinstance(out.get(key), dict):
             if not isinstance(value, dict):
                 raise ConfigError(f"{where}.{key}: {value!r} is not allowed; allowed values: a mapping of "
                                   f"{', '.join(out[key])}")
@@ -311,6 +355,71 @@ def _apply_run_overrides(plan: Plan, overrides: dict) -> None:
         run["settings"] = {k: settings[k] for k in _lm_settings()}
 
 
+
+
+# ----------------------------------------------------------------------------------------------- fine-tune runs
+def _add_finetune_family(plan: Plan, family: str, spec: dict, grids: list[dict], where: str) -> None:
+    """A finetune family: its base run (``base`` over ``set``, every seed of the family) if it has one, then the
+    runs of its grids, each starting from the base run's output of the same seed."""
+    defaults = finetune_defaults(plan.config["defaults"])
+    base_run = None
+    if spec.get("base") is not None:
+        base = _merge(_merge(defaults, spec["set"], f"{where}.set", defaults), spec["base"], f"{where}.base", defaults)
+        base_run = _add_finetune(plan, family, dict(spec, seeds=plan.families[family]["seeds"]), base, f"{where}.base",
+                                 base_run=None)
+    for i, grid in enumerate(grids):
+        grid_where = where if len(grids) == 1 else f"{where}.grids[{i}]"
+        grid_spec = dict(spec, **grid)
+        for settings in expand_family(grid_spec, defaults, grid_where):
+            _add_finetune(plan, family, grid_spec, settings, grid_where, base_run=base_run)
+
+
+def normalise_finetune(settings: dict, defaults: dict) -> dict:
+    """As :func:`normalise_lm`: a fine-tune without a processor ignores the processor's settings and path."""
+    settings = dict(settings)
+    if settings["processor"] == "none":
+        for key in ("encoding", "kernel_size", "dape_width", "tril", "padding", "attention_impl", "dape_dtype"):
+            settings[key] = defaults[key]
+    if settings["eval"].get("delta_p_window") is None:
+        settings["eval"] = dict(settings["eval"], delta_p_window=settings["train_len"])
+    return settings
+
+
+def _add_finetune(plan: Plan, family: str, spec: dict, settings: dict, where: str, *, base_run: str | None) -> str:
+    """Check one fine-tune run and register it (shared by families as LM runs are); returns its name."""
+    from dape_core.config.names import finetune_run_name
+
+    defaults = finetune_defaults(plan.config["defaults"])
+    settings = normalise_finetune(settings, defaults)
+    if base_run is not None:  # its job starts from the base run's model/ of the same seed
+        settings.update(base_model=None, base_config=None)
+        if settings["processor"] != "none" and plan.finetune_runs[base_run]["settings"]["processor"] != "none":
+            raise ConfigError(f"{where}.processor: {settings['processor']!r} is not allowed on the family's base run "
+                              f"{base_run!r}, which has a processor already; allowed values: none (or a base "
+                              "without a processor)")
+    settings["base_run"] = base_run
+    check_finetune_run(settings, where, plan.datasets, extrapolates=spec["extrapolates"])
+    name = finetune_run_name(settings, defaults)
+    if name in plan.lm_runs:
+        raise ConfigError(f"{where}: run name {name!r} is an LM run's too; allowed values: a distinct `tag`")
+    train = {k: settings[k] for k in _finetune_settings()}
+    evaluation = dict(settings["eval"])
+    run = plan.finetune_runs.get(name)
+    if run is None:
+        run = plan.finetune_runs[name] = {"settings": train, "eval": evaluation, "seeds": [], "families": []}
+    else:
+        _require_same(name, family, run, "settings", train)
+        _require_same(name, family, run, "eval", {**evaluation, "eval_lens": run["eval"]["eval_lens"]})
+        run["eval"]["eval_lens"] = run["eval"]["eval_lens"] + evaluation["eval_lens"]
+    if family not in run["families"]:
+        run["families"].append(family)
+    run["seeds"] = run["seeds"] + list(spec["seeds"])
+    if name not in plan.families[family]["runs"]:
+        plan.families[family]["runs"].append(name)
+    for seed in spec["seeds"]:
+        plan.lm_members.append({"family": family, "run": name, "seed": seed,
+                                "eval_lens": sorted(set(evaluation["eval_lens"]))})
+    return name
 
 
 def _add_timing(plan: Plan, family: str, settings: dict, where: str) -> None:
@@ -426,6 +535,32 @@ def check_lm_run(s: dict, where: str, datasets: dict, *, extrapolates: bool) -> 
     ev = s["eval"]
     checked(f"{where}.eval", lambda: EvalSettings(**_only(ev, EvalSettings)))
     checked(f"{where}.eval", lambda: require_max_position(model, max(ev["eval_lens"]), "eval_lens"))
+    _check_eval_lengths(s, where, extrapolates)
+
+
+def check_finetune_run(s: dict, where: str, datasets: dict, *, extrapolates: bool) -> None:
+    """One fine-tune run: its model (a base directory that exists, or a fresh configuration), training and evaluation
+    dataclasses accept it, and the evaluation's cross-field rules hold."""
+    from dape_core.evaluate import EvalSettings
+    from dape_core.finetune import FinetuneSettings
+    from dape_core.train import TrainSettings
+
+    require_choice(f"{where}.dataset", s["dataset"], datasets)
+    model = _only(s, FinetuneSettings)
+    if s["base_run"] is not None:
+        model["base_model"] = s["base_run"]  # the base run's output, known to the workflow
+    elif s["base_model"] is not None and not Path(s["base_model"]).is_dir():
+        raise ConfigError(f"{where}.base_model: {s['base_model']!r} is not a directory; allowed values: a local "
+                          "Hugging Face model directory, or null with base_config")
+    checked(where, lambda: FinetuneSettings(**model))
+    checked(where, lambda: TrainSettings(**_only(s, TrainSettings)))
+    ev = s["eval"]
+    checked(f"{where}.eval", lambda: EvalSettings(**_only(ev, EvalSettings)))
+    _check_eval_lengths(s, where, extrapolates)
+
+
+def _check_eval_lengths(s: dict, where: str, extrapolates: bool) -> None:
+    ev = s["eval"]
     if ev["delta_p_window"] is not None and ev["delta_p_window"] > s["train_len"]:
         raise ConfigError(f"{where}.eval.delta_p_window: {ev['delta_p_window']} is not allowed; allowed values: "
                           f"1 … train_len ({s['train_len']}), or null for train_len")

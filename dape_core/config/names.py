@@ -3,6 +3,9 @@ differs from the stage's defaults. Settings outside a name reach their jobs thro
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from dape_core.methods import method_slug
 
 _SUFFIX = {
@@ -22,6 +25,7 @@ LM_NAME_SUFFIXES = ("size", "n_layer", "n_head", "d_model", "tril", "padding", "
                     "tie_embeddings", "encoding_shared", "tag")
 LM_NAME_SETTINGS = ("dataset", "train_len", "encoding", "processor", "kernel_size", "dape_width", *LM_NAME_SUFFIXES)
 TIMING_NAME_SUFFIXES = ("n_layer", "tril", "padding", "encoding_shared", "attention_impl", "dape_dtype", "precision")
+FINETUNE_NAME_SUFFIXES = ("tril", "padding", "batch_size", "grad_accum", "steps", "encoding_shared", "tag")
 CHE_NAME_SUFFIXES = ("padding", "steps", "batch_size", "randomized_positions", "encoding_shared", "attention_impl",
                      "dape_dtype")
 
@@ -39,6 +43,21 @@ def lm_run_name(settings: dict, defaults: dict) -> str:
     """``code-T64-kerple-dape_v2-k3-w32`` plus a suffix per name setting that differs from ``defaults``."""
     return f"{settings['dataset']}-T{settings['train_len']}-{_method(settings)}" + suffixes(
         settings, defaults, LM_NAME_SUFFIXES)
+
+
+def finetune_run_name(settings: dict, defaults: dict) -> str:
+    """``code-T64-llama-nope-none-S300`` (a fresh model of that model_type), ``code-T512-from_<directory>-…`` (a
+    checkpoint directory) or ``<base run>.ft-code-T64-nope-dape_v2-k3-w32`` (a fine-tune of its family's base run),
+    plus a suffix per name setting that differs from ``defaults`` (``defaults.finetune``)."""
+    data = f"{settings['dataset']}-T{settings['train_len']}"
+    method = _method(settings) + suffixes(settings, defaults, FINETUNE_NAME_SUFFIXES)
+    if settings["base_run"] is not None:
+        return f"{settings['base_run']}.ft-{data}-{method}"
+    if settings["base_model"] is not None:
+        source = "from_" + re.sub(r"[^A-Za-z0-9_.]+", "_", Path(settings["base_model"]).name)
+    else:
+        source = settings["base_config"]["model_type"]
+    return f"{data}-{source}-{method}"
 
 
 def timing_run_name(s: dict, defaults: dict) -> str:

@@ -5,11 +5,13 @@ changed setting reruns exactly the jobs it reaches) that renders as ``--name val
 formats it. The groups follow the dataclasses that declare the settings, so a rule's ``params:`` says what the
 job depends on: ``attention`` (:class:`~dape_core.settings.AttentionSettings`), ``shape`` and ``training``
 (``GPTConfig``, ``TrainSettings``), ``evaluation`` (``EvalSettings``), ``timing`` (``TimingSettings``), ``che``
-(``CHESettings``) and ``corpus`` (``TokenizeSettings``).
+(``CHESettings``), ``corpus`` (``TokenizeSettings``), and a fine-tune's ``finetune_model`` (``FinetuneSettings``)
+and ``finetune_training`` (``TrainSettings`` without the multi-process options).
 """
 
 from __future__ import annotations
 
+import json
 import shlex
 from typing import Any, Iterable
 
@@ -60,6 +62,7 @@ def _groups():
     from dape_core.che.runner import NOT_CHE_OPTIONS, CHESettings
     from dape_core.data import TokenizeSettings
     from dape_core.evaluate import EvalSettings
+    from dape_core.finetune import NOT_FINETUNE_OPTIONS, FinetuneSettings
     from dape_core.model import GPTConfig
     from dape_core.settings import AttentionSettings, field_names
     from dape_core.timing import TimingSettings
@@ -76,6 +79,9 @@ def _groups():
         "che_attention": tuple(f for f in attention if f not in NOT_CHE_OPTIONS),
         "che": tuple(f for f in field_names(CHESettings) if f not in attention and f not in JOB_OPTIONS),
         "corpus": tuple(f for f in field_names(TokenizeSettings) if f != "out_dir"),
+        "finetune_model": field_names(FinetuneSettings),
+        "finetune_training": tuple(f for f in field_names(TrainSettings)
+                                   if f not in JOB_OPTIONS and f not in NOT_FINETUNE_OPTIONS),
     }
 
 
@@ -111,6 +117,17 @@ def attention_map_options(evaluation: dict, attention: dict, heatmap_len: int) -
     values = {**evaluation, "eval_lens": [heatmap_len], "min_scored_tokens": 1,
               "max_windows": attention["max_windows"], "batch_size": 1, "heatmap_len": heatmap_len}
     return select(values, (*group("evaluation"), "heatmap_len"))
+
+
+def finetune_options(settings: dict, base_model: str | None = None) -> dict[str, CliOptions]:
+    """``model`` and ``training`` of one fine-tune run; ``base_model``: the directory it starts from when that is
+    another run's output (the workflow knows its path), and ``base_config`` as JSON."""
+    s = tristate(settings, ["encoding_shared"])
+    if base_model is not None:
+        s["base_model"] = base_model
+    if s["base_config"] is not None:
+        s["base_config"] = json.dumps(s["base_config"], sort_keys=True, separators=(",", ":"))
+    return {"model": select(s, group("finetune_model")), "training": select(s, group("finetune_training"))}
 
 
 def timing_options(settings: dict) -> dict[str, CliOptions]:

@@ -5,7 +5,8 @@ families that asked for that row (a run shared by families appears once, listed 
 those families declare (``central``, ``width_sweep``, …): the claims and the paper comparison find their rows by
 role, never by a family's name. A diverged run keeps its rows, with ``status`` "diverged" and NaN metrics. The
 plan (``results/plan.json``, written from ``dape_core.config.Plan.report_spec``) supplies families, their roles,
-memberships and every run setting.
+memberships and every run setting; a fine-tune run (``finetune_runs``, a Hugging Face decoder) leaves the settings it
+does not have (``size``, ``dropout``, …) empty.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ ROLES = {"central": "the central comparison", "every_encoding": "DAPE1x3 on ever
          "kernel_sweep": "the kernel-size sweep", "width_sweep": "the hidden-width sweep",
          "equal_tokens": "the equal-token comparison", "model_size": "the model-size comparison",
          "leakage": "the leakage ablation", "attention_maps": "the attention maps", "forward_time": "forward time",
-         "step_time": "training-step time", "che": "the CHE tasks"}
+         "step_time": "training-step time", "che": "the CHE tasks",
+         "hf_finetune": "Hugging Face decoders fine-tuned with and without DAPE"}
 LM_SETTING_COLUMNS = ("dataset", "tag", "encoding", "processor", "kernel_size", "dape_width", "tril", "padding", "size",
                       "n_layer", "n_head", "d_model", "dropout", "tie_embeddings", "encoding_shared", "train_len",
                       "batch_size", "grad_accum", "steps", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay",
@@ -89,11 +91,11 @@ def lm_results(plan: dict, eval_paths: list[str], summary_paths: list[str]) -> p
     for path in eval_paths:
         run, seed = run_and_seed(path)
         frame = pd.read_csv(path)
-        settings = plan["lm_runs"][run]["settings"]
+        settings = (plan["lm_runs"].get(run) or plan.get("finetune_runs", {})[run])["settings"]
         frame["run"], frame["seed"] = run, seed
         for key in LM_SETTING_COLUMNS:
             if key not in frame or frame[key].isna().all():
-                frame[key] = settings[key]
+                frame[key] = settings.get(key)
         frame["families"] = [_join(f for f, lens in members.get((run, seed), []) if int(n) in lens)
                              for n in frame["eval_len"]]
         frame["roles"] = frame["families"].map(lambda fams: roles_of(fams, roles))

@@ -21,7 +21,7 @@ import pandas as pd
 
 from dape_core import io
 
-LM_STAGES = ("lm", "leakage")
+LM_STAGES = ("lm", "leakage", "finetune")  # stages whose runs have perplexity tables
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,7 +1,7 @@
 """The plan (config.yaml's families expanded into runs by dape_core.config), each job's options and the targets.
 
 Rules read their settings only through the functions below, as named `params:` groups (attention, shape,
-training, evaluation, timing, che, corpus: the dataclasses that declare them). Each group is a mapping that
+training, evaluation, timing, che, corpus, and a fine-tune's model and training: the dataclasses that declare them). Each group is a mapping that
 Snakemake compares between runs, so a changed setting reruns exactly the jobs it reaches; in a shell command it
 formats as `--name value` options. Resources (threads, mem_mb, runtime, gpu) come from the configuration's
 `resources` block alone (`job_resources`; a training job's follow its run's model size, `train_job`); the report
@@ -39,7 +39,7 @@ def alternatives(names):
 
 wildcard_constraints:
     dataset=alternatives(PLAN.datasets),
-    run=alternatives(PLAN.lm_runs),
+    run=alternatives([*PLAN.lm_runs, *PLAN.finetune_runs]),  # train_lm and finetune_lm narrow it to their own
     timing_run=alternatives(PLAN.timing_runs),
     cell=alternatives(PLAN.che_cells),
     seed=r"\d+",
@@ -140,7 +140,7 @@ def tokenize_inputs(wildcards):
 
 # ------------------------------------------------------------------------------------------------ LM
 def lm_dataset(wildcards):
-    return PLAN.lm_runs[wildcards.run]["settings"]["dataset"]
+    return PLAN.evaluated_run(wildcards.run)["settings"]["dataset"]
 
 
 def train_inputs(wildcards):
@@ -150,7 +150,8 @@ def train_inputs(wildcards):
 
 def eval_inputs(wildcards):
     dataset = lm_dataset(wildcards)
-    return {"model": f"results/lm/{wildcards.run}/seed{wildcards.seed}/model.pt",
+    model = "model" if wildcards.run in PLAN.finetune_runs else "model.pt"  # a Hugging Face model directory
+    return {"model": f"results/lm/{wildcards.run}/seed{wildcards.seed}/{model}",
             "tokens": data_path(dataset, "val.bin"), "meta": data_path(dataset, "meta.json")}
 
 
@@ -160,7 +161,7 @@ def lm_options(group):
 
 
 def eval_options(wildcards):
-    return grid.eval_options(PLAN.lm_runs[wildcards.run]["eval"])
+    return grid.eval_options(PLAN.evaluated_run(wildcards.run)["eval"])
 
 
 def attention_map_options(wildcards):
@@ -168,8 +169,32 @@ def attention_map_options(wildcards):
     return grid.attention_map_options(run["eval"], run["attention_settings"], int(wildcards.length))
 
 
+# ------------------------------------------------------------------------------------------------ fine-tunes
+def finetune_base(run, seed):
+    """The directory a fine-tune run starts from: its family's base run's model/ of the same seed, its own
+    base_model, or None (a fresh model from base_config)."""
+    settings = PLAN.finetune_runs[run]["settings"]
+    if settings["base_run"] is not None:
+        return f"results/lm/{settings['base_run']}/seed{seed}/model"
+    return settings["base_model"]
+
+
+def finetune_inputs(wildcards):
+    dataset = PLAN.finetune_runs[wildcards.run]["settings"]["dataset"]
+    inputs = {name.replace(".", "_"): data_path(dataset, name) for name in ("train.bin", "meta.json", "tokenizer.json")}
+    base = finetune_base(wildcards.run, wildcards.seed)
+    return inputs | ({"base": base} if base else {})
+
+
+def finetune_options(group):
+    """model or training options of one fine-tune run, as a params function."""
+    return lambda wildcards: grid.finetune_options(PLAN.finetune_runs[wildcards.run]["settings"],
+                                                   finetune_base(wildcards.run, wildcards.seed))[group]
+
+
 def lm_files(name, jobs=None):
-    """``results/lm/{run}/seed{seed}/{name}`` for every (run, seed) of the plan (or of ``jobs``)."""
+    """``results/lm/{run}/seed{seed}/{name}`` for every (run, seed) of the plan, trained or fine-tuned (or of
+    ``jobs``)."""
     jobs = PLAN.lm_jobs() if jobs is None else jobs
     return [f"results/lm/{run}/seed{seed}/{name}" for run, seed in jobs]
 
@@ -209,7 +234,8 @@ def che_files():
 
 # ------------------------------------------------------------------------------------------------ report
 def lm_families():
-    return PLAN.families_of_stage("lm", "leakage")
+    """Families with perplexity tables and figures."""
+    return PLAN.families_of_stage("lm", "leakage", "finetune")
 
 
 def report_spec():
@@ -245,7 +271,7 @@ def figure_files():
 
 
 def aggregate_files():
-    files = ["reports/lm_results.csv"] if PLAN.lm_runs else []
+    files = ["reports/lm_results.csv"] if PLAN.lm_jobs() else []
     files += ["reports/timing.csv"] if PLAN.timing_runs else []
     files += ["reports/che_results.csv"] if PLAN.che_cells else []
     files += ["reports/sink.csv"] if PLAN.attention_jobs() else []

@@ -1,5 +1,6 @@
 """Language models: train each (run, seed) once, evaluate it at every length its families ask for, and draw the
-attention sink and appendix-K maps for the runs of families with attention_maps (results/lm/{run}/seed{seed}/)."""
+attention sink and appendix-K maps for the runs of families with attention_maps (results/lm/{run}/seed{seed}/).
+evaluate_lm also evaluates the Hugging Face decoders of finetune.smk (their model/ directory)."""
 
 
 rule train_lm:
@@ -19,6 +20,8 @@ rule train_lm:
         checkpoint_dir="results/checkpoints/{run}/seed{seed}",
         # `dape train`, or torchrun with one process per GPU of the run's size (resources.train_lm.sizes)
         launcher=train_launcher,
+    wildcard_constraints:
+        run=alternatives(PLAN.lm_runs),  # fine-tune runs: finetune_lm (finetune.smk)
     priority: 10  # the longest jobs first, so that short ones fill the end of the schedule
     threads: train_threads
     resources:

@@ -261,7 +261,7 @@ rule claims:
         # the report inputs and, with language models, their per-window losses (the claims' intervals)
         unpack(
             lambda wildcards: report_inputs(wildcards)
-            | ({"windows": "reports/lm_windows.csv"} if PLAN.lm_runs else {})
+            | ({"windows": "reports/lm_windows.csv"} if PLAN.lm_jobs() else {})
         ),
     output:
         markdown=report("reports/claims.md", caption="../report/claims.rst", category="Claims"),

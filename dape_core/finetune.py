@@ -1,0 +1,327 @@
+"""Continue training a Hugging Face causal LM (Llama, Mistral, Qwen2) with or without a DAPE processor, or train a
+fresh one from a configuration: the base models and fine-tunes of the ``finetune`` families.
+
+The model starts from ``base_model``, a local transformers directory (``config.json``, safetensors weights and the
+``tokenizer.json`` its data were tokenized with), or, with ``base_model`` null, from ``base_config``: a fresh model
+of that configuration (a mapping with ``model_type`` and the configuration's fields; ``vocab_size`` is the data's,
+from meta.json). ``processor`` dape_v1 / dape_v2 gives every attention layer a processor
+(:func:`dape_core.hf.add_processor`, starting as the identity: eq. 4 with ``encoding: nope``, eq. 5 with an
+additive bias on top of the model's RoPE); ``processor: none`` trains the model as it is and leaves it unpatched.
+The data are token files of ``dape tokenize`` made with the model's own tokenizer: a fresh model takes its data's
+(the BPE the tokenize stage trains), a checkpoint must bring the tokenizer.json the data were made with
+(``tokenizer: file``).
+
+Training reuses ``dape train``'s pieces (:mod:`dape_core.train`): AdamW with decay on matrices only, warm-up and
+cosine decay (:func:`~dape_core.train.learning_rate`), gradient clipping and Kerple's clamp
+(:func:`~dape_core.train.optimizer_step`), training windows as a function of (seed, step)
+(:func:`~dape_core.train.batch_starts`), resume checkpoints (:mod:`dape_core.checkpoints`: a killed job resumes to
+the uninterrupted run's weights), TensorBoard files and divergence detection. Outputs in ``--out-dir``:
+``model/`` (written atomically by :func:`dape_core.hf.save_pretrained`, or in transformers' own format without a
+processor, with ``tokenizer.json`` and ``finetune.json``, the record ``dape evaluate`` reads), ``summary.json``,
+``metrics.jsonl`` and ``tensorboard/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from dape_core import io, settings as fields
+from dape_core.checkpoints import checkpoints_for
+from dape_core.distributed import Distributed
+from dape_core.errors import ConfigError, require_choice
+from dape_core.hf.patch import ENCODINGS as HF_ENCODINGS, SUPPORTED_MODEL_TYPES, hf_settings
+from dape_core.settings import AttentionSettings, setting
+from dape_core.train import (NOT_HASHED, TrainSettings, batch_starts, config_hash, get_batch, learning_rate,
+                             optimizer_for, optimizer_step, provenance)
+
+#: TrainSettings fields that are not options of `dape finetune`: it runs one process, without block recomputation
+NOT_FINETUNE_OPTIONS = ("distributed", "activation_checkpointing")
+MODEL_DIR = "model"
+BASE_CONFIG_VALUES = (f"a mapping with model_type ({', '.join(SUPPORTED_MODEL_TYPES)}) and fields of its "
+                      "transformers configuration (JSON on the command line)")
+
+
+@dataclass(kw_only=True)
+class FinetuneSettings(AttentionSettings):
+    """The model of a fine-tune: where it starts and the processor it gets (§3; the encoding is added on top of
+    the model's own RoPE)."""
+
+    base_model: str | None = setting(None, help="a local Hugging Face model directory (config.json, safetensors "
+                                                "weights, tokenizer.json); null: a fresh model from base_config")
+    base_config: dict | None = setting(None, help="with base_model null: the fresh model's configuration, "
+                                                  + BASE_CONFIG_VALUES + "; vocab_size comes from the data")
+    encoding: str = setting("nope", choices=HF_ENCODINGS,
+                            help="nope: the processor sees A alone (eq. 4); alibi, kerple, fire: a bias B on top of "
+                                 "the model's RoPE scores (eq. 5)")
+
+    def __post_init__(self):
+        super().__post_init__()
+        fields.check_choices(self, FinetuneSettings)
+        if (self.base_model is None) == (self.base_config is None):
+            given = "both" if self.base_model is not None else "neither"
+            raise ConfigError(f"base_model / base_config: {given} given; allowed values: exactly one — a model "
+                              f"directory as base_model, or base_config ({BASE_CONFIG_VALUES}) with base_model null")
+        if self.base_config is not None:
+            if not isinstance(self.base_config, dict):
+                raise ConfigError(f"base_config: {self.base_config!r} is not allowed; allowed values: "
+                                  + BASE_CONFIG_VALUES)
+            require_choice("base_config.model_type", self.base_config.get("model_type"), SUPPORTED_MODEL_TYPES)
+        if self.processor != "none":
+            hf_settings(self.attention_settings())  # one encoding per layer
+
+
+def parse_base_config(text: str | None) -> dict | None:
+    """``--base-config``: a JSON object (or none)."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"base_config: {text!r} is not JSON ({err.msg}); allowed values: "
+                          + BASE_CONFIG_VALUES) from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"base_config: {text!r} is not allowed; allowed values: " + BASE_CONFIG_VALUES)
+    return value
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def base_identity(model_settings: FinetuneSettings, seed: int) -> dict[str, Any]:
+    """What the base model is, for the resume check and the summary: the directory's configuration and weights
+    (their sha256, not the path: a moved directory is the same base), or the fresh configuration and its seed."""
+    if model_settings.base_model is None:
+        return {"kind": "config", "base_config": model_settings.base_config, "seed": seed}
+    path = Path(model_settings.base_model)
+    weights = sorted(p.name for p in path.iterdir() if p.suffix == ".safetensors")
+    return {"kind": "directory", "config_sha256": sha256_file(path / "config.json"),
+            "weights_sha256": {name: sha256_file(path / name) for name in weights}}
+
+
+def check_base_directory(path: Path, meta: dict) -> bytes:
+    """The base model directory's tokenizer.json, checked to be the one the data were tokenized with."""
+    if not path.is_dir():
+        raise ConfigError(f"base_model: {str(path)!r} is not a directory; allowed values: a local Hugging Face "
+                          "model directory (config.json, safetensors weights, tokenizer.json)")
+    tokenizer = path / "tokenizer.json"
+    if not tokenizer.is_file():
+        raise ConfigError(f"base_model: {str(path)!r} has no tokenizer.json; allowed values: a model directory with "
+                          "the tokenizer.json its data were tokenized with")
+    content = tokenizer.read_bytes()
+    info = meta["tokenizer"]
+    if hashlib.sha256(content).hexdigest() not in (info.get("sha256"), info.get("file_sha256")):
+        raise ConfigError(f"data_dir: its tokens were made with another tokenizer than {tokenizer}; allowed values: "
+                          f"token files of `dape tokenize --tokenizer file --tokenizer-file {tokenizer}` (the "
+                          "model's own tokenizer)")
+    return content
+
+
+def build_base(model_settings: FinetuneSettings, meta: dict, data_dir: Path, seed: int):
+    """(the base model in fp32, the tokenizer.json it is saved with)."""
+    from dape_core.hf import build_causal_lm, load_causal_lm
+
+    vocab = int(meta["tokenizer"]["vocab_size"])
+    if model_settings.base_model is not None:
+        path = Path(model_settings.base_model)
+        tokenizer = check_base_directory(path, meta)
+        model = load_causal_lm(path, dtype=torch.float32)
+        if model.config.vocab_size < vocab:
+            raise ConfigError(f"base_model: vocab_size {model.config.vocab_size} is smaller than the data's {vocab}; "
+                              "allowed values: a model whose vocabulary holds every token id of the data")
+        return model, tokenizer
+    spec = dict(model_settings.base_config)
+    if spec.get("vocab_size", vocab) != vocab:
+        raise ConfigError(f"base_config.vocab_size: {spec['vocab_size']} is not allowed; allowed values: {vocab} (the "
+                          "data's vocabulary, meta.json) or leave it out")
+    eot = int(meta["tokenizer"]["eot_id"])
+    spec.update(vocab_size=vocab, bos_token_id=spec.get("bos_token_id", eot),
+                eos_token_id=spec.get("eos_token_id", eot))
+    return build_causal_lm(spec, seed=seed).float(), (data_dir / "tokenizer.json").read_bytes()
+
+
+def non_embedding_parameters(model: torch.nn.Module) -> int:
+    """Parameters outside the input and output embeddings (counted once if tied)."""
+    embeddings = {id(p) for m in (model.get_input_embeddings(), model.get_output_embeddings()) if m is not None
+                  for p in m.parameters()}
+    return sum(p.numel() for p in model.parameters() if id(p) not in embeddings)
+
+
+def finetune(
+    model_settings: FinetuneSettings,
+    settings: TrainSettings,
+    data_dir: str | Path,
+    out_dir: str | Path,
+    checkpoint_dir: str | Path | None = None,
+    *,
+    progress: bool = True,
+    stop_after: int | None = None,
+) -> dict:
+    """Train, checkpoint and write the outputs; returns the summary. ``stop_after`` ends early (tests)."""
+    from dape_core.data import load_split
+    from dape_core.hf import add_processor, save_causal_lm
+    from dape_core.hf.adapter import RUN_RECORD, run_record
+    from dape_core.hf.patch import CONFIG_KEY
+    from dape_core.implementations import resolve_attention_impl
+    from dape_core.tensorboard_log import TrainingLog
+
+    torch.set_num_threads(settings.threads)
+    if not progress:
+        from dape_core.hf.checkpoint import quiet_progress
+
+        quiet_progress()
+    dist = Distributed("none")
+    device = dist.device
+    data_dir, out_dir = Path(data_dir), Path(out_dir)
+    checkpoint_dir = Path(checkpoint_dir or out_dir / "checkpoints")
+    train_split = load_split(data_dir, "train")
+    meta = train_split.meta
+    n_tokens = len(train_split.tokens)
+    if n_tokens < settings.train_len + 2:
+        raise ConfigError(f"train_len: {settings.train_len} exceeds the training split ({n_tokens} tokens)")
+
+    model, tokenizer = build_base(model_settings, meta, data_dir, settings.seed)
+    if model_settings.processor != "none":
+        if getattr(model.config, CONFIG_KEY, None) is not None:
+            raise ConfigError("processor: base_model already has DAPE processors; allowed values: none (train them "
+                              "further as they are)")
+        torch.manual_seed(settings.seed)
+        add_processor(model, model_settings.attention_settings(), train_len=settings.train_len)
+    model.to(device)
+    optimizer = optimizer_for(model, settings)
+    base = base_identity(model_settings, settings.seed)
+    patched = getattr(model.config, CONFIG_KEY, None) is not None
+    attention_impl = resolve_attention_impl(model.config.dape["attention_impl"], device) if patched \
+        else model.config._attn_implementation
+    full_config = {"model": dataclasses.asdict(model_settings), "train": dataclasses.asdict(settings),
+                   "base": base, "data_dir": str(data_dir),
+                   "data_sha256": meta["splits"]["train"].get("tokens_sha256")}
+    chash = config_hash({
+        "model": {**dataclasses.asdict(model_settings), "base_model": None, "attention_impl": attention_impl},
+        "train": {k: v for k, v in dataclasses.asdict(settings).items() if k not in NOT_HASHED},
+        "base": base, "data_sha256": full_config["data_sha256"]})
+
+    checkpoints = checkpoints_for(checkpoint_dir, dist)
+    step, history = 0, []
+    restored = checkpoints.load(model, optimizer, chash)
+    if restored is not None:
+        step, history = restored["step"], restored["history"]
+    log = TrainingLog(out_dir / "tensorboard", first_step=step + 1)
+    finetuned = model_settings.base_model is not None
+    record = run_record(model, finetuned=finetuned, train_settings=dataclasses.asdict(settings), status="ok",
+                        config_hash=chash)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=settings.steps, initial=step, desc=f"finetune {record['method']}", mininterval=5,
+                   file=sys.stderr)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=settings.precision == "bf16")
+    status, started, tokens_seen = "ok", time.perf_counter(), 0
+    window_start, window_tokens = time.perf_counter(), 0
+    model.train()
+    while step < settings.steps:
+        lr = learning_rate(step, settings)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.zero_grad(set_to_none=True)
+        loss_sum = 0.0
+        for micro in range(settings.grad_accum):
+            starts = batch_starts(step, micro, settings.seed, n_tokens, settings.train_len, settings.batch_size)
+            x, y = get_batch(train_split.tokens, starts, settings.train_len)
+            with autocast:
+                logits = model(input_ids=x.to(device), use_cache=False).logits
+            loss = F.cross_entropy(logits.float().flatten(0, 1), y.to(device).flatten())
+            (loss / settings.grad_accum).backward()
+            loss_sum += float(loss.detach()) / settings.grad_accum
+        if not math.isfinite(loss_sum):
+            status = "diverged"
+            history.append({"step": step + 1, "loss": loss_sum, "lr": lr, "tokens_per_s": 0.0})
+            log.step(step + 1, loss=loss_sum, lr=lr)
+            print(f"loss became {loss_sum} at step {step + 1}: stopping, status diverged", file=sys.stderr)
+            break
+        grad_norm = optimizer_step(model, optimizer, settings.grad_clip)
+        step += 1
+        log.step(step, loss=loss_sum, lr=lr, grad_norm=grad_norm)
+        n_tok = settings.batch_size * settings.grad_accum * settings.train_len
+        tokens_seen += n_tok
+        window_tokens += n_tok
+        if step % settings.log_every == 0 or step == settings.steps:
+            now = time.perf_counter()
+            tokens_per_s = window_tokens / max(now - window_start, 1e-9)
+            history.append({"step": step, "loss": loss_sum, "lr": lr, "grad_norm": grad_norm,
+                            "tokens_per_s": tokens_per_s})
+            log.window(step, tokens_per_s=tokens_per_s, device=device)
+            window_start, window_tokens = now, 0
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss_sum:.3f}", refresh=False)
+        if step % settings.checkpoint_every == 0 and step < settings.steps:
+            log.flush()
+            checkpoints.save(model, optimizer, step, history, chash)
+        if stop_after is not None and step >= stop_after:
+            break
+    if bar is not None:
+        bar.close()
+    elapsed = time.perf_counter() - started
+    finished = status == "diverged" or step >= settings.steps
+    summary = {
+        "status": status if finished else "incomplete",
+        "steps_done": step,
+        "final_loss": history[-1]["loss"] if history else float("nan"),
+        "tokens_per_s": tokens_seen / elapsed if elapsed > 0 and tokens_seen else float("nan"),
+        "wall_s": elapsed,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "non_embedding_parameters": non_embedding_parameters(model),
+        "method": record["method"],
+        "model_type": model.config.model_type,
+        "attention_impl": attention_impl,  # the path that ran (`auto` resolved)
+        "config_hash": chash,
+        "config": full_config,
+        **provenance(settings.threads),
+    }
+    log.close()
+    if finished:
+        record = {**record, "status": status, "base": base}
+        save_causal_lm(model, out_dir / MODEL_DIR,
+                       files={"tokenizer.json": tokenizer, RUN_RECORD: json.dumps(record, indent=2, default=str)})
+        io.write_text(out_dir / "metrics.jsonl", "".join(json.dumps(h) + "\n" for h in history))
+        io.write_json(out_dir / "summary.json", summary)
+        checkpoints.remove()  # a forced rerun trains from step 0
+    return summary
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", required=True, help="an --out-dir of `dape tokenize`, made with the model's tokenizer")
+    p.add_argument("--out-dir", required=True, help="receives model/, summary.json, metrics.jsonl")
+    p.add_argument("--checkpoint-dir", default=None, help="periodic checkpoints (default: OUT_DIR/checkpoints)")
+    fields.add_arguments(p, FinetuneSettings, exclude=("base_config",))
+    p.add_argument("--base-config", default=None,
+                   help=f"with no --base-model: the fresh model's configuration, {BASE_CONFIG_VALUES}")
+    fields.add_arguments(p, TrainSettings, exclude=NOT_FINETUNE_OPTIONS)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args) -> int:
+    settings = fields.from_args(TrainSettings, args)
+    model_settings = fields.from_args(FinetuneSettings, args, base_config=parse_base_config(args.base_config))
+    summary = finetune(model_settings, settings, args.data_dir, args.out_dir, args.checkpoint_dir,
+                       progress=not args.no_progress)
+    print(json.dumps({k: summary[k] for k in ("status", "steps_done", "final_loss", "tokens_per_s", "method")}))
+    return 0

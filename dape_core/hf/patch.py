@@ -1,0 +1,248 @@
+"""DAPE inside a Hugging Face decoder: one processor per attention layer, through transformers' attention registry.
+
+:func:`add_processor` gives every attention module of a ``transformers`` causal LM (Llama, Qwen2, Mistral) a
+``dape_processor`` (:class:`~dape_core.dape.ScoreProcessor`, DAPE V1 or V2) and a ``dape_encoding`` (the additive
+bias B of ``alibi``, ``kerple`` or ``fire``; ``nope``: none, the processor then sees A alone, eq. 4) as submodules,
+so both are in the model's ``state_dict``, and switches the model to the attention function registered here under
+``"dape"``. The model's own projections, RoPE, KV cache and masks stay transformers'; only softmax(·)·V of the
+rotated q, k, v goes through the project's score pipeline, :func:`dape_core.attention.attend_causal` (the plain,
+fast and materialized paths of the project's own model; ``attention_impl: auto`` resolved by device):
+
+* GQA: the key/value heads are repeated to the H query heads (the processor mixes the H score channels);
+* the model's ``scaling`` replaces 1/√d_head when they differ (q is rescaled);
+* scores, softmax and ·V run in fp32 at least (and in the processor's dtype if wider), the output in the model's;
+* masks: transformers builds a boolean [batch, 1, Tq, Tk] mask for ``"dape"`` as for SDPA (``None`` for a plain
+  causal forward or a single query). Where it removes keys beyond the causal mask (padding, Mistral's sliding
+  window, packed sequences), the processor treats a removed key as its zero padding and the scores get the mask
+  (the plain path; :func:`~dape_core.attention.attend_causal`), so a left-padded sequence's real tokens get the
+  unpadded sequence's logits;
+* positions of B: key j at p + j with p = position_ids[b, −1] − (Tk − 1), so the last query is at its position id;
+  only FIRE reads absolute positions (its normaliser), ALiBi and Kerple read i − j alone;
+* KV cache: query row r is key Tk − Tq + r (transformers' ``DynamicCache``, the default of ``generate``; a cache
+  whose keys do not end at the last query, such as a static cache, is refused).
+
+Padding and cached decoding: with ``padding: causal`` (k − 1 zero columns left) the output at key j reads keys ≤ j
+only, so a cached step computes exactly what a full forward computes at that row. With ``padding: same`` (k//2
+each side, appendix L) Conv2's output on the diagonal reads Conv1's output at key i + 1 — zero input there under
+tril, but Conv1's bias and its tap on key i make it non-zero (a boundary effect, no leakage): a full forward's row
+i then depends on whether key i + 1 exists. A cached step has no key i + 1, so it equals the last row of a forward
+of the prefix, not row i of a forward of the whole sequence, and from the second layer on not even the former (the
+cached keys were computed when their tokens were last). Cached decoding with ``same`` padding and k > 1 is
+therefore refused (:class:`~dape_core.errors.ConfigError` naming ``padding`` and ``causal``); ``use_cache=False``
+works with either padding. DAPE V1 and k = 1 have no padding, so both paddings decode with a cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from dape_core.attention import attend_causal
+from dape_core.dape import ScoreProcessor
+from dape_core.encodings import build_encoding
+from dape_core.errors import ConfigError, require_choice
+from dape_core.implementations import resolve_attention_impl
+from dape_core.model import TORCH_DTYPES
+from dape_core.settings import ATTENTION_IMPLS, AttentionSettings, field_names
+
+ATTENTION_NAME = "dape"  # the name in transformers' attention and mask registries
+CONFIG_KEY = "dape"  # the processor settings in the model's config (config.json)
+PROCESSOR_MODULE = "dape_processor"  # submodule names on each attention module (state_dict keys)
+ENCODING_MODULE = "dape_encoding"
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+ENCODINGS = ("nope", "alibi", "kerple", "fire")  # additive encodings on top of the model's own RoPE
+PROCESSORS = ("dape_v1", "dape_v2")
+
+
+def register_attention() -> None:
+    """Register ``"dape"`` in transformers' attention registry and, with SDPA's boolean masks, in its mask registry."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ATTENTION_NAME, dape_attention)
+    AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
+
+
+def hf_settings(settings: AttentionSettings | dict[str, Any]) -> AttentionSettings:
+    """The settings of a processor in a Hugging Face decoder, checked: a processor, an additive encoding or nope,
+    one encoding per layer."""
+    if isinstance(settings, dict):
+        unknown = sorted(set(settings) - set(field_names(AttentionSettings)))
+        if unknown:
+            raise ConfigError(f"settings: {', '.join(unknown)} not allowed; allowed values: "
+                              f"{', '.join(field_names(AttentionSettings))}")
+        settings = AttentionSettings(**settings)
+    settings = settings.attention_settings()
+    require_choice("processor", settings.processor, PROCESSORS)
+    require_choice("encoding", settings.encoding, ENCODINGS)
+    if settings.encoding_shared:
+        raise ConfigError("encoding_shared: True is not allowed in a Hugging Face decoder; allowed values: unset, "
+                          "false (one encoding per attention layer)")
+    return settings
+
+
+def attention_layers(model: nn.Module) -> list[nn.Module]:
+    """The attention modules of a supported causal LM (one per decoder layer), in layer order."""
+    config = getattr(model, "config", None)
+    model_type = getattr(config, "model_type", None)
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ConfigError(f"model_type: {model_type!r} ({type(model).__name__}) is not supported; allowed values: "
+                          f"{', '.join(SUPPORTED_MODEL_TYPES)}")
+    can_set = getattr(type(model), "_can_set_attn_implementation", None)
+    if can_set is None or not can_set():
+        raise ConfigError(f"model: {type(model).__name__} does not take its attention from transformers' "
+                          "AttentionInterface registry; allowed: models whose attention does (Llama, Mistral, Qwen2)")
+    layers = [m for m in model.modules() if all(hasattr(m, a) for a in ("q_proj", "k_proj", "v_proj", "layer_idx"))]
+    n_layers = config.num_hidden_layers
+    if len(layers) != n_layers or sorted(m.layer_idx for m in layers) != list(range(n_layers)):
+        raise ConfigError(f"model: found {len(layers)} attention layers (modules with q_proj, k_proj, v_proj and "
+                          f"layer_idx) in {type(model).__name__}; allowed: one per decoder layer ({n_layers})")
+    return sorted(layers, key=lambda m: m.layer_idx)
+
+
+def add_processor(
+    model: nn.Module,
+    settings: AttentionSettings | dict[str, Any],
+    *,
+    train_len: int | None = None,
+    zero_init_output: bool = True,
+) -> nn.Module:
+    """Give every attention layer of ``model`` its DAPE processor (and additive encoding) and switch the model to
+    the ``"dape"`` attention function; returns ``model``, patched in place.
+
+    ``settings``: an :class:`~dape_core.settings.AttentionSettings` (or a dict of its fields) with processor
+    ``dape_v1``/``dape_v2``, encoding ``nope``/``alibi``/``kerple``/``fire``. ``train_len``: FIRE's L_init is half
+    of it (default: the model's ``max_position_embeddings``). ``zero_init_output``: each processor starts as the
+    identity (its second layer zero), so with ``nope`` the patched model computes the original's logits."""
+    settings = hf_settings(settings)
+    layers = attention_layers(model)
+    if any(hasattr(m, PROCESSOR_MODULE) for m in layers):
+        raise ConfigError("model: already has DAPE processors; allowed: a model without them (add_processor once)")
+    config = model.config
+    train_len = train_len or config.max_position_embeddings
+    n_head = config.num_attention_heads
+    for layer in layers:
+        reference = layer.q_proj.weight
+        encoding = build_encoding(settings.encoding, n_head, layer.head_dim, causal=True, train_len=train_len)
+        processor = ScoreProcessor(n_head, settings, bias_channels=encoding.has_bias, zero_init_output=zero_init_output)
+        layer.add_module(ENCODING_MODULE, encoding.to(reference.device))
+        layer.add_module(PROCESSOR_MODULE, processor.to(reference.device))
+    setattr(config, CONFIG_KEY, {**dataclasses.asdict(settings), "train_len": train_len})
+    register_attention()
+    model.set_attn_implementation(ATTENTION_NAME)
+    if config._attn_implementation != ATTENTION_NAME:
+        raise ConfigError(f"model: {type(model).__name__} kept attention {config._attn_implementation!r}; allowed: "
+                          f"models that accept the registered {ATTENTION_NAME!r}")
+    return model
+
+
+def processors(model: nn.Module) -> list[ScoreProcessor]:
+    """The DAPE processors of a patched model, in layer order."""
+    return [getattr(m, PROCESSOR_MODULE) for m in attention_layers(model) if hasattr(m, PROCESSOR_MODULE)]
+
+
+def dape_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention-function signature: q [batch, H, Tq, d], k and v [batch, H_kv, Tk, d] (rotated,
+    cache included) → ([batch, Tq, H, d], no weights), the scores through the project's pipeline (eq. 5)."""
+    processor = getattr(module, PROCESSOR_MODULE, None)
+    if processor is None:
+        raise ConfigError(f"attention: {type(module).__name__} (layer {getattr(module, 'layer_idx', '?')}) has no "
+                          f"DAPE processor; allowed: a model patched with dape_core.hf.add_processor")
+    if not getattr(module, "is_causal", True) or kwargs.get("is_causal") is False:
+        raise ConfigError("is_causal: False is not allowed; allowed values: True (DAPE in a causal decoder)")
+    encoding = getattr(module, ENCODING_MODULE)
+    out_dtype = query.dtype
+    dtype = torch.promote_types(torch.promote_types(query.dtype, torch.float32), next(processor.parameters()).dtype)
+    groups = query.shape[1] // key.shape[1]
+    q, k, v = query.to(dtype), key.to(dtype), value.to(dtype)
+    if groups > 1:  # GQA: head h reads key/value head h // groups, as transformers' repeat_kv
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    head_dim = q.shape[-1]
+    if scaling is not None and not math.isclose(scaling, head_dim ** -0.5, rel_tol=1e-12):
+        q = q * (scaling * math.sqrt(head_dim))  # the pipeline divides by √d_head
+    n_q = q.shape[2]
+    key_mask = _key_mask(attention_mask, n_q, k.shape[2])
+    if attention_mask is None and 1 < n_q < k.shape[2]:
+        k, v = k[:, :, :n_q], v[:, :, :n_q]  # transformers' convention for no mask: upper-left (an empty cache's tail)
+    n_k = k.shape[2]
+    if n_k > n_q and processor.padding == "same" and processor.kernel_size > 1:
+        raise ConfigError("padding: 'same' cannot decode with a KV cache (a cached step lacks the key right of the "
+                          "query that Conv2 reads with same padding, so it differs from a full forward); allowed "
+                          "values: causal (or generate with use_cache=False)")
+    impl = resolve_attention_impl(processor_setting(module, "attention_impl"), q.device)
+    dape_dtype = TORCH_DTYPES[processor_setting(module, "dape_dtype")]
+    position_ids = kwargs.get("position_ids")
+    common = dict(encoding=encoding, processor=processor, dropout_p=dropout, attention_impl=impl, dape_dtype=dape_dtype,
+                  query_chunk_size=getattr(module.config, CONFIG_KEY).get("query_chunk_size"))
+    outputs = []
+    for rows, positions in _position_groups(encoding, position_ids, q.shape[0], n_k, q.device):
+        mask = key_mask if key_mask is None or key_mask.shape[0] == 1 else key_mask[rows]
+        outputs.append((rows, attend_causal(q[rows], k[rows], v[rows], positions=positions, key_mask=mask, **common)))
+    out = outputs[0][1] if len(outputs) == 1 else _in_batch_order(outputs, q.shape[0])
+    return out.transpose(1, 2).contiguous().to(out_dtype), None
+
+
+def processor_setting(module: nn.Module, name: str) -> Any:
+    """A setting of the patched model (``config.dape``) as seen from one of its attention modules."""
+    return getattr(module.config, CONFIG_KEY)[name]
+
+
+def _key_mask(attention_mask: torch.Tensor | None, n_q: int, n_k: int) -> torch.Tensor | None:
+    """transformers' boolean [batch, 1, Tq, Tk] mask (True: attend), checked to end at the last query's key."""
+    if attention_mask is None:
+        return None
+    if attention_mask.dtype != torch.bool or attention_mask.dim() != 4:
+        raise ConfigError(f"attention_mask: a {attention_mask.dim()}-D {attention_mask.dtype} mask reached the "
+                          "attention; allowed values: the boolean 4-D mask transformers builds for 'dape' (pass a "
+                          "2-D padding mask to the model)")
+    if n_k > n_q and not bool(attention_mask[:, :, -1, -1].all()):
+        raise ConfigError("cache: the attention mask does not end at the last query's own key (a static cache, or "
+                          "a padded last query); allowed values: a DynamicCache whose keys end at the last query "
+                          "(the default of generate), left padding")
+    return attention_mask
+
+
+def _position_groups(encoding, position_ids, batch: int, n_k: int, device):
+    """(batch rows, key positions [Tk]) groups: key j at position_ids[b, −1] − (Tk − 1) + j. Encodings that read
+    i − j alone (ALiBi, Kerple) or no positions (NoPE) take 0 … Tk − 1 for the whole batch."""
+    base = torch.arange(n_k, device=device)
+    if position_ids is None or not encoding.has_bias or encoding.relative_bias:
+        return [(slice(None), base)]
+    last = position_ids[:, -1].to(device).expand(batch)
+    offsets = (last - (n_k - 1)).tolist()
+    if len(set(offsets)) == 1:
+        return [(slice(None), base + offsets[0])]
+    groups: dict[int, list[int]] = {}
+    for row, offset in enumerate(offsets):
+        groups.setdefault(offset, []).append(row)
+    return [(torch.tensor(rows, device=device), base + offset) for offset, rows in groups.items()]
+
+
+def _in_batch_order(outputs, batch: int) -> torch.Tensor:
+    first = outputs[0][1]
+    out = first.new_empty(batch, *first.shape[1:])
+    for rows, values in outputs:
+        out[rows] = values
+    return out
+
+
+def set_attention_impl(model: nn.Module, attention_impl: str) -> None:
+    """Switch a patched model's path (``attention_impl``: auto, fast, plain or materialized), kept in its config."""
+    require_choice("attention_impl", attention_impl, ATTENTION_IMPLS)
+    saved = getattr(model.config, CONFIG_KEY, None)
+    if saved is None:
+        raise ConfigError("model: has no DAPE processors; allowed: a model patched with dape_core.hf.add_processor")
+    saved["attention_impl"] = attention_impl
