@@ -183,6 +183,9 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=None, help="rounds per group (default: the suite's)")
     p.add_argument("--no-memory", action="store_true", help="skip the per-variant peak-memory processes")
+    p.add_argument("--models", nargs="+", default=None, choices=sorted(MODELS), help="only these models")
+    p.add_argument("--modes", nargs="+", default=None, choices=("forward", "forward_backward"), help="only these modes")
+    p.add_argument("--seq-lens", type=int, nargs="+", default=None, help="only these lengths")
     args = p.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     machine = _machine(device)
@@ -191,8 +194,10 @@ def main(argv=None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     rows = []
     for model, mode, batch, lengths, rounds in SUITES[args.suite]:
+        if (args.models and model not in args.models) or (args.modes and mode not in args.modes):
+            continue
         spec = model_spec(model)
-        for length in lengths:
+        for length in (n for n in lengths if not args.seq_lens or n in args.seq_lens):
             group = dict(model=model, spec=spec, mode=mode, batch=batch, seq_len=length, device=device,
                          rounds=args.rounds or rounds, threads=args.threads)
             row = run_group(group, memory=not args.no_memory)
