@@ -11,11 +11,11 @@ The data are token files of ``dape tokenize`` made with the model's own tokenize
 (the BPE the tokenize stage trains), a checkpoint must bring the tokenizer.json the data were made with
 (``tokenizer: file``).
 
-Training reuses ``dape train``'s pieces (:mod:`dape_core.train`): AdamW with decay on matrices only, warm-up and
-cosine decay (:func:`~dape_core.train.learning_rate`), gradient clipping and Kerple's clamp
-(:func:`~dape_core.train.optimizer_step`), training windows as a function of (seed, step)
-(:func:`~dape_core.train.batch_starts`), resume checkpoints (:mod:`dape_core.checkpoints`: a killed job resumes to
-the uninterrupted run's weights), TensorBoard files and divergence detection. Outputs in ``--out-dir``:
+Training is ``dape train``'s loop, :func:`dape_core.train.fit` (AdamW with decay on matrices only, warm-up and
+cosine decay, gradient clipping, training windows as a function of (seed, step), resume checkpoints — a killed job
+resumes to the uninterrupted run's weights —, TensorBoard files and divergence detection), with the model's loss
+and its saving. ``steps: 0`` with a ``base_model`` and no processor exports the checkpoint as it is: the family's
+original model, evaluated as one more method ("Llama (base)"). Outputs in ``--out-dir``:
 ``model/`` (written atomically by :func:`dape_core.hf.save_pretrained`, or in transformers' own format without a
 processor, with ``tokenizer.json`` and ``finetune.json``, the record ``dape evaluate`` reads), ``summary.json``,
 ``metrics.jsonl`` and ``tensorboard/``.
@@ -27,9 +27,6 @@ import argparse
 import dataclasses
 import hashlib
 import json
-import math
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,8 +40,7 @@ from dape_core.distributed import Distributed
 from dape_core.errors import ConfigError, require_choice
 from dape_core.hf.patch import ENCODINGS as HF_ENCODINGS, SUPPORTED_MODEL_TYPES, hf_settings
 from dape_core.settings import AttentionSettings, setting
-from dape_core.train import (NOT_HASHED, TrainSettings, batch_starts, config_hash, get_batch, learning_rate,
-                             optimizer_for, optimizer_step, provenance)
+from dape_core.train import NOT_HASHED, TrainSettings, config_hash, fit, optimizer_for
 
 #: TrainSettings fields that are not options of `dape finetune`: it runs one process, without block recomputation
 NOT_FINETUNE_OPTIONS = ("distributed", "activation_checkpointing")
@@ -80,6 +76,16 @@ class FinetuneSettings(AttentionSettings):
             require_choice("base_config.model_type", self.base_config.get("model_type"), SUPPORTED_MODEL_TYPES)
         if self.processor != "none":
             hf_settings(self.attention_settings())  # one encoding per layer
+
+
+def check_steps(model_settings: FinetuneSettings, settings: TrainSettings) -> None:
+    """``steps: 0`` exports a checkpoint as it is (the family's original model, evaluated as one more method): only
+    from a ``base_model`` directory and without a processor — a fresh model or an untrained processor would be an
+    untrained method."""
+    if settings.steps == 0 and (model_settings.base_model is None or model_settings.processor != "none"):
+        given = "base_config" if model_settings.base_model is None else f"processor {model_settings.processor}"
+        raise ConfigError(f"steps: 0 is not allowed with {given}; allowed values: ≥ 1, or 0 with a base_model "
+                          "directory and processor none (the checkpoint as it is)")
 
 
 def parse_base_config(text: str | None) -> dict | None:
@@ -173,14 +179,15 @@ def finetune(
     progress: bool = True,
     stop_after: int | None = None,
 ) -> dict:
-    """Train, checkpoint and write the outputs; returns the summary. ``stop_after`` ends early (tests)."""
+    """Build the base, add the processor, train it with :func:`dape_core.train.fit` (``train``'s loop and
+    arguments), write ``model/`` and the outputs; returns the summary. ``stop_after`` ends early (tests)."""
     from dape_core.data import load_split
     from dape_core.hf import add_processor, save_causal_lm
     from dape_core.hf.adapter import RUN_RECORD, run_record
     from dape_core.hf.patch import CONFIG_KEY
     from dape_core.implementations import resolve_attention_impl
-    from dape_core.tensorboard_log import TrainingLog
 
+    check_steps(model_settings, settings)
     torch.set_num_threads(settings.threads)
     if not progress:
         from dape_core.hf.checkpoint import quiet_progress
@@ -216,95 +223,30 @@ def finetune(
         "model": {**dataclasses.asdict(model_settings), "base_model": None, "attention_impl": attention_impl},
         "train": {k: v for k, v in dataclasses.asdict(settings).items() if k not in NOT_HASHED},
         "base": base, "data_sha256": full_config["data_sha256"]})
-
-    checkpoints = checkpoints_for(checkpoint_dir, dist)
-    step, history = 0, []
-    restored = checkpoints.load(model, optimizer, chash)
-    if restored is not None:
-        step, history = restored["step"], restored["history"]
-    log = TrainingLog(out_dir / "tensorboard", first_step=step + 1)
-    finetuned = model_settings.base_model is not None
+    # trained, from a checkpoint: "… fine-tuned"; a fresh model, or a checkpoint exported as it is: "… (base)"
+    finetuned = model_settings.base_model is not None and settings.steps > 0
     record = run_record(model, finetuned=finetuned, train_settings=dataclasses.asdict(settings), status="ok",
                         config_hash=chash)
-    bar = None
-    if progress:
-        from tqdm import tqdm
 
-        bar = tqdm(total=settings.steps, initial=step, desc=f"finetune {record['method']}", mininterval=5,
-                   file=sys.stderr)
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=settings.precision == "bf16")
-    status, started, tokens_seen = "ok", time.perf_counter(), 0
-    window_start, window_tokens = time.perf_counter(), 0
-    model.train()
-    while step < settings.steps:
-        lr = learning_rate(step, settings)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        optimizer.zero_grad(set_to_none=True)
-        loss_sum = 0.0
-        for micro in range(settings.grad_accum):
-            starts = batch_starts(step, micro, settings.seed, n_tokens, settings.train_len, settings.batch_size)
-            x, y = get_batch(train_split.tokens, starts, settings.train_len)
-            with autocast:
-                logits = model(input_ids=x.to(device), use_cache=False).logits
-            loss = F.cross_entropy(logits.float().flatten(0, 1), y.to(device).flatten())
-            (loss / settings.grad_accum).backward()
-            loss_sum += float(loss.detach()) / settings.grad_accum
-        if not math.isfinite(loss_sum):
-            status = "diverged"
-            history.append({"step": step + 1, "loss": loss_sum, "lr": lr, "tokens_per_s": 0.0})
-            log.step(step + 1, loss=loss_sum, lr=lr)
-            print(f"loss became {loss_sum} at step {step + 1}: stopping, status diverged", file=sys.stderr)
-            break
-        grad_norm = optimizer_step(model, optimizer, settings.grad_clip)
-        step += 1
-        log.step(step, loss=loss_sum, lr=lr, grad_norm=grad_norm)
-        n_tok = settings.batch_size * settings.grad_accum * settings.train_len
-        tokens_seen += n_tok
-        window_tokens += n_tok
-        if step % settings.log_every == 0 or step == settings.steps:
-            now = time.perf_counter()
-            tokens_per_s = window_tokens / max(now - window_start, 1e-9)
-            history.append({"step": step, "loss": loss_sum, "lr": lr, "grad_norm": grad_norm,
-                            "tokens_per_s": tokens_per_s})
-            log.window(step, tokens_per_s=tokens_per_s, device=device)
-            window_start, window_tokens = now, 0
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss_sum:.3f}", refresh=False)
-        if step % settings.checkpoint_every == 0 and step < settings.steps:
-            log.flush()
-            checkpoints.save(model, optimizer, step, history, chash)
-        if stop_after is not None and step >= stop_after:
-            break
-    if bar is not None:
-        bar.close()
-    elapsed = time.perf_counter() - started
-    finished = status == "diverged" or step >= settings.steps
-    summary = {
-        "status": status if finished else "incomplete",
-        "steps_done": step,
-        "final_loss": history[-1]["loss"] if history else float("nan"),
-        "tokens_per_s": tokens_seen / elapsed if elapsed > 0 and tokens_seen else float("nan"),
-        "wall_s": elapsed,
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "non_embedding_parameters": non_embedding_parameters(model),
-        "method": record["method"],
-        "model_type": model.config.model_type,
-        "attention_impl": attention_impl,  # the path that ran (`auto` resolved)
-        "config_hash": chash,
-        "config": full_config,
-        **provenance(settings.threads),
-    }
-    log.close()
-    if finished:
-        record = {**record, "status": status, "base": base}
+    def loss_of(x, y, step, micro):
+        logits = model(input_ids=x.to(device), use_cache=False).logits
+        return F.cross_entropy(logits.float().flatten(0, 1), y.to(device).flatten())
+
+    def describe() -> dict:
+        return {"parameters": sum(p.numel() for p in model.parameters()),
+                "non_embedding_parameters": non_embedding_parameters(model), "method": record["method"],
+                "model_type": model.config.model_type,
+                "attention_impl": attention_impl,  # the path that ran (`auto` resolved)
+                "config": full_config}
+
+    def save(status: str, summary: dict) -> None:
+        saved = {**record, "status": status, "base": base}
         save_causal_lm(model, out_dir / MODEL_DIR,
-                       files={"tokenizer.json": tokenizer, RUN_RECORD: json.dumps(record, indent=2, default=str)})
-        io.write_text(out_dir / "metrics.jsonl", "".join(json.dumps(h) + "\n" for h in history))
-        io.write_json(out_dir / "summary.json", summary)
-        checkpoints.remove()  # a forced rerun trains from step 0
-    return summary
+                       files={"tokenizer.json": tokenizer, RUN_RECORD: json.dumps(saved, indent=2, default=str)})
+
+    return fit(model, optimizer, settings, train_split.tokens, loss_of, save=save, describe=describe,
+               config_hash=chash, out_dir=out_dir, checkpoints=checkpoints_for(checkpoint_dir, dist), dist=dist,
+               label=f"finetune {record['method']}", progress=progress, stop_after=stop_after)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

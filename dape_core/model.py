@@ -227,17 +227,32 @@ class GPT(nn.Module):
         return sum(p.numel() for p in self.parameters() if id(p) not in skip)
 
     def flops_per_token(self, seq_len: int) -> float:
-        """Training FLOPs per token ≈ 6·N_non-embedding + 6·V·d (head) + attention and DAPE terms (per token)."""
+        """Training FLOPs per token (:func:`decoder_flops_per_token` of this decoder's shape)."""
         cfg = self.cfg
-        n_layer, d, h = cfg.n_layer, cfg.d_model, cfg.n_head
-        dense = 6 * self.non_embedding_parameters() + 6 * cfg.vocab_size * d
-        attention = 6 * n_layer * seq_len * d  # q·kᵀ and p·v, causal halves the pairs: 2 × 2 × T/2 × d × 3
-        dape = 0.0
-        if cfg.processor != "none":
-            channels = 2 * h if self.stack.encoding(0).has_bias else h
-            k = cfg.kernel_size
-            dape = 6 * n_layer * seq_len * (channels * cfg.dape_width * k + cfg.dape_width * h * k)
-        return float(dense + attention + dape)
+        return decoder_flops_per_token(
+            non_embedding=self.non_embedding_parameters(), vocab_size=cfg.vocab_size, d_model=cfg.d_model,
+            n_layer=cfg.n_layer, n_head=cfg.n_head, attention_width=cfg.d_model, seq_len=seq_len,
+            processor=cfg.processor, bias_channels=self.stack.encoding(0).has_bias, kernel_size=cfg.kernel_size,
+            dape_width=cfg.dape_width)
+
+
+def decoder_flops_per_token(*, non_embedding: int, vocab_size: int, d_model: int, n_layer: int, n_head: int,
+                            attention_width: int, seq_len: int, processor: str, bias_channels: bool,
+                            kernel_size: int, dape_width: int) -> float:
+    """Training FLOPs per token ≈ 6·N_non-embedding + 6·V·d (head) + attention and DAPE terms (Kaplan et al., 2020,
+    C ≈ 6N plus the context term): one formula for this project's GPT and the Hugging Face decoders of fine-tunes.
+
+    ``attention_width``: heads × head_dim (d_model in GPT); ``bias_channels``: the encoding adds a bias B, so the
+    processor reads 2h channels (h with A alone, eq. 4); Conv1 (channels → D) and Conv2 (D → h) of kernel 1×k (eq. 5,
+    §3.3) run at every (query, key) pair."""
+    dense = 6 * non_embedding + 6 * vocab_size * d_model
+    attention = 6 * n_layer * seq_len * attention_width  # q·kᵀ and p·v, causal halves the pairs: 2·2·T/2·d·3
+    dape = 0.0
+    if processor != "none":
+        channels = 2 * n_head if bias_channels else n_head
+        k = kernel_size
+        dape = 6 * n_layer * seq_len * (channels * dape_width * k + dape_width * n_head * k)
+    return float(dense + attention + dape)
 
 
 class Encoder(nn.Module):

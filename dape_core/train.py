@@ -26,6 +26,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -74,13 +75,24 @@ class TrainSettings:
 
     def __post_init__(self):
         fields.check_choices(self, TrainSettings)
-        for name in ("train_len", "batch_size", "grad_accum", "steps", "threads", "checkpoint_every", "log_every"):
+        for name in ("train_len", "batch_size", "grad_accum", "threads", "checkpoint_every", "log_every"):
             require_positive(name, getattr(self, name))
+        if not isinstance(self.steps, int) or isinstance(self.steps, bool) or self.steps < 0:
+            raise ConfigError(f"steps: {self.steps!r} is not allowed; allowed values: an integer ≥ 1 (≥ 0 for "
+                              "`dape finetune` of a base_model: 0 evaluates the checkpoint as it is)")
         require_positive("lr", self.lr, integer=False)
         if not 0 <= self.min_lr_ratio <= 1:
             raise ConfigError(f"min_lr_ratio: {self.min_lr_ratio!r} is not allowed; allowed values: 0 ≤ x ≤ 1")
         if not 0 <= self.warmup_ratio < 1:
             raise ConfigError(f"warmup_ratio: {self.warmup_ratio!r} is not allowed; allowed values: 0 ≤ x < 1")
+
+
+def require_training_steps(settings: TrainSettings) -> None:
+    """`dape train` trains a fresh model: at least one step (``steps: 0`` is only `dape finetune`'s export of a
+    checkpoint as it is)."""
+    if settings.steps < 1:
+        raise ConfigError(f"steps: {settings.steps} is not allowed for `dape train`; allowed values: a positive "
+                          "integer (0 is `dape finetune`'s export of a checkpoint as it is)")
 
 
 def learning_rate(step: int, s: TrainSettings) -> float:
@@ -180,59 +192,47 @@ def load_model(path: str | Path, map_location: str = "cpu") -> tuple[GPT, dict]:
     return model.eval(), checkpoint
 
 
-def train(
-    model_config: GPTConfig,
+def fit(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
     settings: TrainSettings,
-    data_dir: str | Path,
-    out_dir: str | Path,
-    checkpoint_dir: str | Path | None = None,
+    tokens: np.ndarray,
+    loss_of: Callable[[torch.Tensor, torch.Tensor, int, int], torch.Tensor],
     *,
+    save: Callable[[str, dict], None],
+    describe: Callable[[], dict],
+    config_hash: str,
+    out_dir: Path,
+    checkpoints,
+    dist: Distributed,
+    wrapped: torch.nn.Module | None = None,
+    label: str = "train",
     progress: bool = True,
     stop_after: int | None = None,
 ) -> dict:
-    """Train, checkpoint and write the outputs; returns the summary. ``stop_after`` ends early (tests)."""
-    from dape_core.data import load_split
+    """The training loop of ``dape train`` and ``dape finetune``: resume, steps, divergence, logging, checkpoints and
+    the outputs; returns the summary.
 
-    torch.set_num_threads(settings.threads)
-    dist = Distributed(settings.distributed)
-    out_dir, checkpoint_dir = Path(out_dir), Path(checkpoint_dir or Path(out_dir) / "checkpoints")
-    train_split = load_split(data_dir, "train")
-    vocab = int(train_split.meta["tokenizer"]["vocab_size"])
-    if model_config.vocab_size != vocab:
-        model_config = dataclasses.replace(model_config, vocab_size=vocab)
-    model_config = dataclasses.replace(model_config, train_len=settings.train_len)
-    if len(train_split.tokens) < settings.train_len + 2:
-        raise ConfigError(f"train_len: {settings.train_len} exceeds the training split ({len(train_split.tokens)} tokens)")
+    ``loss_of(x, y, step, micro)`` is the model's mean next-token loss on one micro-batch (CPU tensors; it moves
+    them). ``wrapped`` is the module that runs it (DDP/FSDP: gradients are reduced with the last micro-batch only;
+    default ``model``). When the run is finished (all steps, or diverged) ``save(status, summary)`` writes the model
+    (every process calls it: a collective under FSDP), then ``metrics.jsonl`` and ``summary.json`` are written
+    (rank 0) and the resume checkpoints removed; ``describe()`` gives the summary's model fields (parameters,
+    method, the attention path that ran, …), next to the loop's own (status, steps, loss, throughput, provenance).
+    ``stop_after`` ends early without outputs (tests of the resume)."""
+    wrapped = model if wrapped is None else wrapped
     per_rank = settings.batch_size // dist.world
-    if per_rank * dist.world != settings.batch_size:
-        raise ConfigError(f"batch_size: {settings.batch_size} is not divisible by the {dist.world} processes")
-
-    torch.manual_seed(settings.seed)
-    model = GPT(model_config).to(dist.device)
-    for block in model.stack.blocks:
-        block.activation_checkpointing = settings.activation_checkpointing
-    wrapped = dist.wrap(model)  # under fsdp `model` itself is sharded in place: the optimiser is built after
-    optimizer = optimizer_for(model, settings)
-    full_config = {"model": dataclasses.asdict(model_config), "train": dataclasses.asdict(settings),
-                   "data_dir": str(data_dir), "data_sha256": train_split.meta["splits"]["train"].get("tokens_sha256")}
-    chash = config_hash({k: v for k, v in full_config.items() if k != "data_dir"} | {
-        "model": hashed_model_config(model, dist.device),
-        "train": {k: v for k, v in dataclasses.asdict(settings).items() if k not in NOT_HASHED}})
-
-    checkpoints = checkpoints_for(checkpoint_dir, dist)
     step, history = 0, []
-    restored = checkpoints.load(model, optimizer, chash)
+    restored = checkpoints.load(model, optimizer, config_hash)
     if restored is not None:
         step, history = restored["step"], restored["history"]
     log = TrainingLog(out_dir / "tensorboard", first_step=step + 1, enabled=dist.rank == 0)
-
     autocast = torch.autocast(dist.device.type, dtype=torch.bfloat16, enabled=settings.precision == "bf16")
     bar = None
     if progress and dist.rank == 0:
         from tqdm import tqdm
 
-        bar = tqdm(total=settings.steps, initial=step, desc=f"train {method_label(model_config.encoding, model_config.processor, model_config.kernel_size, model_config.tril)}",
-                   mininterval=5, file=sys.stderr)
+        bar = tqdm(total=settings.steps, initial=step, desc=label, mininterval=5, file=sys.stderr)
     status, started, tokens_seen = "ok", time.perf_counter(), 0
     window_start, window_tokens = time.perf_counter(), 0
     model.train()
@@ -243,13 +243,12 @@ def train(
         optimizer.zero_grad(set_to_none=True)
         loss_sum = 0.0
         for micro in range(settings.grad_accum):
-            starts = batch_starts(step, micro, settings.seed, len(train_split.tokens), settings.train_len, settings.batch_size)
+            starts = batch_starts(step, micro, settings.seed, len(tokens), settings.train_len, settings.batch_size)
             starts = starts[dist.rank * per_rank : (dist.rank + 1) * per_rank]
-            x, y = get_batch(train_split.tokens, starts, settings.train_len)
-            positions = training_positions(model_config, settings.seed, step, micro, settings.train_len)  # randrope
+            x, y = get_batch(tokens, starts, settings.train_len)
             with dist.accumulating(wrapped, last=micro == settings.grad_accum - 1):
                 with autocast:
-                    _, loss = wrapped(x.to(dist.device), y.to(dist.device), positions=positions)
+                    loss = loss_of(x, y, step, micro)
                 (loss / settings.grad_accum).backward()
             loss_sum += float(loss.detach()) / settings.grad_accum
         loss_value = dist.mean(loss_sum)
@@ -277,7 +276,7 @@ def train(
             bar.set_postfix(loss=f"{loss_value:.3f}", refresh=False)
         if step % settings.checkpoint_every == 0 and step < settings.steps:
             log.flush()  # the events up to this checkpoint are on disk before a resume could start from it
-            checkpoints.save(model, optimizer, step, history, chash)
+            checkpoints.save(model, optimizer, step, history, config_hash)
         if stop_after is not None and step >= stop_after:
             break
     if bar is not None:
@@ -290,29 +289,83 @@ def train(
         "final_loss": history[-1]["loss"] if history else float("nan"),
         "tokens_per_s": tokens_seen / elapsed if elapsed > 0 and tokens_seen else float("nan"),
         "wall_s": elapsed,
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "parameters_per_rank": dist.gather(dist.local_parameters(model)),
-        "non_embedding_parameters": model.non_embedding_parameters(),
-        "flops_per_token": model.flops_per_token(settings.train_len),
-        "method": method_label(model_config.encoding, model_config.processor, model_config.kernel_size, model_config.tril),
-        "attention_impl": model.resolved_attention_impl(dist.device),  # the path that ran (`auto` resolved)
-        "distributed": dist.mode,
-        "config_hash": chash,
-        "config": full_config,
-        "world_size": dist.world,
+        **describe(),
+        "config_hash": config_hash,
         **provenance(settings.threads),
     }
     log.close()
     if finished:
-        state = dist.full_state_dict(model)  # a collective under fsdp: every process takes part
+        save(status, summary)
         if dist.rank == 0:
-            io.torch_save(out_dir / "model.pt", {"model": state, "model_config": dataclasses.asdict(model_config),
-                                                  "train_settings": dataclasses.asdict(settings), "status": status,
-                                                  "config_hash": chash, "method": summary["method"]})
             io.write_text(out_dir / "metrics.jsonl", "".join(json.dumps(h) + "\n" for h in history))
             io.write_json(out_dir / "summary.json", summary)
         # the run is complete: a forced rerun (e.g. after a code change) must train from step 0, not resume
         checkpoints.remove()
+    return summary
+
+
+def train(
+    model_config: GPTConfig,
+    settings: TrainSettings,
+    data_dir: str | Path,
+    out_dir: str | Path,
+    checkpoint_dir: str | Path | None = None,
+    *,
+    progress: bool = True,
+    stop_after: int | None = None,
+) -> dict:
+    """Train a :class:`GPT` (:func:`fit`), write ``model.pt`` and the outputs; returns the summary."""
+    from dape_core.data import load_split
+
+    torch.set_num_threads(settings.threads)
+    require_training_steps(settings)
+    dist = Distributed(settings.distributed)
+    out_dir, checkpoint_dir = Path(out_dir), Path(checkpoint_dir or Path(out_dir) / "checkpoints")
+    train_split = load_split(data_dir, "train")
+    vocab = int(train_split.meta["tokenizer"]["vocab_size"])
+    if model_config.vocab_size != vocab:
+        model_config = dataclasses.replace(model_config, vocab_size=vocab)
+    model_config = dataclasses.replace(model_config, train_len=settings.train_len)
+    if len(train_split.tokens) < settings.train_len + 2:
+        raise ConfigError(f"train_len: {settings.train_len} exceeds the training split ({len(train_split.tokens)} tokens)")
+    if settings.batch_size % dist.world:
+        raise ConfigError(f"batch_size: {settings.batch_size} is not divisible by the {dist.world} processes")
+
+    torch.manual_seed(settings.seed)
+    model = GPT(model_config).to(dist.device)
+    for block in model.stack.blocks:
+        block.activation_checkpointing = settings.activation_checkpointing
+    wrapped = dist.wrap(model)  # under fsdp `model` itself is sharded in place: the optimiser is built after
+    optimizer = optimizer_for(model, settings)
+    full_config = {"model": dataclasses.asdict(model_config), "train": dataclasses.asdict(settings),
+                   "data_dir": str(data_dir), "data_sha256": train_split.meta["splits"]["train"].get("tokens_sha256")}
+    chash = config_hash({k: v for k, v in full_config.items() if k != "data_dir"} | {
+        "model": hashed_model_config(model, dist.device),
+        "train": {k: v for k, v in dataclasses.asdict(settings).items() if k not in NOT_HASHED}})
+    method = method_label(model_config.encoding, model_config.processor, model_config.kernel_size, model_config.tril)
+
+    def loss_of(x, y, step, micro):
+        positions = training_positions(model_config, settings.seed, step, micro, settings.train_len)  # randrope
+        return wrapped(x.to(dist.device), y.to(dist.device), positions=positions)[1]
+
+    def describe() -> dict:
+        return {"parameters": sum(p.numel() for p in model.parameters()),
+                "parameters_per_rank": dist.gather(dist.local_parameters(model)),
+                "non_embedding_parameters": model.non_embedding_parameters(),
+                "flops_per_token": model.flops_per_token(settings.train_len), "method": method,
+                "attention_impl": model.resolved_attention_impl(dist.device),  # the path that ran (`auto` resolved)
+                "distributed": dist.mode, "config": full_config, "world_size": dist.world}
+
+    def save(status: str, summary: dict) -> None:
+        state = dist.full_state_dict(model)  # a collective under fsdp: every process takes part
+        if dist.rank == 0:
+            io.torch_save(out_dir / "model.pt", {"model": state, "model_config": dataclasses.asdict(model_config),
+                                                  "train_settings": dataclasses.asdict(settings), "status": status,
+                                                  "config_hash": chash, "method": method})
+
+    summary = fit(model, optimizer, settings, train_split.tokens, loss_of, save=save, describe=describe,
+                  config_hash=chash, out_dir=out_dir, checkpoints=checkpoints_for(checkpoint_dir, dist), dist=dist,
+                  wrapped=wrapped, label=f"train {method}", progress=progress, stop_after=stop_after)
     dist.close()
     return summary
 

@@ -126,6 +126,40 @@ def test_a_dape_fine_tune_adds_trained_processors_to_the_base(base, tiny_corpus,
                  tiny_corpus, tmp_path / "again", progress=False)
 
 
+def test_zero_steps_export_the_checkpoint_as_the_original_method(base, tiny_corpus, tmp_path):
+    summary = finetune(FinetuneSettings(base_model=str(base)), train_settings(steps=0), tiny_corpus, tmp_path,
+                       progress=False)
+    assert summary["status"] == "ok" and summary["steps_done"] == 0 and summary["method"] == "Llama (base)"
+    exported, original = weights(tmp_path / "model"), weights(base)
+    assert exported.keys() == original.keys() and all(torch.equal(exported[k], original[k]) for k in original)
+    record = json.loads((tmp_path / "model" / "finetune.json").read_text())
+    assert record["method"] == "Llama (base)" and record["train_settings"]["steps"] == 0
+    assert (tmp_path / "metrics.jsonl").read_text() == "" and not (tmp_path / "checkpoints").exists()
+    # a trained fine-tune of the same checkpoint is labelled as one
+    tuned = finetune(FinetuneSettings(base_model=str(base)), train_settings(steps=1), tiny_corpus, tmp_path / "t",
+                     progress=False)
+    assert tuned["method"] == "Llama fine-tuned" and tuned["steps_done"] == 1
+
+
+@pytest.mark.parametrize("model, message", [
+    (dict(base_config=BASE_CONFIG), "steps: 0 is not allowed with base_config; allowed values: ≥ 1, or 0 with a "
+                                    "base_model directory and processor none"),
+    (dict(processor="dape_v2", kernel_size=3), "steps: 0 is not allowed with processor dape_v2"),
+])
+def test_zero_steps_only_export_a_checkpoint(model, message, base, tiny_corpus, tmp_path):
+    model = {"base_model": str(base), **model} if "base_config" not in model else model
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        finetune(FinetuneSettings(**model), train_settings(steps=0), tiny_corpus, tmp_path, progress=False)
+    assert not (tmp_path / "model").exists()
+
+
+def test_dape_train_refuses_zero_steps(tiny_corpus, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--data-dir", str(tiny_corpus), "--out-dir", str(tmp_path), "--steps", "0", "--no-progress"])
+    assert "steps: 0 is not allowed for `dape train`; allowed values: a positive integer" in capsys.readouterr().err
+    assert not (tmp_path / "model.pt").exists()
+
+
 def _finetune_command(data, out, steps, every):
     return [sys.executable, "-m", "dape_core.cli", "finetune", "--data-dir", str(data), "--out-dir", str(out),
             "--base-config", json.dumps(BASE_CONFIG), "--processor", "dape_v2", "--kernel-size", "3",
@@ -231,7 +265,11 @@ def test_the_plan_lists_the_family_jobs():
     assert result.returncode == 0, result.stderr
     line = next(line for line in result.stdout.splitlines() if line.startswith("hf_finetune"))
     assert "(hf_finetune)" in line and "finetune" in line and "3 finetune_lm, 3 evaluate_lm" in line
-    assert "3 finetune_lm" in result.stdout.splitlines()[-1]
+    plan_line = next(line for line in result.stdout.splitlines() if line.startswith("plan: "))
+    assert "3 finetune_lm" in plan_line and "fine-tunes ≈ " in plan_line
+    details = [line for line in result.stdout.splitlines() if line.startswith("  llama d=32 L=2 ")]
+    assert [line.split(" T=")[0].split("L=2 ")[1] for line in details] == [
+        "Llama (base)", "Llama fine-tuned", "DAPE1x3-Llama fine-tuned D=32"]  # one line per fine-tune shape
 
 
 @pytest.mark.parametrize("path", [REPO / "configs" / "smoke.yaml", REPO / "configs" / "hf.yaml"],
@@ -290,7 +328,11 @@ def _family_config(**family) -> dict:
     ({"set": {"base_config": {"model_type": "gpt2"}}}, "base_config.model_type: 'gpt2' is not allowed"),
     ({"set": {"base_config": None, "base_model": "/no/such/model"}},
      "families.ft.base_model: '/no/such/model' is not a directory; allowed values"),
-    ({"base": {"steps": 0}}, "families.ft.base.steps: 0 is not allowed; allowed values: a positive integer"),
+    ({"base": {"steps": 0}}, "families.ft.base.steps: 0 is not allowed with base_config; allowed values: ≥ 1, or 0 "
+                             "with a base_model directory and processor none"),
+    ({"set": {"base_config": None, "base_model": str(REPO / "configs")}, "base": {"steps": 0, "processor": "dape_v1"},
+      "axes": {"steps": [1]}}, "families.ft.base.steps: 0 is not allowed with processor dape_v1"),
+    ({"set": {"steps": -1}}, "families.ft.steps: -1 is not allowed; allowed values: an integer ≥ 1"),
     ({"attention_maps": True}, "families.ft.attention_maps: not used by stage 'finetune'; allowed with stages: lm"),
     ({"set": {"train_len": 128}}, "eval_lens: 32 is shorter than train_len 128"),
 ])
@@ -298,6 +340,30 @@ def test_bad_family_settings_name_the_field_and_the_allowed_values(family, messa
     with pytest.raises(ConfigError) as info:
         grid.build_plan(_family_config(**family))
     assert message in str(info.value), str(info.value)
+
+
+def test_run_overrides_change_one_fine_tune_without_renaming_it():
+    family = {"base": {"steps": 7}, "axes": {"processor": [{"processor": "none"},
+                                                           {"processor": "dape_v2", "kernel_size": 3}]}}
+    plain = grid.build_plan(_family_config(**family))
+    base_run, tune, dape_tune = plain.families["ft"]["runs"]
+    config = _family_config(**family)
+    config["run_overrides"] = {dape_tune: {"lr": 0.125, "warmup_ratio": 0.2}, base_run: {"weight_decay": 0.0}}
+    plan = grid.build_plan(config)
+    assert plan.families["ft"]["runs"] == [base_run, tune, dape_tune]
+    assert plan.finetune_runs[dape_tune]["settings"] == {**plain.finetune_runs[dape_tune]["settings"],
+                                                         "lr": 0.125, "warmup_ratio": 0.2}
+    assert plan.finetune_runs[tune]["settings"] == plain.finetune_runs[tune]["settings"]
+    assert plan.finetune_runs[base_run]["settings"]["weight_decay"] == 0.0
+    options = grid.finetune_options(plan.finetune_runs[dape_tune]["settings"], "results/lm/b/seed0/model")
+    assert "--lr 0.125" in str(options["training"]) and "--warmup-ratio 0.2" in str(options["training"])
+    for update, message in [({"steps": 9}, f"run_overrides.{tune}: 'steps' is not allowed; allowed values: "),
+                            ({"base_config": {"hidden_size": 8}}, "'base_config' is not allowed"),
+                            ({"lr": -1.0}, f"run_overrides.{tune}.lr: -1.0 is not allowed")]:
+        config["run_overrides"] = {tune: update}
+        with pytest.raises(ConfigError) as info:
+            grid.build_plan(config)
+        assert message in str(info.value), str(info.value)
 
 
 def test_base_is_refused_outside_a_finetune_family():
@@ -317,3 +383,43 @@ def test_base_config_merges_key_by_key_and_names_tell_runs_apart():
     directory = grid.build_plan(_family_config(set={"base_config": None, "base_model": str(REPO / "configs")}))
     (name,) = directory.finetune_runs
     assert name == "code-T32-from_configs-nope-none"
+
+
+@pytest.mark.slow
+def test_a_checkpoint_family_evaluates_the_original_beside_its_fine_tunes(base, tmp_path):
+    """A family that starts from a local checkpoint with ``base: {steps: 0}``: the DAG tokenizes with the model's
+    own tokenizer, exports the checkpoint as it is, fine-tunes it with and without DAPE1x3 and evaluates all three
+    with the same evaluation stage; the original is one more method."""
+    import yaml
+
+    from workflow_fixture import snakemake
+
+    config = {
+        "datasets": {"code": {"source": "builtin-code", "max_docs": 150, "tokenizer": "file",
+                              "tokenizer_file": str(base / "tokenizer.json"), "val_fraction": 0.1}},
+        "defaults": {"lm": {"eval": {"eval_lens": [32, 64], "window": 16, "min_scored_tokens": 16, "max_windows": 4,
+                                     "batch_size": 2, "bootstrap": 0}},
+                     "finetune": {"base_model": str(base), "train_len": 32, "batch_size": 4, "steps": 3,
+                                  "lr": 0.003, "log_every": 1}},
+        "families": {"ft": {"stage": "finetune", "role": "hf_finetune", "title": "from a checkpoint",
+                            "paper": "§3", "base": {"steps": 0},
+                            "axes": {"processor": [{"processor": "none"},
+                                                   {"processor": "dape_v2", "kernel_size": 3}]}}},
+    }
+    plan = grid.build_plan(config)
+    base_run, *tunes = plan.families["ft"]["runs"]
+    assert plan.finetune_runs[base_run]["settings"]["steps"] == 0
+    assert [plan.finetune_runs[t]["settings"]["base_run"] for t in tunes] == [base_run, base_run]
+    configfile = tmp_path / "config.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    targets = [f"results/lm/{run}/seed0/eval.csv" for run in (base_run, *tunes)]
+    result = snakemake(tmp_path, configfile, "--cores", "2", *targets)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rows = pd.concat([pd.read_csv(tmp_path / target) for target in targets])
+    assert list(rows["method"].unique()) == ["Llama (base)", "Llama fine-tuned", "DAPE1x3-Llama fine-tuned"]
+    assert (rows["status"] == "ok").all() and sorted(rows["eval_len"].unique()) == [32, 64]
+    exported = weights(tmp_path / "results" / "lm" / base_run / "seed0" / "model")
+    assert all(torch.equal(exported[k], v) for k, v in weights(base).items())  # the original, untouched
+    tuned = weights(tmp_path / "results" / "lm" / tunes[0] / "seed0" / "model")
+    assert any(not torch.equal(tuned[k], v) for k, v in weights(base).items())  # trained from it
+

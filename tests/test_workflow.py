@@ -170,31 +170,53 @@ def _pyproject_dependencies() -> dict[str, str]:
 def test_environment_files_pin_as_pyproject():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     pins = _pyproject_dependencies()
+    hf = {re.match(r"[A-Za-z0-9_.-]+", r).group(0).lower(): r.replace(" ", "")
+          for r in project["optional-dependencies"]["hf"]}
     env_files = sorted((REPO / "envs").glob("*.yaml"))
-    assert {p.stem for p in env_files} == {"data", "lm", "report"}
+    assert {p.stem for p in env_files} == {"data", "lm", "hf", "report"}
     covered = set()
     for path in env_files:
         env = yaml.safe_load(path.read_text())
         conda = [d for d in env["dependencies"] if isinstance(d, str)]
         assert f"python{project['requires-python']}" in conda, path
         pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+        allowed = {**pins, **hf} if path.stem == "hf" else pins  # the hf environment: lm's and the hf extra
         for requirement in pip:
             name = re.match(r"[A-Za-z0-9_.-]+", requirement).group(0).lower()
-            assert pins.get(name) == requirement, (path.name, requirement, pins.get(name))
+            assert allowed.get(name) == requirement, (path.name, requirement, allowed.get(name))
             covered.add(name)
         assert (path.with_suffix(".post-deploy.sh")).is_file(), path  # installs the checkout's dape_core
     assert set(pins) - covered == {"snakemake"}, set(pins) - covered  # Snakemake runs the jobs, it is not in them
+    lm, hf_env = (yaml.safe_load((REPO / "envs" / f"{name}.yaml").read_text()) for name in ("lm", "hf"))
+    lm_pip, hf_pip = (next(d["pip"] for d in e["dependencies"] if isinstance(d, dict)) for e in (lm, hf_env))
+    assert hf_pip == lm_pip + list(hf.values())  # every model the lm environment runs, and transformers
+
+
+def _smk_function_source(name: str) -> str:
+    """The text of a function defined in workflow/rules/*.smk."""
+    for smk in (REPO / "workflow" / "rules").glob("*.smk"):
+        match = re.search(rf"^def {name}\(.*?(?=^\S)", smk.read_text() + "\n#", flags=re.M | re.S)
+        if match:
+            return match.group(0)
+    raise AssertionError(f"no function {name} in workflow/rules")
 
 
 def test_every_rule_names_an_existing_environment():
+    """Every rule with a shell runs in an environment of envs/: a literal path, or a function of the wildcards
+    (model_environment) whose every path exists."""
     for smk in sorted((REPO / "workflow" / "rules").glob("*.smk")):
         text = smk.read_text()
         rules = re.findall(r"^rule (\w+):", text, flags=re.M)
-        envs = re.findall(r'conda:\s*\n\s*"([^"]+)"', text)
+        literal = re.findall(r'conda:\s*\n\s*"([^"]+)"', text)
+        functions = re.findall(r"conda:\s*\n\s*(\w+)", text)
         runs = len(re.findall(r"^    run:", text, flags=re.M))
-        assert len(envs) + runs == len(rules), smk.name
+        assert len(literal) + len(functions) + runs == len(rules), smk.name
+        envs = literal + [env for name in functions
+                          for env in re.findall(r'"([^"]+\.yaml)"', _smk_function_source(name))]
         for env in envs:
             assert (smk.parent / env).resolve().is_file(), (smk.name, env)
+    assert re.findall(r'"([^"]+\.yaml)"', _smk_function_source("model_environment")) == [
+        "../../envs/hf.yaml", "../../envs/lm.yaml"]
 
 
 def test_the_main_install_can_write_the_html_report():

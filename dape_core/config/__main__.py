@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         role = f" ({spec['role']})" if spec.get("role") else ""
         print(f"{family + role:<34} {spec['stage']:<8} " + ", ".join(f"{n} {rule}" for rule, n in counts.items()))
     print(estimate_line(plan, figures))
-    if figures["calibrated"]:  # a calibration CSV was read: which figure each training shape used
+    if figures["calibrated"] or figures["finetune_shapes"]:  # which figure each training shape used
         print("\n".join(estimate_details(figures)))
     return 0
 

@@ -21,10 +21,21 @@ in tokens/s of one GPU, taken in this order:
 Rows whose status is not ``ok`` (a micro-batch that did not fit) are not used. ``estimate.calibration_device``
 picks the device when the CSV holds several. GPU-hours assume one GPU's throughput per GPU (a job on N GPUs
 takes 1/N of the time on each).
+
+A ``finetune`` family's job (``dape finetune``, a Hugging Face decoder) always takes the **FLOP estimate**: the
+calibration CSV measures ``dape train``'s models only. Its model is the run's ``base_config`` (``model_type`` and
+transformers configuration fields, ``vocab_size`` the data's), the ``config.json`` of its ``base_model`` directory
+(with that model's vocabulary when it is larger than the data's), or, for a run of a family's ``base``
+(``base_run``), the base run's model; the processor is the run's, or its base's when the run adds none. The model
+is built on the meta device (``AutoModelForCausalLM.from_config``, with :func:`dape_core.hf.add_processor` when it
+has a processor) and counted by :func:`dape_core.model.decoder_flops_per_token`, the formula of
+:meth:`~dape_core.model.GPT.flops_per_token`. ``transformers`` (the ``hf`` extra) is imported only for a plan with
+fine-tune runs; without it those jobs are left out of the GPU-hours, and the line says so.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from functools import lru_cache
 from pathlib import Path
@@ -38,6 +49,7 @@ PATH = ("precision", "attention_impl", "dape_dtype")
 # a calibration row's key: the shape, the method with its width, the length, the micro-batch and the path
 CALIBRATION_KEY = (*SHAPE, *METHOD, "dape_width", "train_len", "micro_batch", *PATH)
 CALIBRATION_COLUMNS = ("device", *CALIBRATION_KEY, "tokens_per_s", "status")
+NO_TRANSFORMERS = "fine-tune jobs not counted: transformers not installed (pip install -e '.[hf]')"
 
 
 @lru_cache(maxsize=None)
@@ -90,6 +102,113 @@ def row_flops_per_token(row: dict) -> float:
     settings = {name: str(row[name]) for name in ("size", "encoding", "processor", "attention_impl", "dape_dtype")}
     settings.update({name: int(row[name]) for name in ("n_layer", "n_head", "d_model", "kernel_size", "dape_width")})
     return _model(settings, int(row["vocab_size"])).flops_per_token(int(row["train_len"]))
+
+
+# ----------------------------------------------------------------------------------------------- fine-tunes
+def finetune_model(plan, name: str) -> tuple[dict, dict]:
+    """A fine-tune run's model as its job builds it: (``model_type`` and the transformers configuration fields,
+    ``vocab_size`` included; the attention settings of its processor). A run of a family's base (``base_run``)
+    starts from that run's model; the processor is the first one met from the run down to its base directory's
+    ``config.json`` (none met: the run's own settings, processor none)."""
+    from dape_core.settings import AttentionSettings, field_names
+
+    attention = None
+    chain = [name]
+    settings = plan.finetune_runs[name]["settings"]
+    own = {k: settings[k] for k in field_names(AttentionSettings)}
+    while True:
+        if attention is None and settings["processor"] != "none":
+            attention = {k: settings[k] for k in field_names(AttentionSettings)}
+        if settings["base_run"] is None:
+            break
+        if settings["base_run"] in chain:
+            raise ConfigError(f"finetune_runs.{name}.base_run: {' → '.join(chain + [settings['base_run']])} is a "
+                              "cycle; allowed values: a chain of runs that ends at a base_config or base_model")
+        chain.append(settings["base_run"])
+        settings = plan.finetune_runs[settings["base_run"]]["settings"]
+    vocab = run_vocab(plan, settings)
+    if settings["base_model"] is None:
+        config = {**settings["base_config"], "vocab_size": vocab}
+    else:
+        from dape_core.hf.patch import SUPPORTED_MODEL_TYPES
+
+        config = _directory_config(str(settings["base_model"]))
+        if config.get("model_type") not in SUPPORTED_MODEL_TYPES:
+            raise ConfigError(f"base_model: {settings['base_model']!r} holds a {config.get('model_type')!r} model; "
+                              f"allowed values: a directory of a {', '.join(SUPPORTED_MODEL_TYPES)} model")
+        saved = config.pop("dape", None)  # dape_core.hf.patch.CONFIG_KEY: the directory's own processor
+        if attention is None and isinstance(saved, dict):
+            attention = {**own, **{k: saved[k] for k in field_names(AttentionSettings) if k in saved}}
+        config["vocab_size"] = max(int(config.get("vocab_size") or 0), vocab)
+    return config, attention or own
+
+
+def _directory_config(path: str) -> dict:
+    """The configuration fields of a local model directory's config.json (``model_type`` among them)."""
+    file = Path(path) / "config.json"
+    if not file.is_file():
+        raise ConfigError(f"base_model: {path!r} has no config.json; allowed values: a local Hugging Face model "
+                          "directory (config.json, safetensors weights, tokenizer.json)")
+    return dict(json.loads(file.read_text()))
+
+
+def finetune_shape(config: dict, attention: dict) -> dict:
+    """The counted shape of a fine-tune model: model_type, hidden_size, layers, heads, attention width (heads ×
+    head_dim), vocab_size, non-embedding parameters (on the meta device) and whether its encoding adds a bias."""
+    return dict(_finetune_shape(json.dumps(config, sort_keys=True), json.dumps(attention, sort_keys=True)))
+
+
+@lru_cache(maxsize=None)
+def _finetune_shape(config_json: str, attention_json: str) -> tuple:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from dape_core.encodings import ENCODINGS
+    from dape_core.finetune import non_embedding_parameters
+    from dape_core.hf.patch import add_processor, attention_layers
+
+    fields = json.loads(config_json)
+    attention = json.loads(attention_json)
+    model_type = fields.pop("model_type")
+    config = AutoConfig.for_model(model_type, **fields)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+        if attention["processor"] != "none":
+            add_processor(model, attention)
+    layers = attention_layers(model)
+    heads = config.num_attention_heads
+    return (("model_type", model_type), ("hidden_size", config.hidden_size), ("n_layer", len(layers)),
+            ("n_head", heads), ("attention_width", heads * layers[0].head_dim),
+            ("vocab_size", config.vocab_size), ("non_embedding", non_embedding_parameters(model)),
+            ("bias_channels", attention["processor"] != "none" and ENCODINGS[attention["encoding"]].has_bias))
+
+
+def finetune_flops_per_token(shape: dict, attention: dict, train_len: int) -> float:
+    """FLOPs per token of a fine-tune model (:func:`~dape_core.model.decoder_flops_per_token`, as the GPT's)."""
+    from dape_core.model import decoder_flops_per_token
+
+    return decoder_flops_per_token(
+        non_embedding=shape["non_embedding"], vocab_size=shape["vocab_size"], d_model=shape["hidden_size"],
+        n_layer=shape["n_layer"], n_head=shape["n_head"], attention_width=shape["attention_width"], seq_len=train_len,
+        processor=attention["processor"], bias_channels=shape["bias_channels"], kernel_size=attention["kernel_size"],
+        dape_width=attention["dape_width"])
+
+
+def finetune_flops(plan, name: str) -> float:
+    """Training FLOPs of one fine-tune job: FLOPs per token × tokens of all its steps (0 for steps 0)."""
+    settings = plan.finetune_runs[name]["settings"]
+    config, attention = finetune_model(plan, name)
+    return finetune_flops_per_token(finetune_shape(config, attention), attention,
+                                    settings["train_len"]) * training_tokens(settings)
+
+
+def transformers_available() -> bool:
+    """Whether ``transformers`` (the ``hf`` extra) can be imported."""
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 # ----------------------------------------------------------------------------------------------- calibration
@@ -156,8 +275,10 @@ def _same(a, b) -> bool:
 
 # ----------------------------------------------------------------------------------------------- estimate
 def estimate(plan) -> dict:
-    """Jobs per rule and GPU-hours of the training jobs (measured, scaled or FLOP throughput, as above), with the
-    figure used for each training shape."""
+    """Jobs per rule and GPU-hours of the training jobs, with the figure used for each training shape: ``dape train``
+    jobs by measured, scaled or FLOP throughput (as above), ``dape finetune`` jobs by the FLOP estimate (the
+    calibration describes ``dape train`` models only). ``gpu_hours`` is both together (``lm_gpu_hours`` +
+    ``finetune_gpu_hours``); ``finetune_note`` says why fine-tunes were left out (None: counted)."""
     from dape_core.methods import method_label
 
     assumptions = plan.config["estimate"]
@@ -169,9 +290,10 @@ def estimate(plan) -> dict:
     for name, seed in plan.train_jobs():
         settings = plan.lm_runs[name]["settings"]
         vocab = run_vocab(plan, settings)
-        run_flops = training_flops(settings, vocab)
+        per_token = _model(settings, vocab).flops_per_token(settings["train_len"])
+        run_flops = per_token * training_tokens(settings)
         key = calibration_key(settings, vocab)
-        tokens_per_s, source = throughput(key, run_flops / training_tokens(settings), rows)
+        tokens_per_s, source = throughput(key, per_token, rows)
         run_hours = (run_flops / rate if tokens_per_s is None else training_tokens(settings) / tokens_per_s) / 3600
         flops += run_flops
         hours += run_hours
@@ -181,17 +303,61 @@ def estimate(plan) -> dict:
             "source": source})
         shape["jobs"] += 1
         shape["gpu_hours"] += run_hours
+    finetunes = finetune_estimate(plan, rate)
     jobs = {"tokenize": len(plan.datasets), "train_lm": len(plan.train_jobs()),
             "finetune_lm": len(plan.finetune_jobs()), "evaluate_lm": len(plan.lm_jobs()),
             "attention_maps": len(plan.attention_jobs()), "time_lm": len(plan.timing_runs), "che": len(plan.che_jobs())}
-    return {"jobs": jobs, "train_flops": flops, "gpu_hours": hours, "gpu_tflops": assumptions["gpu_tflops"],
+    return {"jobs": jobs, "train_flops": flops, "lm_gpu_hours": hours, **finetunes,
+            "gpu_hours": hours + finetunes["finetune_gpu_hours"], "gpu_tflops": assumptions["gpu_tflops"],
             "utilisation": assumptions["utilisation"], "calibration": note, "calibrated": rows is not None,
             "sources": sources,
             "shapes": list(shapes.values())}
 
 
+def finetune_estimate(plan, rate: float) -> dict:
+    """FLOPs and GPU-hours of the ``dape finetune`` jobs at ``rate`` FLOP/s (the FLOP estimate), one entry per
+    fine-tune shape; nothing counted, with ``finetune_note`` saying so, when transformers cannot be imported."""
+    from dape_core.methods import hf_method_label
+
+    out = {"finetune_flops": 0.0, "finetune_gpu_hours": 0.0, "finetune_shapes": [], "finetune_note": None}
+    jobs = plan.finetune_jobs()
+    if not jobs:
+        return out
+    if not transformers_available():
+        return {**out, "finetune_note": NO_TRANSFORMERS}
+    shapes: dict[tuple, dict] = {}
+    for name, seed in jobs:
+        settings = plan.finetune_runs[name]["settings"]
+        config, attention = finetune_model(plan, name)
+        shape = finetune_shape(config, attention)
+        run_flops = finetune_flops_per_token(shape, attention, settings["train_len"]) * training_tokens(settings)
+        run_hours = run_flops / rate / 3600
+        out["finetune_flops"] += run_flops
+        out["finetune_gpu_hours"] += run_hours
+        finetuned = settings["base_run"] is not None or settings["base_model"] is not None
+        method = hf_method_label(shape["model_type"], attention["encoding"], attention["processor"],
+                                 attention["kernel_size"], attention["tril"], finetuned=finetuned)
+        width = attention["dape_width"] if attention["processor"] != "none" else None
+        key = (shape["model_type"], shape["hidden_size"], shape["n_layer"], shape["vocab_size"], method, width,
+               settings["train_len"], settings["batch_size"], settings["precision"])
+        entry = shapes.setdefault(key, {
+            "model_type": shape["model_type"], "hidden_size": shape["hidden_size"], "n_layer": shape["n_layer"],
+            "vocab_size": shape["vocab_size"], "method": method, "dape_width": width,
+            "train_len": settings["train_len"], "micro_batch": settings["batch_size"],
+            "precision": settings["precision"], "jobs": 0, "gpu_hours": 0.0, "source": FLOPS})
+        entry["jobs"] += 1
+        entry["gpu_hours"] += run_hours
+    return {**out, "finetune_shapes": list(shapes.values())}
+
+
+def _hours(value: float) -> str:
+    """GPU-hours to one decimal, or two significant digits below 0.1 (a miniature plan's hours are not 0.0)."""
+    return f"{value:.1f}" if value == 0 or value >= 0.1 else f"{value:.2g}"
+
+
 def estimate_line(plan, e: dict | None = None) -> str:
-    """One line: jobs per rule, training FLOPs and GPU-hours, and which throughput figures they rest on."""
+    """One line: jobs per rule, training FLOPs and GPU-hours of the LM runs and of the fine-tunes, and which
+    throughput figures they rest on."""
     e = e or estimate(plan)
     jobs = ", ".join(f"{n} {rule}" for rule, n in e["jobs"].items() if n)
     flop_rate = f"{e['gpu_tflops']:g} TFLOP/s × {e['utilisation']:g} utilisation"
@@ -200,17 +366,29 @@ def estimate_line(plan, e: dict | None = None) -> str:
                  f"FLOP estimate at {flop_rate} for {e['sources'][FLOPS]}; {e['calibration']}")
     else:
         basis = f"at {flop_rate}; {e['calibration']}"
-    return (f"plan: {jobs}; training the LM runs ≈ {e['train_flops']:.3g} FLOPs ≈ {e['gpu_hours']:.1f} GPU-hours "
-            f"({basis}; evaluation, fine-tune, timing and CHE jobs not included)")
+    line = (f"plan: {jobs}; training the LM runs ≈ {e['train_flops']:.3g} FLOPs ≈ {_hours(e['lm_gpu_hours'])} "
+            f"GPU-hours ({basis})")
+    if e["finetune_note"]:
+        line += f"; {e['finetune_note']}"
+    elif e["jobs"]["finetune_lm"]:
+        line += (f"; fine-tunes ≈ {e['finetune_flops']:.3g} FLOPs ≈ {_hours(e['finetune_gpu_hours'])} GPU-hours "
+                 f"({FLOPS} at {flop_rate}: the calibration measures `dape train` models only); "
+                 f"≈ {_hours(e['gpu_hours'])} GPU-hours in all")
+    return line + "; evaluation, timing and CHE jobs not included"
 
 
 def estimate_details(e: dict) -> list[str]:
     """One line per training shape: its jobs, GPU-hours and the figure used (measured / scaled from … / FLOP
-    estimate)."""
+    estimate); then one per fine-tune shape (model_type, hidden size, layers, method, always the FLOP estimate)."""
     lines = []
     for s in e["shapes"]:
         width = "" if s["processor"] == "none" else f" D={s['dape_width']}"
         lines.append(f"  {s['size']} {s['method']}{width} T={s['train_len']} B={s['micro_batch']} {s['precision']} "
                      f"{s['attention_impl']}/{s['dape_dtype']}: {s['jobs']} jobs, {s['gpu_hours']:.4g} GPU-hours, "
                      f"{s['source']}")
+    for s in e.get("finetune_shapes", []):
+        width = "" if s["dape_width"] is None else f" D={s['dape_width']}"
+        lines.append(f"  {s['model_type']} d={s['hidden_size']} L={s['n_layer']} {s['method']}{width} "
+                     f"T={s['train_len']} B={s['micro_batch']} {s['precision']}: {s['jobs']} jobs, "
+                     f"{s['gpu_hours']:.4g} GPU-hours, {s['source']}")
     return lines

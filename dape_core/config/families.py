@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from dape_core.config.names import LM_NAME_SETTINGS, che_cell_name, lm_run_name, timing_run_name
+from dape_core.config.names import FINETUNE_NAME_SETTINGS, LM_NAME_SETTINGS, che_cell_name, lm_run_name, timing_run_name
 from dape_core.config.schema import SCHEMA_PATH, validate_schema
 from dape_core.errors import ConfigError, require_choice, require_positive
 from dape_core.methods import parse_method
@@ -343,18 +343,28 @@ def _require_same(name: str, family: str, run: dict, key: str, new: dict) -> Non
 
 
 def _apply_run_overrides(plan: Plan, overrides: dict) -> None:
-    """One run's settings outside its name (lr, warm-up, …); the name settings would make it another run."""
-    changeable = [k for k in _lm_settings() if k not in LM_NAME_SETTINGS]
+    """One run's settings outside its name (lr, warm-up, …), an LM run's or a fine-tune's; the name settings would
+    make it another run. A base run's override reaches its fine-tunes through its output."""
+    runs = [*plan.lm_runs, *plan.finetune_runs]
     for name, update in overrides.items():
-        require_choice("run_overrides", name, plan.lm_runs)
+        require_choice("run_overrides", name, runs)
+        where = f"run_overrides.{name}"
+        if name in plan.lm_runs:
+            changeable = [k for k in _lm_settings() if k not in LM_NAME_SETTINGS]
+        else:
+            changeable = [k for k in _finetune_settings() if k not in FINETUNE_NAME_SETTINGS]
         for key in update:
-            require_choice(f"run_overrides.{name}", key, changeable)
-        run = plan.lm_runs[name]
-        settings = dict(run["settings"], **update, eval=run["eval"], attention=run["attention_settings"])
-        check_lm_run(settings, f"run_overrides.{name}", plan.datasets, extrapolates=False)
-        run["settings"] = {k: settings[k] for k in _lm_settings()}
-
-
+            require_choice(where, key, changeable)
+        if name in plan.lm_runs:
+            run = plan.lm_runs[name]
+            settings = dict(run["settings"], **update, eval=run["eval"], attention=run["attention_settings"])
+            check_lm_run(settings, where, plan.datasets, extrapolates=False)
+            run["settings"] = {k: settings[k] for k in _lm_settings()}
+        else:
+            run = plan.finetune_runs[name]
+            settings = dict(run["settings"], **update, eval=run["eval"])
+            check_finetune_run(settings, where, plan.datasets, extrapolates=False)
+            run["settings"] = {k: settings[k] for k in _finetune_settings()}
 
 
 # ----------------------------------------------------------------------------------------------- fine-tune runs
@@ -527,11 +537,11 @@ def check_lm_run(s: dict, where: str, datasets: dict, *, extrapolates: bool) -> 
     from dape_core.evaluate import EvalSettings
     from dape_core.model import GPTConfig
     from dape_core.positions import require_max_position
-    from dape_core.train import TrainSettings
+    from dape_core.train import TrainSettings, require_training_steps
 
     require_choice(f"{where}.dataset", s["dataset"], datasets)
     model = checked(where, lambda: GPTConfig(**_only(s, GPTConfig)))
-    checked(where, lambda: TrainSettings(**_only(s, TrainSettings)))
+    checked(where, lambda: require_training_steps(TrainSettings(**_only(s, TrainSettings))))
     ev = s["eval"]
     checked(f"{where}.eval", lambda: EvalSettings(**_only(ev, EvalSettings)))
     checked(f"{where}.eval", lambda: require_max_position(model, max(ev["eval_lens"]), "eval_lens"))
@@ -542,7 +552,7 @@ def check_finetune_run(s: dict, where: str, datasets: dict, *, extrapolates: boo
     """One fine-tune run: its model (a base directory that exists, or a fresh configuration), training and evaluation
     dataclasses accept it, and the evaluation's cross-field rules hold."""
     from dape_core.evaluate import EvalSettings
-    from dape_core.finetune import FinetuneSettings
+    from dape_core.finetune import FinetuneSettings, check_steps
     from dape_core.train import TrainSettings
 
     require_choice(f"{where}.dataset", s["dataset"], datasets)
@@ -552,8 +562,9 @@ def check_finetune_run(s: dict, where: str, datasets: dict, *, extrapolates: boo
     elif s["base_model"] is not None and not Path(s["base_model"]).is_dir():
         raise ConfigError(f"{where}.base_model: {s['base_model']!r} is not a directory; allowed values: a local "
                           "Hugging Face model directory, or null with base_config")
-    checked(where, lambda: FinetuneSettings(**model))
-    checked(where, lambda: TrainSettings(**_only(s, TrainSettings)))
+    model_settings = checked(where, lambda: FinetuneSettings(**model))
+    train_settings = checked(where, lambda: TrainSettings(**_only(s, TrainSettings)))
+    checked(where, lambda: check_steps(model_settings, train_settings))
     ev = s["eval"]
     checked(f"{where}.eval", lambda: EvalSettings(**_only(ev, EvalSettings)))
     _check_eval_lengths(s, where, extrapolates)

@@ -26,6 +26,9 @@ LM_NAME_SUFFIXES = ("size", "n_layer", "n_head", "d_model", "tril", "padding", "
 LM_NAME_SETTINGS = ("dataset", "train_len", "encoding", "processor", "kernel_size", "dape_width", *LM_NAME_SUFFIXES)
 TIMING_NAME_SUFFIXES = ("n_layer", "tril", "padding", "encoding_shared", "attention_impl", "dape_dtype", "precision")
 FINETUNE_NAME_SUFFIXES = ("tril", "padding", "batch_size", "grad_accum", "steps", "encoding_shared", "tag")
+# a fine-tune's model (its base run, directory or configuration) is part of its name as well
+FINETUNE_NAME_SETTINGS = ("dataset", "train_len", "base_run", "base_model", "base_config", "encoding", "processor",
+                          "kernel_size", "dape_width", *FINETUNE_NAME_SUFFIXES)
 CHE_NAME_SUFFIXES = ("padding", "steps", "batch_size", "randomized_positions", "encoding_shared", "attention_impl",
                      "dape_dtype")
 

@@ -155,6 +155,12 @@ def eval_inputs(wildcards):
             "tokens": data_path(dataset, "val.bin"), "meta": data_path(dataset, "meta.json")}
 
 
+def model_environment(wildcards):
+    """The conda environment of a job that loads a run's model: envs/hf.yaml (with transformers) for a Hugging
+    Face decoder of a finetune family, envs/lm.yaml otherwise (relative to workflow/rules/, as a literal path)."""
+    return "../../envs/hf.yaml" if wildcards.run in PLAN.finetune_runs else "../../envs/lm.yaml"
+
+
 def lm_options(group):
     """One group of an LM run's training options (attention, shape or training), as a params function."""
     return lambda wildcards: grid.train_options(PLAN.lm_runs[wildcards.run]["settings"])[group]

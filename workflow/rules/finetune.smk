@@ -29,7 +29,7 @@ rule finetune_lm:
     benchmark:
         "logs/lm/{run}/seed{seed}/finetune.benchmark.tsv"
     conda:
-        "../../envs/lm.yaml"
+        "../../envs/hf.yaml"
     shell:
         "dape finetune --data-dir {params.data_dir} --out-dir {params.out_dir} --checkpoint-dir {params.checkpoint_dir}"
         " {params.model} {params.training} --seed {wildcards.seed} --threads {threads} --no-progress > {log} 2>&1"

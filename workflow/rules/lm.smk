@@ -54,7 +54,7 @@ rule evaluate_lm:
     benchmark:
         "logs/lm/{run}/seed{seed}/evaluate.benchmark.tsv"
     conda:
-        "../../envs/lm.yaml"
+        model_environment  # envs/hf.yaml for a finetune family's Hugging Face decoder
     shell:
         "dape evaluate --checkpoint {input.model} --data-dir {params.data_dir} {params.evaluation}"
         " --threads {threads} --out {output.eval} --windows-out {output.windows} > {log} 2>&1"
