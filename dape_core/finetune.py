@@ -88,6 +88,12 @@ def check_steps(model_settings: FinetuneSettings, settings: TrainSettings) -> No
                           "directory and processor none (the checkpoint as it is)")
 
 
+def is_finetuned(from_model: bool, steps: int) -> bool:
+    """A run that trains a model it loaded is labelled "… fine-tuned"; a fresh model, or a checkpoint exported as it
+    is (``steps: 0``), is "… (base)"."""
+    return from_model and steps > 0
+
+
 def parse_base_config(text: str | None) -> dict | None:
     """``--base-config``: a JSON object (or none)."""
     if text is None:
@@ -223,10 +229,8 @@ def finetune(
         "model": {**dataclasses.asdict(model_settings), "base_model": None, "attention_impl": attention_impl},
         "train": {k: v for k, v in dataclasses.asdict(settings).items() if k not in NOT_HASHED},
         "base": base, "data_sha256": full_config["data_sha256"]})
-    # trained, from a checkpoint: "… fine-tuned"; a fresh model, or a checkpoint exported as it is: "… (base)"
-    finetuned = model_settings.base_model is not None and settings.steps > 0
-    record = run_record(model, finetuned=finetuned, train_settings=dataclasses.asdict(settings), status="ok",
-                        config_hash=chash)
+    record = run_record(model, finetuned=is_finetuned(model_settings.base_model is not None, settings.steps),
+                        train_settings=dataclasses.asdict(settings), status="ok", config_hash=chash)
 
     def loss_of(x, y, step, micro):
         logits = model(input_ids=x.to(device), use_cache=False).logits

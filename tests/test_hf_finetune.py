@@ -410,6 +410,9 @@ def test_a_checkpoint_family_evaluates_the_original_beside_its_fine_tunes(base, 
     base_run, *tunes = plan.families["ft"]["runs"]
     assert plan.finetune_runs[base_run]["settings"]["steps"] == 0
     assert [plan.finetune_runs[t]["settings"]["base_run"] for t in tunes] == [base_run, base_run]
+    figures = grid.estimate(plan)  # the export costs nothing and is labelled as the evaluation will label it
+    assert [(s["method"], s["gpu_hours"] > 0) for s in figures["finetune_shapes"]] == [
+        ("Llama (base)", False), ("Llama fine-tuned", True), ("DAPE1x3-Llama fine-tuned", True)]
     configfile = tmp_path / "config.yaml"
     configfile.write_text(yaml.safe_dump(config))
     targets = [f"results/lm/{run}/seed0/eval.csv" for run in (base_run, *tunes)]

@@ -317,6 +317,7 @@ def estimate(plan) -> dict:
 def finetune_estimate(plan, rate: float) -> dict:
     """FLOPs and GPU-hours of the ``dape finetune`` jobs at ``rate`` FLOP/s (the FLOP estimate), one entry per
     fine-tune shape; nothing counted, with ``finetune_note`` saying so, when transformers cannot be imported."""
+    from dape_core.finetune import is_finetuned
     from dape_core.methods import hf_method_label
 
     out = {"finetune_flops": 0.0, "finetune_gpu_hours": 0.0, "finetune_shapes": [], "finetune_note": None}
@@ -334,7 +335,8 @@ def finetune_estimate(plan, rate: float) -> dict:
         run_hours = run_flops / rate / 3600
         out["finetune_flops"] += run_flops
         out["finetune_gpu_hours"] += run_hours
-        finetuned = settings["base_run"] is not None or settings["base_model"] is not None
+        finetuned = is_finetuned(settings["base_run"] is not None or settings["base_model"] is not None,
+                                 settings["steps"])
         method = hf_method_label(shape["model_type"], attention["encoding"], attention["processor"],
                                  attention["kernel_size"], attention["tril"], finetuned=finetuned)
         width = attention["dape_width"] if attention["processor"] != "none" else None

@@ -348,23 +348,17 @@ def _apply_run_overrides(plan: Plan, overrides: dict) -> None:
     runs = [*plan.lm_runs, *plan.finetune_runs]
     for name, update in overrides.items():
         require_choice("run_overrides", name, runs)
-        where = f"run_overrides.{name}"
-        if name in plan.lm_runs:
-            changeable = [k for k in _lm_settings() if k not in LM_NAME_SETTINGS]
-        else:
-            changeable = [k for k in _finetune_settings() if k not in FINETUNE_NAME_SETTINGS]
+        where, is_lm = f"run_overrides.{name}", name in plan.lm_runs
+        run = plan.lm_runs[name] if is_lm else plan.finetune_runs[name]
+        keys, name_keys = (_lm_settings(), LM_NAME_SETTINGS) if is_lm else (_finetune_settings(), FINETUNE_NAME_SETTINGS)
         for key in update:
-            require_choice(where, key, changeable)
-        if name in plan.lm_runs:
-            run = plan.lm_runs[name]
-            settings = dict(run["settings"], **update, eval=run["eval"], attention=run["attention_settings"])
-            check_lm_run(settings, where, plan.datasets, extrapolates=False)
-            run["settings"] = {k: settings[k] for k in _lm_settings()}
+            require_choice(where, key, [k for k in keys if k not in name_keys])
+        settings = dict(run["settings"], **update, eval=run["eval"])
+        if is_lm:
+            check_lm_run(dict(settings, attention=run["attention_settings"]), where, plan.datasets, extrapolates=False)
         else:
-            run = plan.finetune_runs[name]
-            settings = dict(run["settings"], **update, eval=run["eval"])
             check_finetune_run(settings, where, plan.datasets, extrapolates=False)
-            run["settings"] = {k: settings[k] for k in _finetune_settings()}
+        run["settings"] = {k: settings[k] for k in keys}
 
 
 # ----------------------------------------------------------------------------------------------- fine-tune runs
