@@ -31,19 +31,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import resource
 import statistics
-import subprocess
 import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-import pandas as pd
 import torch
 
 from dape_core.model import GPT, GPTConfig
+from harness import machine_info, rss_mb, run_worker, write_rows  # benchmarks/harness.py
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -116,10 +113,6 @@ def config_model_settings(config: str) -> dict:
     plan = build_plan(load_yaml(ROOT / config))
     lm = plan.config["defaults"]["lm"]
     return {"vocab_size": run_vocab(plan, lm), **{k: lm[k] for k in CONFIG_MODEL_SETTINGS}}
-
-
-def _rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux reports KiB
 
 
 def _build(group: dict, method: dict):
@@ -215,33 +208,16 @@ def memory_case(group: dict, label: str) -> dict:
     model = _build(group, method)
     data = _inputs(group, model.cfg.d_model)
     run = _step(group, model, data, method.get("torch_compile", False))
-    after_build = _rss_mb()
+    after_build = rss_mb()
     run()
     if group["mode"] == "train":
         run()  # the optimiser state exists from the first step on
-    return dict(label=label, peak_rss_mb=_rss_mb(), peak_over_model_mb=_rss_mb() - after_build)
-
-
-def _worker(kind: str, payload: dict):
-    out = subprocess.run([sys.executable, __file__, "--worker", kind, json.dumps(payload)], capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError(f"{kind} worker failed for {payload}:\n{out.stderr[-3000:]}")
-    for line in out.stderr.splitlines():  # the worker's own messages, not library warnings
-        if line.startswith("bench: "):
-            print(line, file=sys.stderr)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def _machine() -> dict:
-    cpuinfo = Path("/proc/cpuinfo")  # Linux; elsewhere platform.processor()
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
-    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
-    return dict(cpu=model, cores=os.cpu_count(), torch=torch.__version__, python=platform.python_version())
+    return dict(label=label, peak_rss_mb=rss_mb(), peak_over_model_mb=rss_mb() - after_build)
 
 
 def run_group(group: dict, memory: bool) -> list[dict]:
     load_before = os.getloadavg()[0]
-    timed = _worker("time", dict(group=group))
+    timed = run_worker(__file__, "time", dict(group=group))
     load_after = os.getloadavg()[0]
     medians = {t["label"]: statistics.median(t["times_ms"]) for t in timed}
     # the reference: Kerple's fastest path among those the pipeline runs (eager); compiled variants are compared
@@ -263,7 +239,7 @@ def run_group(group: dict, memory: bool) -> list[dict]:
             load_before=load_before, load_after=load_after,
         )
         if memory and not t["label"].endswith("compiled"):  # compilation's own memory would swamp the peak
-            row.update({k: v for k, v in _worker("memory", dict(group=group, label=t["label"])).items() if k != "label"})
+            row.update({k: v for k, v in run_worker(__file__, "memory", dict(group=group, label=t["label"])).items() if k != "label"})
         rows.append(row)
     if memory:
         ref = next(r for r in rows if r["method"] == reference)
@@ -287,7 +263,7 @@ def main(argv=None) -> int:
                    help="also time Kerple and DAPE1x3-Kerple's plain path under torch.compile; compilation time "
                         "is excluded, a variant that fails to compile is left out")
     args = p.parse_args(argv)
-    machine = _machine()
+    machine = machine_info()
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -306,9 +282,7 @@ def main(argv=None) -> int:
                 rows.append(dict(row, **machine, timestamp=stamp))
                 mem = f", peak {row['peak_rss_mb']:.0f} MB (+{row['peak_over_model_mb']:.0f})" if "peak_rss_mb" in row else ""
                 print(f"  {row['method']:36s} {row['median_ms']:10.1f} ms  ×{row['ratio_vs_kerple']:.2f}{mem}", file=sys.stderr, flush=True)
-            partial = out.with_name(out.name + ".partial")  # every finished group kept, the CSV replaced atomically
-            pd.DataFrame(rows).to_csv(partial, index=False)
-            partial.replace(out)
+            write_rows(rows, out)  # every finished group kept
     print(f"wrote {out}", file=sys.stderr)
     return 0
 

@@ -21,10 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import resource
 import statistics
-import subprocess
 import sys
 import time
 from datetime import datetime, timezone
@@ -32,9 +29,10 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # models are built here, never downloaded
 
-import pandas as pd
 import torch
 import torch.nn.functional as F
+
+from harness import machine_info, rss_mb, run_worker, write_rows  # benchmarks/harness.py
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = {"tiny": ROOT / "configs" / "smoke.yaml", "small": ROOT / "configs" / "hf.yaml"}
@@ -112,10 +110,6 @@ def time_group(group: dict) -> dict:
     return {"times_ms": times, "dape_path": resolve_attention_impl("auto", device)}
 
 
-def _rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux reports KiB
-
-
 def memory_case(group: dict, variant: str) -> dict:
     """Peak memory of one variant in this (fresh) process: a warm-up and one measured unit of work."""
     torch.set_num_threads(group["threads"])
@@ -129,33 +123,16 @@ def memory_case(group: dict, variant: str) -> dict:
         run()
         peak = torch.cuda.max_memory_allocated(device) / 2**20
         return {"peak_mb": peak, "peak_over_model_mb": peak - base / 2**20}
-    after_build = _rss_mb()
+    after_build = rss_mb()
     run()
     run()
-    return {"peak_mb": _rss_mb(), "peak_over_model_mb": _rss_mb() - after_build}
-
-
-def _worker(kind: str, payload: dict):
-    out = subprocess.run([sys.executable, __file__, "--worker", kind, json.dumps(payload)], capture_output=True,
-                         text=True)
-    if out.returncode != 0:
-        raise RuntimeError(f"{kind} worker failed for {payload}:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def _machine(device: str) -> dict:
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
-    cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
-               platform.processor())
-    gpu = torch.cuda.get_device_name(0) if device == "cuda" else None
-    return dict(cpu=cpu, cores=os.cpu_count(), gpu=gpu, torch=torch.__version__, python=platform.python_version())
+    return {"peak_mb": rss_mb(), "peak_over_model_mb": rss_mb() - after_build}
 
 
 def run_group(group: dict, memory: bool) -> dict:
     """One row: both variants side by side, medians and the median per-round ratio."""
     load_before = os.getloadavg()[0]
-    timed = _worker("time", group)
+    timed = run_worker(__file__, "time", group)
     load_after = os.getloadavg()[0]
     original, patched = timed["times_ms"]
     spec = group["spec"]
@@ -167,7 +144,7 @@ def run_group(group: dict, memory: bool) -> dict:
                time_ratio=statistics.median(b / a for a, b in zip(original, patched)),
                rounds=group["rounds"], threads=group["threads"], load_before=load_before, load_after=load_after)
     if memory:
-        mem = {v: _worker("memory", dict(group, variant=v)) for v in VARIANTS}
+        mem = {v: run_worker(__file__, "memory", dict(group, variant=v)) for v in VARIANTS}
         row.update(original_peak_mb=mem["original"]["peak_mb"], dape1x3_peak_mb=mem["DAPE1x3"]["peak_mb"],
                    original_over_model_mb=mem["original"]["peak_over_model_mb"],
                    dape1x3_over_model_mb=mem["DAPE1x3"]["peak_over_model_mb"])
@@ -188,7 +165,7 @@ def main(argv=None) -> int:
     p.add_argument("--seq-lens", type=int, nargs="+", default=None, help="only these lengths")
     args = p.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    machine = _machine(device)
+    machine = machine_info(device)
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -206,9 +183,7 @@ def main(argv=None) -> int:
                   f"+{row['original_over_model_mb']:.0f})" if "peak_ratio" in row else ""
             print(f"{model} {mode} B={batch} T={length}: original {row['original_ms']:.1f} ms, DAPE1x3 "
                   f"{row['dape1x3_ms']:.1f} ms ×{row['time_ratio']:.2f}{mem}", file=sys.stderr, flush=True)
-            partial = out.with_name(out.name + ".partial")  # every finished group kept, the CSV replaced atomically
-            pd.DataFrame(rows).to_csv(partial, index=False)
-            partial.replace(out)
+            write_rows(rows, out)  # every finished group kept
     print(f"wrote {out}", file=sys.stderr)
     return 0
 

@@ -34,8 +34,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from dape_core import io, settings as fields
+from dape_core import settings as fields
 from dape_core.checkpoints import checkpoints_for
+from dape_core.data import file_sha256
 from dape_core.distributed import Distributed
 from dape_core.errors import ConfigError, require_choice
 from dape_core.hf.patch import ENCODINGS as HF_ENCODINGS, SUPPORTED_MODEL_TYPES, hf_settings
@@ -108,14 +109,6 @@ def parse_base_config(text: str | None) -> dict | None:
     return value
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def base_identity(model_settings: FinetuneSettings, seed: int) -> dict[str, Any]:
     """What the base model is, for the resume check and the summary: the directory's configuration and weights
     (their sha256, not the path: a moved directory is the same base), or the fresh configuration and its seed."""
@@ -123,8 +116,8 @@ def base_identity(model_settings: FinetuneSettings, seed: int) -> dict[str, Any]
         return {"kind": "config", "base_config": model_settings.base_config, "seed": seed}
     path = Path(model_settings.base_model)
     weights = sorted(p.name for p in path.iterdir() if p.suffix == ".safetensors")
-    return {"kind": "directory", "config_sha256": sha256_file(path / "config.json"),
-            "weights_sha256": {name: sha256_file(path / name) for name in weights}}
+    return {"kind": "directory", "config_sha256": file_sha256(path / "config.json"),
+            "weights_sha256": {name: file_sha256(path / name) for name in weights}}
 
 
 def check_base_directory(path: Path, meta: dict) -> bytes:

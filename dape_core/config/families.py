@@ -308,28 +308,36 @@ def _add_lm(plan: Plan, family: str, spec: dict, settings: dict, where: str) -> 
 
 
 def _register_lm(plan: Plan, family: str, spec: dict, name: str, settings: dict) -> None:
-    train = {k: settings[k] for k in _lm_settings()}
-    evaluation = dict(settings["eval"])
-    attention = dict(settings["attention"])
-    run = plan.lm_runs.get(name)
-    if run is None:
-        run = plan.lm_runs[name] = {"settings": train, "eval": evaluation, "attention_settings": attention,
-                                    "attention_seeds": [], "seeds": [], "families": []}
-    else:
-        _require_same(name, family, run, "settings", train)
-        _require_same(name, family, run, "eval", {**evaluation, "eval_lens": run["eval"]["eval_lens"]})
-        _require_same(name, family, run, "attention_settings", attention)
-        run["eval"]["eval_lens"] = run["eval"]["eval_lens"] + evaluation["eval_lens"]
-    if family not in run["families"]:
-        run["families"].append(family)
+    fields = {"settings": {k: settings[k] for k in _lm_settings()}, "eval": dict(settings["eval"]),
+              "attention_settings": dict(settings["attention"])}
+    run = _register_evaluated(plan, plan.lm_runs, family, spec, name, fields, new={"attention_seeds": []})
     if spec["attention_maps"]:
         run["attention_seeds"] = sorted(set(run["attention_seeds"]) | set(spec["seeds"]))
+
+
+def _register_evaluated(plan: Plan, table: dict, family: str, spec: dict, name: str, fields: dict, *,
+                        new: dict | None = None) -> dict:
+    """Register one evaluated run (an LM run or a fine-tune) in ``table`` for ``family``, or join the run of that
+    name that other families list: its ``fields`` (settings, eval, …) must equal theirs, except that evaluation
+    lengths add up. Its seeds become members of the family; returns the run."""
+    run = table.get(name)
+    if run is None:
+        run = table[name] = {**fields, **(new or {}), "seeds": [], "families": []}
+    else:
+        for key, value in fields.items():
+            if key == "eval":
+                value = {**value, "eval_lens": run["eval"]["eval_lens"]}
+            _require_same(name, family, run, key, value)
+        run["eval"]["eval_lens"] = run["eval"]["eval_lens"] + fields["eval"]["eval_lens"]
+    if family not in run["families"]:
+        run["families"].append(family)
     run["seeds"] = run["seeds"] + list(spec["seeds"])
     if name not in plan.families[family]["runs"]:
         plan.families[family]["runs"].append(name)
     for seed in spec["seeds"]:
         plan.lm_members.append({"family": family, "run": name, "seed": seed,
-                                "eval_lens": sorted(set(evaluation["eval_lens"]))})
+                                "eval_lens": sorted(set(fields["eval"]["eval_lens"]))})
+    return run
 
 
 def _require_same(name: str, family: str, run: dict, key: str, new: dict) -> None:
@@ -406,23 +414,8 @@ def _add_finetune(plan: Plan, family: str, spec: dict, settings: dict, where: st
     name = finetune_run_name(settings, defaults)
     if name in plan.lm_runs:
         raise ConfigError(f"{where}: run name {name!r} is an LM run's too; allowed values: a distinct `tag`")
-    train = {k: settings[k] for k in _finetune_settings()}
-    evaluation = dict(settings["eval"])
-    run = plan.finetune_runs.get(name)
-    if run is None:
-        run = plan.finetune_runs[name] = {"settings": train, "eval": evaluation, "seeds": [], "families": []}
-    else:
-        _require_same(name, family, run, "settings", train)
-        _require_same(name, family, run, "eval", {**evaluation, "eval_lens": run["eval"]["eval_lens"]})
-        run["eval"]["eval_lens"] = run["eval"]["eval_lens"] + evaluation["eval_lens"]
-    if family not in run["families"]:
-        run["families"].append(family)
-    run["seeds"] = run["seeds"] + list(spec["seeds"])
-    if name not in plan.families[family]["runs"]:
-        plan.families[family]["runs"].append(name)
-    for seed in spec["seeds"]:
-        plan.lm_members.append({"family": family, "run": name, "seed": seed,
-                                "eval_lens": sorted(set(evaluation["eval_lens"]))})
+    fields = {"settings": {k: settings[k] for k in _finetune_settings()}, "eval": dict(settings["eval"])}
+    _register_evaluated(plan, plan.finetune_runs, family, spec, name, fields)
     return name
 
 

@@ -1,0 +1,54 @@
+"""What the benchmark scripts share: each measured case runs in a fresh process (a worker: this script again with
+``--worker KIND PAYLOAD``), peak memory is the process's maximum resident set, every row names the machine, and
+the results CSV is replaced atomically after every finished group (nothing measured is lost to a later failure)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+
+def rss_mb() -> float:
+    """Peak resident memory of this process so far, in MiB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def run_worker(script: str | Path, kind: str, payload: dict):
+    """``script --worker KIND PAYLOAD`` in a fresh process: its last stdout line, as JSON. Its ``bench: `` lines
+    on stderr are passed on (not library warnings)."""
+    out = subprocess.run([sys.executable, str(script), "--worker", kind, json.dumps(payload)], capture_output=True,
+                         text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{kind} worker failed for {payload}:\n{out.stderr[-3000:]}")
+    for line in out.stderr.splitlines():
+        if line.startswith("bench: "):
+            print(line, file=sys.stderr)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def machine_info(device: str | None = None) -> dict:
+    """CPU model (/proc/cpuinfo on Linux, else platform.processor()), cores, versions; with ``device``, the GPU's
+    name (None off CUDA)."""
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
+    cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
+               platform.processor())
+    info = dict(cpu=cpu, cores=os.cpu_count())
+    if device is not None:
+        info["gpu"] = torch.cuda.get_device_name(0) if device == "cuda" else None
+    return dict(info, torch=torch.__version__, python=platform.python_version())
+
+
+def write_rows(rows: list[dict], out: Path) -> None:
+    """Every row measured so far to ``out``, replacing it atomically."""
+    partial = out.with_name(out.name + ".partial")
+    pd.DataFrame(rows).to_csv(partial, index=False)
+    partial.replace(out)
