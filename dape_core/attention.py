@@ -41,9 +41,10 @@ from dape_core.dape import ScoreProcessor
 from dape_core.encodings import PositionalEncoding
 from dape_core.errors import require_choice
 from dape_core.implementations.blocked import blocked_scores
-from dape_core.implementations.materialized import attend_materialized, chunk_rows, materialized_scores
+from dape_core.implementations.materialized import attend_materialized, autocast_dtype
 
 DEFAULT_CHUNK_BYTES = 16 * 2**20  # one chunk's [batch, H, rows, T] fp32 scores on the fast path
+ACCELERATOR_SCORE_BYTES = 2**30  # one SDPA call's [batch, H, rows, T] scores on the accelerator path
 MIN_CHUNK_ROWS = 64  # fewer query rows make q·kᵀ a memory-bound, matrix-vector-like product
 PATHS = ("plain", "fast", "materialized")  # the resolved values of ``attention_impl``
 
@@ -61,16 +62,18 @@ def attend(
     query_chunk_size: int | None = None,
     attention_impl: str = "fast",
     dape_dtype: torch.dtype | None = None,
+    recompute_scores: bool | None = None,
 ) -> torch.Tensor:
     """Self-attention of q, k, v [batch, H, T, d_head] at ``positions`` [T] on the path ``attention_impl``;
-    returns [batch, H, T, d_head]."""
+    ``recompute_scores``: the materialized path's per-chunk recomputation (default on); returns
+    [batch, H, T, d_head]."""
     require_choice("attention_impl", attention_impl, PATHS)
     q, k = encoding.rotate(q, k, positions, positions)
     n = q.shape[2]
     if processor is not None and attention_impl == "materialized":
         return attend_materialized(
             q, k, v, encoding=encoding, processor=processor, positions=positions, causal=causal,
-            dropout_p=dropout_p, chunk=query_chunk_size, dape_dtype=dape_dtype,
+            dropout_p=dropout_p, chunk=query_chunk_size, dape_dtype=dape_dtype, recompute_scores=recompute_scores,
         )
     fast_path = attention_impl != "plain"
     if processor is not None and fast_path:
@@ -84,7 +87,10 @@ def attend(
         fast_path=fast_path,
     )
     if fast_path and processor is None and encoding.has_bias and not query_chunk_size:
-        query_chunk_size = auto_chunk_rows(q.shape[0], q.shape[1], n)  # SDPA with a float mask: rows ≤ keys only
+        if attention_impl == "materialized":  # the accelerator's: one call per layer where its scores fit
+            query_chunk_size = accelerator_chunk_rows(q.shape[0], q.shape[1], n, _compute_itemsize(q))
+        else:  # the CPU's: chunks within a core's caches, each reading only the keys its rows reach
+            query_chunk_size = auto_chunk_rows(q.shape[0], q.shape[1], n)
     if not query_chunk_size or n <= query_chunk_size:
         return _attend_rows(q, k, v, 0, **kwargs)
     starts = range(0, n, query_chunk_size)
@@ -152,19 +158,10 @@ def _by_row_chunks(attend_rows, n: int, chunk: int) -> torch.Tensor:
 
 
 def _attend_materialized_rows(q, k, v, row_offset, *, encoding, processor, positions, dropout_p, chunk, dape_dtype):
-    """The materialized path for query rows at ``row_offset``, with ``attend_materialized``'s precision: fp32
-    scores and softmax, the feature map in ``dape_dtype``, else the autocast dtype, else the scores' dtype."""
-    device_type = q.device.type
-    feature_dtype = dape_dtype
-    if feature_dtype is None and torch.is_autocast_enabled(device_type):
-        feature_dtype = torch.get_autocast_dtype(device_type)
-    score_dtype = torch.promote_types(q.dtype, torch.float32)
-    chunk = chunk or chunk_rows(processor, q.shape[0], k.shape[2],
-                                feature_itemsize=(feature_dtype or score_dtype).itemsize)
-    with torch.autocast(device_type, enabled=False):
-        return _attend_processed(q.to(score_dtype), k.to(score_dtype), v, encoding=encoding, processor=processor,
-                                 positions=positions, causal=True, dropout_p=dropout_p, chunk=chunk,
-                                 dape_dtype=feature_dtype, row_offset=row_offset, scores_fn=materialized_scores)
+    """The materialized path (``attend_materialized``, its precision and recomputation) for query rows at
+    ``row_offset``."""
+    return attend_materialized(q, k, v, encoding=encoding, processor=processor, positions=positions, causal=True,
+                               dropout_p=dropout_p, chunk=chunk, dape_dtype=dape_dtype, row_offset=row_offset)
 
 
 def _attend_rows_masked(q, k, v, row_offset, key_mask, *, encoding, processor, positions, dropout_p):
@@ -201,6 +198,19 @@ def _longest_first(starts: range) -> list[int]:
 def auto_chunk_rows(batch: int, heads: int, n: int, budget: int = DEFAULT_CHUNK_BYTES) -> int:
     """Query rows per chunk on the fast path: one chunk's fp32 scores within ``budget``, at least 64 rows."""
     return max(MIN_CHUNK_ROWS, budget // max(1, batch * heads * n * 4))
+
+
+def accelerator_chunk_rows(batch: int, heads: int, n: int, itemsize: int = 4,
+                           budget: int = ACCELERATOR_SCORE_BYTES) -> int:
+    """Query rows per SDPA call on the accelerator path with a bias: all n rows (one call per layer) while the
+    [batch, H, rows, n] scores in the compute dtype — the size of the bias gradient an SDPA kernel writes — fit
+    ``budget``; fewer, at least 64, beyond."""
+    return max(MIN_CHUNK_ROWS, min(n, budget // max(1, batch * heads * n * itemsize)))
+
+
+def _compute_itemsize(q: torch.Tensor) -> int:
+    """Bytes per element of the attention's compute dtype: the autocast dtype where autocast is on, else q's."""
+    return (autocast_dtype(q.device.type) or q.dtype).itemsize
 
 
 def _key_range(processor, causal, rows_end, n):
@@ -290,7 +300,7 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(d_model, d_model)
 
     def forward(self, x, *, encoding, processor, positions, query_chunk_size=None, attention_impl="fast",
-                dape_dtype=None):
+                dape_dtype=None, recompute_scores=None):
         b, t, c = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.n_head, self.head_dim).permute(2, 0, 3, 1, 4)
         y = attend(
@@ -303,5 +313,6 @@ class SelfAttention(nn.Module):
             query_chunk_size=query_chunk_size,
             attention_impl=attention_impl,
             dape_dtype=dape_dtype,
+            recompute_scores=recompute_scores,
         )
         return self.out(y.transpose(1, 2).reshape(b, t, c))

@@ -263,13 +263,14 @@ class ALiBi(PositionalEncoding):
     def bias(self, q, k, scores, q_pos, k_pos):
         """Parameter-free (the slopes are fixed), so built once per forward for all layers."""
 
-        def build():
-            dist = relative_distance(q_pos, k_pos).to(q.dtype)
+        def build():  # in fp32 at least, then in q's dtype (the compute dtype under autocast)
+            dtype = torch.promote_types(q.dtype, torch.float32)
+            dist = relative_distance(q_pos, k_pos).to(dtype)
             if self.causal:
                 dist = dist.clamp(min=0)  # tril(i − j)
             else:
-                dist = dist.abs() + 0.5 * (dist > 0).to(q.dtype)
-            return -self.slopes.to(q.dtype)[:, None, None] * dist
+                dist = dist.abs() + 0.5 * (dist > 0).to(dtype)
+            return (-self.slopes.to(dtype)[:, None, None] * dist).to(q.dtype)
 
         return geometry.get(("alibi", self.causal, self.n_head, q.dtype, self.slopes.device), q_pos, k_pos, build)
 
@@ -292,24 +293,30 @@ class Kerple(PositionalEncoding):
         self.r1 = nn.Parameter(2 * torch.rand(sides, n_head))
         self.r2 = nn.Parameter(torch.rand(sides, n_head))
 
-    def bias(self, q, k, scores, q_pos, k_pos):
-        with torch.no_grad():  # in place only when needed, so a table shared by layers keeps its autograd version
+    def clamp_parameters(self) -> None:
+        """r1, r2 ≥ 0.01 (the reference's clamp at every forward), in place only when needed, so a table shared by
+        layers keeps its autograd version."""
+        with torch.no_grad():
             for param in (self.r1, self.r2):
                 if bool((param < self.min_value).any()):
                     param.clamp_(min=self.min_value)
+
+    def bias(self, q, k, scores, q_pos, k_pos):
+        self.clamp_parameters()
+        dtype = torch.promote_types(q.dtype, torch.float32)  # the kernel in fp32 at least, B in q's dtype
         if self.causal:  # tril(i − j)
-            distance = geometry.get(("causal_distance", q.dtype), q_pos, k_pos,
-                                    lambda: relative_distance(q_pos, k_pos).clamp(min=0).to(q.dtype))
+            distance = geometry.get(("causal_distance", dtype), q_pos, k_pos,
+                                    lambda: relative_distance(q_pos, k_pos).clamp(min=0).to(dtype))
         else:
-            distance = geometry.get(("abs_distance", q.dtype), q_pos, k_pos,
-                                    lambda: relative_distance(q_pos, k_pos).abs().to(q.dtype))
-        r1 = self.r1.to(q.dtype)[:, :, None, None]
-        r2 = self.r2.to(q.dtype)[:, :, None, None]
+            distance = geometry.get(("abs_distance", dtype), q_pos, k_pos,
+                                    lambda: relative_distance(q_pos, k_pos).abs().to(dtype))
+        r1 = self.r1.to(dtype)[:, :, None, None]
+        r2 = self.r2.to(dtype)[:, :, None, None]
         kernel = -r1 * torch.log1p(r2 * distance)  # [sides, H, Tq, Tk]
         if self.causal:
-            return kernel[0]
+            return kernel[0].to(q.dtype)
         left = geometry.get(("left_or_self",), q_pos, k_pos, lambda: relative_distance(q_pos, k_pos) >= 0)
-        return torch.where(left, kernel[0], kernel[1])
+        return torch.where(left, kernel[0], kernel[1]).to(q.dtype)
 
 
 @register("fire", "FIRE")

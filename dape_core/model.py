@@ -170,7 +170,8 @@ class _Stack(nn.Module):
     def encoding(self, layer: int):
         return self.encodings[layer if len(self.encodings) > 1 else 0]
 
-    def forward(self, x, positions, query_chunk_size=None, attention_impl="fast", dape_dtype=None):
+    def forward(self, x, positions, query_chunk_size=None, attention_impl="fast", dape_dtype=None,
+                recompute_scores=None):
         for i, block in enumerate(self.blocks):
             x = block(
                 x,
@@ -180,6 +181,7 @@ class _Stack(nn.Module):
                 query_chunk_size=query_chunk_size,
                 attention_impl=attention_impl,
                 dape_dtype=dape_dtype,
+                recompute_scores=recompute_scores,
             )
         return x
 
@@ -210,7 +212,8 @@ class GPT(nn.Module):
         positions = torch.arange(idx.shape[1], device=idx.device) if positions is None else positions.to(idx.device)
         x = self.drop(self.embed(idx))
         impl = self.resolved_attention_impl(idx.device) if fast_path else "plain"
-        x = self.stack(x, positions, self.cfg.query_chunk_size, impl, TORCH_DTYPES[self.cfg.dape_dtype])
+        x = self.stack(x, positions, self.cfg.query_chunk_size, impl, TORCH_DTYPES[self.cfg.dape_dtype],
+                       self.cfg.recompute_scores)
         if last is not None:
             x = x[:, -last:]
         logits = self.head(self.norm(x))
@@ -276,7 +279,8 @@ class Encoder(nn.Module):
             positions = positions[0]
         x = self.drop(self.embed(tokens) * math.sqrt(self.cfg.d_model))
         return self.head(self.stack(x, positions, attention_impl=self.resolved_attention_impl(tokens.device),
-                                    dape_dtype=TORCH_DTYPES[self.cfg.dape_dtype]))
+                                    dape_dtype=TORCH_DTYPES[self.cfg.dape_dtype],
+                                    recompute_scores=self.cfg.recompute_scores))
 
     def resolved_attention_impl(self, device: torch.device | str | None = None) -> str:
         """The path ``attention_impl`` runs on ``device`` (default: the parameters'): ``auto`` resolved."""

@@ -57,6 +57,10 @@ class AttentionSettings:
                                        "DAPE path (CPU); plain: the paper's materialised form; materialized: that "
                                        "form per chunk of query rows, few kernel launches (GPU)")
     dape_dtype: str = setting("float32", choices=DAPE_DTYPES, help="precision of DAPE's GEMMs on the fast path")
+    recompute_scores: bool | None = setting(None, help="materialized path: recompute each query chunk's score "
+                                                       "pipeline in the backward pass instead of keeping its "
+                                                       "[batch, rows, keys, channels] tensors (training memory "
+                                                       "linear in T); default: on (the accelerator's path)")
 
     def __post_init__(self):
         check_choices(self, AttentionSettings)

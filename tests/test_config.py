@@ -13,6 +13,7 @@ import pytest
 from dape_core import config as grid
 from dape_core.errors import ConfigError
 from dape_core.methods import parse_method
+from dape_core.config.options import TRISTATE_SETTINGS
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG_FILES = [REPO / "config.yaml", REPO / "configs" / "smoke.yaml", REPO / "configs" / "paper.yaml"]
@@ -187,7 +188,7 @@ def _parse(module_name: str, options: str, *required: str) -> argparse.Namespace
 
 
 def _expected(key, value):
-    return {None: "default", True: "true", False: "false"}[value] if key == "encoding_shared" else value
+    return {None: "default", True: "true", False: "false"}[value] if key in TRISTATE_SETTINGS else value
 
 
 def _check_groups(args, groups: dict, settings: dict):

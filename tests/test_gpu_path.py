@@ -13,6 +13,7 @@ import itertools
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 import dape_core.attention as attention
@@ -150,7 +151,7 @@ def test_chunks_sized_by_the_budget_equal_one_chunk(proc, monkeypatch):
     original = materialized.materialized_scores
     monkeypatch.setattr(materialized, "materialized_scores", lambda *a, **kw: calls.append(1) or original(*a, **kw))
     assert_all_close(case.run("materialized"), reference, exact)
-    assert len(calls) == 6  # ⌈23 / 4⌉ chunks
+    assert len(calls) == 2 * 6  # ⌈23 / 4⌉ chunks, each once more in the backward pass (recompute_scores)
 
 
 def test_encoder_materialized_path_equals_plain_path():
@@ -210,15 +211,19 @@ def test_scores_and_softmax_stay_fp32_under_bf16_autocast(monkeypatch):
     torch.testing.assert_close(out.float(), reference, rtol=0.05, atol=0.05)
 
 
-def test_the_convolutions_see_a_channels_last_input():
-    case = AttentionCase("kerple", PROCESSORS["v2-same"])
-    layouts = []
-    case.processor.conv1.register_forward_pre_hook(
-        lambda module, args: layouts.append(args[0].is_contiguous(memory_format=torch.channels_last)))
-    with torch.no_grad():
+@pytest.mark.parametrize("proc", ["v2-same", "v2-causal"])
+def test_the_convolutions_see_a_channels_last_input_and_no_padded_copy(proc, monkeypatch):
+    """Both convolutions read channels-last inputs, and no constant_pad_nd copies the feature map: the
+    convolutions pad themselves."""
+    case = AttentionCase("kerple", PROCESSORS[proc])
+    layouts, original = [], F.conv2d
+    monkeypatch.setattr(F, "conv2d", lambda x, *a, **kw: layouts.append(
+        x.is_contiguous(memory_format=torch.channels_last)) or original(x, *a, **kw))
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof:
         attend(*case.qkv, encoding=case.encoding, processor=case.processor, positions=case.positions, causal=True,
                attention_impl="materialized")
-    assert layouts == [True]
+    assert layouts == [True, True]
+    assert not [e.name for e in prof.events() if e.name == "aten::constant_pad_nd"]
 
 
 # --- auto ---------------------------------------------------------------------------------------------------
@@ -313,9 +318,9 @@ def test_the_operator_count_sees_a_loop_over_batch_elements(monkeypatch):
 def test_the_stated_350m_chunk_at_8192():
     """The module docstring's figures: 350M shape (16 heads, D_DAPE 32), DAPE1×3-Kerple, fp32, T 8192, batch 1."""
     processor = ScoreProcessor(16, AttentionSettings(processor="dape_v2", kernel_size=3, dape_width=32))
-    assert materialized.chunk_bytes(processor, 1, 1, 8192) == 4_719_488
-    assert materialized.chunk_rows(processor, 1, 8192) == 227
-    assert materialized.chunk_bytes(processor, 1, 227, 8192) == 1_071_323_776 <= materialized.DEFAULT_CHUNK_BYTES
+    assert materialized.chunk_bytes(processor, 1, 1, 8192) == 3_670_016
+    assert materialized.chunk_rows(processor, 1, 8192) == 292
+    assert materialized.chunk_bytes(processor, 1, 292, 8192) == 1_071_644_672 <= materialized.DEFAULT_CHUNK_BYTES
 
 
 def peak_bytes(run) -> int:

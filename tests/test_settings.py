@@ -10,6 +10,7 @@ import pytest
 
 from dape_core import settings
 from dape_core.config import SCHEMA_PATH, group, load_yaml
+from dape_core.config.options import TRISTATE_SETTINGS
 from dape_core.errors import ConfigError
 from dape_core.settings import AttentionSettings
 
@@ -51,7 +52,7 @@ def _choices(module_name: str) -> dict[str, tuple]:
 
 
 def _cli_value(key, value):
-    return {None: "default", True: "true", False: "false"}[value] if key == "encoding_shared" else value
+    return {None: "default", True: "true", False: "false"}[value] if key in TRISTATE_SETTINGS else value
 
 
 @pytest.mark.parametrize("module_name", STAGES)

@@ -19,6 +19,7 @@ from dape_core.settings import TRISTATE_NAMES
 
 # Job-level options that a rule passes itself (wildcards, resources, paths), never from a run's settings.
 JOB_OPTIONS = ("seed", "threads", "distributed")
+TRISTATE_SETTINGS = ("encoding_shared", "recompute_scores")  # bool | None, spelled default / true / false
 
 
 class CliOptions(dict):
@@ -104,7 +105,7 @@ def corpus_options(settings: dict) -> CliOptions:
 
 def train_options(settings: dict) -> dict[str, CliOptions]:
     """``attention``, ``shape`` and ``training`` of one LM run."""
-    s = tristate(settings, ["encoding_shared"])
+    s = tristate(settings, TRISTATE_SETTINGS)
     return {name: select(s, group(name)) for name in ("attention", "shape", "training")}
 
 
@@ -122,7 +123,7 @@ def attention_map_options(evaluation: dict, attention: dict, heatmap_len: int) -
 def finetune_options(settings: dict, base_model: str | None = None) -> dict[str, CliOptions]:
     """``model`` and ``training`` of one fine-tune run; ``base_model``: the directory it starts from when that is
     another run's output (the workflow knows its path), and ``base_config`` as JSON."""
-    s = tristate(settings, ["encoding_shared"])
+    s = tristate(settings, TRISTATE_SETTINGS)
     if base_model is not None:
         s["base_model"] = base_model
     if s["base_config"] is not None:
@@ -132,11 +133,11 @@ def finetune_options(settings: dict, base_model: str | None = None) -> dict[str,
 
 def timing_options(settings: dict) -> dict[str, CliOptions]:
     """``attention`` and ``timing`` of one timing run."""
-    s = tristate(settings, ["encoding_shared"])
+    s = tristate(settings, TRISTATE_SETTINGS)
     return {"attention": select(s, group("attention")), "timing": select(s, group("timing"))}
 
 
 def che_options(settings: dict) -> dict[str, CliOptions]:
     """``attention`` and ``che`` (task, model, protocol) of one CHE cell."""
-    s = tristate(settings, ["encoding_shared"])
+    s = tristate(settings, TRISTATE_SETTINGS)
     return {"attention": select(s, group("che_attention")), "che": select(s, group("che"))}

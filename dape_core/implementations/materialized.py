@@ -3,62 +3,77 @@
 
 Per chunk of query rows r0 … r1−1 (rows are independent under DAPE's key-axis convolution): A = q·kᵀ/√d on the
 keys the rows reach (under the causal mask keys ≤ r1 − 1 plus the ``ScoreProcessor.needed_halo()`` columns the
-convolutions read with ``same`` padding), + B, tril([A; B]) laid out channels-last, the layer's own ``nn.Conv2d``
-modules (``ScoreProcessor.feature_map``; the MLP for DAPE V1), A + B + f, the causal mask, softmax, ·V. Each step
-is one operator over the whole batch, so a layer makes the same calls at any batch size; the Python loop runs
-over chunks of rows only (the CPU path, :mod:`dape_core.implementations.blocked`, loops over batch elements × 16
-rows to stay in a core's caches, which on an accelerator means kernel launches growing with the batch). There are
-no device branches: the same arithmetic runs on a CPU, where the tests prove it equal to the reference, and on a
-GPU, where the channels-last layout lets cuDNN run the convolutions without layout copies.
+convolutions read with ``same`` padding), + B, tril([A; B]) written once, channels-last, in the convolutions'
+dtype, the layer's own convolution weights applied with the convolutions' own zero padding (no separate padded
+copy; ``causal`` padding convolves both sides and keeps the first K columns, which read only the left zeros), the
+MLP for DAPE V1, A + B + f, the causal mask, softmax, ·V. Each step is one operator over the whole batch, so a
+layer makes the same calls at any batch size; the Python loop runs over chunks of rows only (the CPU path,
+:mod:`dape_core.implementations.blocked`, loops over batch elements × 16 rows to stay in a core's caches, which on
+an accelerator means kernel launches growing with the batch). There are no device branches: the same arithmetic
+runs on a CPU, where the tests prove it equal to the reference, and on a GPU, where the channels-last layout lets
+cuDNN run the convolutions without layout copies.
+
+Recomputation (``recompute_scores``, on by default on this path whenever gradients are recorded): each chunk's
+score pipeline runs under ``torch.utils.checkpoint``, so the backward pass recomputes the chunk's A, B, feature map
+and probabilities instead of keeping them. What a layer keeps for its backward pass is then its inputs (q, k in
+fp32, v) and its output, linear in T; the [batch, rows, keys, channels] tensors of one chunk at a time exist, in
+the forward pass and again in the backward pass. Off, every chunk keeps what its backward pass reads (the
+convolutions' inputs and the probabilities: about b · R · K · (s · (C + D) + 4H) bytes per chunk), so training
+memory grows with T².
 
 Precision: A, B, the processed scores and the softmax are fp32 even under bf16 autocast (q and k are upcast);
 the convolutions run in ``dape_dtype`` when given, else in the autocast dtype, else in the scores' dtype; ·V in
 v's dtype.
 
-Memory: a chunk of R rows reading K keys (K' = K + k − 1 columns once padded) at batch b holds at its peak
-(forward) A and B in fp32 (C channels: 2H, or H for an encoding without a bias) and either x = tril([A; B]) with
-the feature map's intermediates in the convolution dtype of s bytes (D = D_DAPE; the padded input and Conv1's
-output: C + D, or Conv1's output and the LeakyReLU: 2D, or the LeakyReLU, its padded copy and Conv2's output:
-2D + H), or, after the feature map, f and the fp32 sum A + B + f:
+Memory: a chunk of R rows reading K keys at batch b holds at its peak (forward) A and B in fp32 (C channels: 2H,
+or H for an encoding without a bias) and either x = tril([A; B]) with the feature map's outputs in the convolution
+dtype of s bytes (D = D_DAPE; x, Conv1's output, LeakyReLU in place, Conv2's output: C + D + H channels over at
+most K' columns: K with ``same`` padding, K + 2·(k − 1) with ``causal``; DAPE V1's MLP: C + max(2D, D + H), its
+LeakyReLU being a new tensor), or, after the feature map, f and the fp32 sum A + B + f:
 
-    bytes(b, R, K) = b · R · (4 · C · K + max(s · (C + max(C + D, 2D, 2D + H)) · K', (s + 4) · H · K))
+    bytes(b, R, K) = b · R · (4 · C · K + max(s · (C + D + H) · K', (s + 4) · H · K'))
 
 (a batch-free B counted per batch element: an upper bound; not counted: the [R, K] boolean mask, cuDNN's
 workspace, and what an encoding allocates while computing B — FIRE's MLP over [R, K, 32], CoPE's gates — which
 every path pays). The rows per chunk are the most whose bytes at K = T (the last chunk reads every key) fit
 ``DEFAULT_CHUNK_BYTES`` (1 GiB). The 350M shape (H 16, D_DAPE 32, Kerple: C = 32), DAPE1×3, fp32, T = 8192,
-batch 1: 4,719,488 bytes per row (1,048,576 for A and B, 3,670,912 for the feature map), so 227 rows per chunk,
-37 chunks per layer, and one chunk's temporaries peak at 1,071,323,776 bytes (0.998 GiB); beside them an
+batch 1: 3,670,016 bytes per row (1,048,576 for A and B, 2,621,440 for the feature map), so 292 rows per chunk,
+29 chunks per layer, and one chunk's temporaries peak at 1,071,644,672 bytes (0.998 GiB); beside them an
 evaluation forward pass holds the weights (1.62 GB in fp32 with a GPT-2 vocabulary), [batch, T, d_model]-sized
-activations and the logits of the positions it scores. With gradients each chunk keeps what its backward pass
-reads (the padded Conv1 input, Conv1's output, the padded LeakyReLU and the probabilities: about
-b · R · K · (s · (C + 2D) + 4H) bytes), so training memory is that summed over the chunks (unless the block is
-recomputed in the backward pass). The chunks get fewer rows only once one chunk of the whole batch would exceed
-the budget, so the number of chunks, and of operator calls, grows with the batch only where each operator
-already works on hundreds of megabytes.
+activations and the logits of the positions it scores. The chunks get fewer rows only once one chunk of the whole
+batch would exceed the budget, so the number of chunks, and of operator calls, grows with the batch only where
+each operator already works on hundreds of megabytes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
-from dape_core.dape import ScoreProcessor
+from dape_core.dape import NEGATIVE_SLOPE, ScoreProcessor
 from dape_core.encodings import PositionalEncoding
 
 DEFAULT_CHUNK_BYTES = 2**30  # one chunk's temporaries (module docstring: the bound and the 350M figure)
 
 
+def feature_columns(processor: ScoreProcessor, keys: int) -> int:
+    """K': the widest key axis of the feature map for K keys — K with ``same`` padding, K + 2(k − 1) with
+    ``causal`` (both convolutions pad k − 1 on each side; the first K columns are f)."""
+    return keys if processor.padding == "same" else keys + 2 * (processor.kernel_size - 1)
+
+
 def chunk_bytes(processor: ScoreProcessor, batch: int, rows: int, keys: int, feature_itemsize: int = 4) -> int:
-    """Peak bytes of one chunk's temporaries, b·R·(4·C·K + max(s·(C + max(C + D, 2D, 2D + H))·K', (s + 4)·H·K))
-    (module docstring)."""
+    """Peak bytes of one chunk's temporaries, b·R·(4·C·K + max(s·(C + D + H)·K', (s + 4)·H·K')), C + max(2D, D + H)
+    for DAPE V1's MLP (module docstring)."""
     h, d, s = processor.n_head, processor.dape_width, feature_itemsize
     c = 2 * h if processor.bias_channels else h
-    padded = keys + processor.kernel_size - 1
-    features = s * (c + max(c + d, 2 * d, 2 * d + h)) * padded
-    return batch * rows * (4 * c * keys + max(features, (s + 4) * h * keys))
+    wide = feature_columns(processor, keys)
+    hidden = d + h if processor.processor == "dape_v2" else max(2 * d, d + h)  # the MLP's LeakyReLU is a new tensor
+    return batch * rows * (4 * c * keys + max(s * (c + hidden) * wide, (s + 4) * h * wide))
 
 
 def chunk_rows(processor: ScoreProcessor, batch: int, n: int, *, budget: int | None = None,
@@ -80,35 +95,47 @@ def attend_materialized(
     dropout_p: float = 0.0,
     chunk: int | None = None,
     dape_dtype: torch.dtype | None = None,
+    row_offset: int = 0,
+    recompute_scores: bool | None = None,
 ) -> torch.Tensor:
-    """softmax(mask(A + B + f(tril([A; B])))) · V (eq. 5) for q, k, v [batch, H, T, d_head] (already rotated),
-    in chunks of ``chunk`` query rows (default: :func:`chunk_rows`); returns [batch, H, T, d_head]."""
-    device_type, n = q.device.type, q.shape[2]
-    feature_dtype = dape_dtype
-    if feature_dtype is None and torch.is_autocast_enabled(device_type):
-        feature_dtype = torch.get_autocast_dtype(device_type)
+    """softmax(mask(A + B + f(tril([A; B])))) · V (eq. 5) for q [batch, H, Tq, d_head] and k, v [batch, H, Tk,
+    d_head] (already rotated; query row r is key ``row_offset`` + r, ``positions`` are the keys'), in chunks of
+    ``chunk`` query rows (default: :func:`chunk_rows`); ``recompute_scores`` (default: whenever gradients are
+    recorded) recomputes each chunk in the backward pass. Returns [batch, H, Tq, d_head]."""
+    device_type, n, n_keys = q.device.type, q.shape[2], k.shape[2]
+    feature_dtype = dape_dtype or autocast_dtype(device_type)
     score_dtype = torch.promote_types(q.dtype, torch.float32)  # fp32 scores under bf16 autocast (fp64 stays)
-    feature_itemsize = (feature_dtype or score_dtype).itemsize
-    chunk = chunk or chunk_rows(processor, q.shape[0], n, feature_itemsize=feature_itemsize)
-    scale = 1.0 / math.sqrt(q.shape[-1])
+    chunk = chunk or chunk_rows(processor, q.shape[0], n_keys, feature_itemsize=(feature_dtype or score_dtype).itemsize)
+    if recompute_scores is None:
+        recompute_scores = True
+    recompute_scores = recompute_scores and torch.is_grad_enabled()
     halo = processor.needed_halo()
-    outputs = {}
-    with torch.autocast(device_type, enabled=False):
-        q_s, k_s = q.to(score_dtype), k.to(score_dtype)
-        for r0 in reversed(range(0, n, chunk)):  # largest chunk first: later chunks reuse its memory
-            rows_end = min(n, r0 + chunk)
-            keys_read, keys_kept = (min(n, rows_end + halo), rows_end) if causal else (n, n)
-            q_rows, k_read = q_s[:, :, r0:rows_end], k_s[:, :, :keys_read]
-            scores = torch.matmul(q_rows, k_read.transpose(-2, -1)).mul_(scale)  # A = q·kᵀ/√d
+
+    def rows_output(q_s, k_s, v, r0, rows_end):
+        """One chunk: query rows r0 … rows_end − 1 against the keys they reach."""
+        first, last = row_offset + r0, row_offset + rows_end
+        keys_read, keys_kept = (min(n_keys, last + halo), last) if causal else (n_keys, n_keys)
+        q_rows, k_read = q_s[:, :, r0:rows_end], k_s[:, :, :keys_read]
+        with autocast_off(device_type):
+            scores = torch.matmul(q_rows, k_read.transpose(-2, -1)).mul_(1.0 / math.sqrt(q.shape[-1]))  # A
             bias = None
             if encoding.has_bias:
-                bias = encoding.bias(q_rows, k_read, scores, positions[r0:rows_end], positions[:keys_read])
-            scores = materialized_scores(processor, scores, bias, r0, causal=causal, keys_out=keys_kept,
+                bias = encoding.bias(q_rows, k_read, scores, positions[first:last], positions[:keys_read])  # B
+            scores = materialized_scores(processor, scores, bias, first, causal=causal, keys_out=keys_kept,
                                          compute_dtype=feature_dtype)
             probs = torch.softmax(scores, dim=-1)
             if dropout_p > 0:
                 probs = F.dropout(probs, p=dropout_p)
-            outputs[r0] = torch.matmul(probs.to(v.dtype), v[:, :, :keys_kept])
+            return torch.matmul(probs.to(v.dtype), v[:, :, :keys_kept])
+
+    outputs = {}
+    q_s, k_s = q.to(score_dtype), k.to(score_dtype)
+    for r0 in reversed(range(0, n, chunk)):  # largest chunk first: later chunks reuse its memory
+        rows_end = min(n, r0 + chunk)
+        if recompute_scores:
+            outputs[r0] = checkpoint(rows_output, q_s, k_s, v, r0, rows_end, use_reentrant=False)
+        else:
+            outputs[r0] = rows_output(q_s, k_s, v, r0, rows_end)
     return outputs[0] if len(outputs) == 1 else torch.cat([outputs[r0] for r0 in sorted(outputs)], dim=2)
 
 
@@ -140,12 +167,15 @@ def materialized_scores(
     if processor.tril or causal:
         row = torch.arange(row_offset, row_offset + rows, device=scores.device)[:, None]
         future = torch.arange(keys, device=scores.device)[None, :] > row  # [rows, keys]
-    # [A; B] as [batch, rows, keys, C]: its NCHW view is channels-last, the layout cuDNN convolves without copies
-    x = torch.cat([s.to(dtype).expand(batch, heads, rows, keys).permute(0, 2, 3, 1) for s in sources], dim=-1)
+    # [A; B] written once as [batch, rows, keys, C] in the convolutions' dtype (each copy casts): its NCHW view is
+    # channels-last, the layout cuDNN convolves without copies
+    x = scores.new_empty((batch, rows, keys, heads * len(sources)), dtype=dtype)
+    for i, source in enumerate(sources):
+        x[..., i * heads:(i + 1) * heads].copy_(source.expand(batch, heads, rows, keys).permute(0, 2, 3, 1))
     if processor.tril:
         x = x.masked_fill_(future[..., None], 0)
     with _feature_precision(scores.device.type, dtype):
-        feature = processor.feature_map(x.permute(0, 3, 1, 2))
+        feature = padded_feature_map(processor, x.permute(0, 3, 1, 2))
     del x
     if processor.bias_channels:  # A + B + f in the scores' dtype, one new tensor
         out = (scores[..., :kout] + bias[..., :kout]).add_(feature[..., :kout])
@@ -156,8 +186,36 @@ def materialized_scores(
     return out
 
 
+def padded_feature_map(processor: ScoreProcessor, x: torch.Tensor) -> torch.Tensor:
+    """f of ``ScoreProcessor.feature_map`` (Conv2 ∘ LeakyReLU ∘ Conv1, eq. 5) with the convolutions' own zero
+    padding instead of a padded copy: p = k//2 on each side for ``same`` (the output has K columns), p = k − 1 on
+    each side for ``causal`` (its first K columns read the left zeros only, as F.pad(k − 1, 0) does; the rest is
+    ignored). DAPE V1 is the processor's MLP."""
+    if processor.processor == "dape_v1":
+        return processor.feature_map(x)
+    pad = (0, processor.left_padding)
+    hidden = F.conv2d(x, processor.conv1.weight, processor.conv1.bias, padding=pad)
+    hidden = F.leaky_relu(hidden, NEGATIVE_SLOPE, inplace=True)  # its backward reads its output: no extra copy
+    return F.conv2d(hidden, processor.conv2.weight, processor.conv2.bias, padding=pad)
+
+
 def _feature_precision(device_type: str, dtype: torch.dtype):
     """The feature map's precision: autocast to ``dtype`` below fp32, else autocast off (the weights' dtype)."""
     if dtype.itemsize >= 4:
-        return torch.autocast(device_type, enabled=False)
+        return autocast_off(device_type)
     return torch.autocast(device_type, dtype=dtype)
+
+
+def autocast_dtype(device_type: str) -> torch.dtype | None:
+    """The autocast dtype where autocast is on for ``device_type``; None otherwise (and on devices without
+    autocast, such as ``meta``)."""
+    if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return None
+
+
+def autocast_off(device_type: str):
+    """A context with autocast off on ``device_type`` (nothing to turn off on devices without autocast)."""
+    if torch.amp.is_autocast_available(device_type):
+        return torch.autocast(device_type, enabled=False)
+    return contextlib.nullcontext()
