@@ -298,6 +298,8 @@ class Kerple(PositionalEncoding):
         layers keeps its autograd version."""
         with torch.no_grad():
             for param in (self.r1, self.r2):
+                if param.device.type == "meta":  # no values to clamp (a memory estimate's model)
+                    continue
                 if bool((param < self.min_value).any()):
                     param.clamp_(min=self.min_value)
 
@@ -481,7 +483,10 @@ class TransformerXL(PositionalEncoding):
         dist = relative_distance(q_pos, k_pos)
         if self.causal:
             dist = dist.clamp(min=0)
-        lo, hi = int(dist.min()), int(dist.max())
+        if dist.device.type == "meta":  # no values (a memory estimate's model): the range of positions 0…Tk−1
+            lo, hi = (0 if self.causal else 1 - len(k_pos)), len(k_pos) - 1
+        else:
+            lo, hi = int(dist.min()), int(dist.max())
         return dist - lo, sinusoid(torch.arange(lo, hi + 1, device=dist.device), self.rel_dim)
 
     def bias(self, q, k, scores, q_pos, k_pos):

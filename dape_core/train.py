@@ -44,7 +44,7 @@ from dape_core.tensorboard_log import TrainingLog
 
 PRECISIONS = ("fp32", "bf16")
 #: settings that change how a run is computed, not its numbers: a checkpoint resumes across them
-NOT_HASHED = ("threads", "checkpoint_every", "log_every", "activation_checkpointing")
+NOT_HASHED = ("threads", "checkpoint_every", "log_every", "activation_checkpointing", "micro_batch_size")
 
 
 @dataclass(kw_only=True)
@@ -72,11 +72,17 @@ class TrainSettings:
                                     "gradients and optimiser state sharded); gloo on CPU, NCCL on GPU")
     activation_checkpointing: bool = setting(False, help="recompute each block's activations in the backward pass "
                                                          "instead of storing them (less memory, more compute)")
+    micro_batch_size: int | None = setting(None, help="the most sequences one process runs through the model at "
+                                                      "once: each micro-batch runs in equal pieces of this size "
+                                                      "(a divisor of its share), the same gradient in less memory; "
+                                                      "the workflow sets it from resources.train_lm.gpu_mem_gb")
 
     def __post_init__(self):
         fields.check_choices(self, TrainSettings)
         for name in ("train_len", "batch_size", "grad_accum", "threads", "checkpoint_every", "log_every"):
             require_positive(name, getattr(self, name))
+        if self.micro_batch_size is not None:
+            require_positive("micro_batch_size", self.micro_batch_size)
         if not isinstance(self.steps, int) or isinstance(self.steps, bool) or self.steps < 0:
             raise ConfigError(f"steps: {self.steps!r} is not allowed; allowed values: an integer ≥ 1 (≥ 0 for "
                               "`dape finetune` of a base_model: 0 evaluates the checkpoint as it is)")
@@ -103,6 +109,16 @@ def learning_rate(step: int, s: TrainSettings) -> float:
     progress = (step - warmup) / max(1, s.steps - warmup)
     floor = s.lr * s.min_lr_ratio
     return floor + 0.5 * (s.lr - floor) * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def micro_batch_pieces(per_rank: int, micro_batch_size: int | None) -> list[tuple[int, int]]:
+    """(first, last) sequences of each piece a process runs a micro-batch of ``per_rank`` sequences in: one piece,
+    or equal pieces of ``micro_batch_size`` (which must divide ``per_rank``: equal pieces weigh equally)."""
+    size = per_rank if micro_batch_size is None else micro_batch_size
+    if per_rank % size:
+        raise ConfigError(f"micro_batch_size: {micro_batch_size} does not divide the {per_rank} sequences of a "
+                          "micro-batch on one process; allowed values: a divisor of batch_size / processes")
+    return [(first, first + size) for first in range(0, per_rank, size)]
 
 
 def batch_starts(step: int, micro: int, seed: int, n_tokens: int, length: int, batch_size: int) -> np.ndarray:
@@ -222,6 +238,7 @@ def fit(
     ``stop_after`` ends early without outputs (tests of the resume)."""
     wrapped = model if wrapped is None else wrapped
     per_rank = settings.batch_size // dist.world
+    pieces = micro_batch_pieces(per_rank, settings.micro_batch_size)
     step, history = 0, []
     restored = checkpoints.load(model, optimizer, config_hash)
     if restored is not None:
@@ -246,11 +263,14 @@ def fit(
             starts = batch_starts(step, micro, settings.seed, len(tokens), settings.train_len, settings.batch_size)
             starts = starts[dist.rank * per_rank : (dist.rank + 1) * per_rank]
             x, y = get_batch(tokens, starts, settings.train_len)
-            with dist.accumulating(wrapped, last=micro == settings.grad_accum - 1):
-                with autocast:
-                    loss = loss_of(x, y, step, micro)
-                (loss / settings.grad_accum).backward()
-            loss_sum += float(loss.detach()) / settings.grad_accum
+            for piece, (first, last) in enumerate(pieces):  # equal pieces: the micro-batch's mean loss and gradient
+                weight = (last - first) / per_rank  # 1.0 for one piece: the loss as it was
+                final = micro == settings.grad_accum - 1 and piece == len(pieces) - 1
+                with dist.accumulating(wrapped, last=final):
+                    with autocast:
+                        loss = loss_of(x[first:last], y[first:last], step, micro)
+                    (loss * weight / settings.grad_accum).backward()
+                loss_sum += float(loss.detach()) * weight / settings.grad_accum
         loss_value = dist.mean(loss_sum)
         if not math.isfinite(loss_value):
             status = "diverged"

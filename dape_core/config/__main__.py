@@ -31,7 +31,26 @@ def main(argv: list[str] | None = None) -> int:
     print(estimate_line(plan, figures))
     if figures["calibrated"] or figures["finetune_shapes"]:  # which figure each training shape used
         print("\n".join(estimate_details(figures)))
+    if plan.memory:
+        print("\n".join(micro_batch_lines(plan)))
     return 0
+
+
+def micro_batch_lines(plan) -> list[str]:
+    """One line per training shape: the micro-batch the memory model chose on one GPU and its modelled peak."""
+    lines, seen = [], {}
+    for name, memory in plan.memory.items():
+        s = plan.lm_runs[name]["settings"]
+        job = plan.resources("train_lm", s["size"])
+        processes = max(1, job["gpu"])
+        key = (job["gpu_mem_gb"], s["size"], s["encoding"], s["processor"], s["kernel_size"], s["train_len"],
+               s["batch_size"] // processes, s["precision"], memory.describe())
+        seen.setdefault(key, []).append(name)
+    for (gpu_mem_gb, size, encoding, processor, kernel, length, share, precision, described), runs in seen.items():
+        method = f"{encoding}/{processor}" + (f" k{kernel}" if processor == "dape_v2" else "")
+        lines.append(f"  micro-batch on one GPU ({gpu_mem_gb:g} GB): {size} {method} T{length} {precision}, "
+                     f"{share} sequences per GPU → {described} — {len(runs)} run(s)")
+    return lines
 
 
 if __name__ == "__main__":

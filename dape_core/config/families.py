@@ -78,6 +78,12 @@ class Plan:
     che_cells: dict[str, dict] = field(default_factory=dict)  # name → {"settings", "seeds"}
     che_members: list[dict] = field(default_factory=list)  # {"family", "cell", "seed"}
     families: dict[str, dict] = field(default_factory=dict)  # name → family spec plus its run names
+    # LM run → its modelled memory on one GPU (dape_core.memory.TrainingMemory), with resources.train_lm.gpu_mem_gb
+    memory: dict[str, object] = field(default_factory=dict)
+
+    def micro_batch_size(self, run: str) -> int | None:
+        """The micro-batch the memory model chose for an LM run (None without gpu_mem_gb: no split)."""
+        return self.memory[run].micro_batch if run in self.memory else None
 
     # ---- jobs
     def lm_jobs(self) -> list[tuple[str, int]]:
@@ -570,15 +576,35 @@ def _check_eval_lengths(s: dict, where: str, extrapolates: bool) -> None:
 
 
 def check_train_processes(plan: Plan) -> None:
-    """A training job with several GPUs runs one process each, which split its global batch evenly."""
+    """A training job with several GPUs runs one process each, which split its global batch evenly; with
+    ``gpu_mem_gb``, each job's micro-batch on one GPU is the largest that fits (``plan.memory``)."""
     sizes = plan.config["resources"]["train_lm"]["sizes"]
     for name, run in plan.lm_runs.items():
         size, batch_size = run["settings"]["size"], run["settings"]["batch_size"]
-        gpu = plan.resources("train_lm", size)["gpu"]
+        job = plan.resources("train_lm", size)
+        gpu = job["gpu"]
         if gpu > 1 and batch_size % gpu:
             where = f"resources.train_lm.sizes.{size}.gpu" if "gpu" in sizes.get(size, {}) else "resources.train_lm.gpu"
             raise ConfigError(f"{where}: {gpu} processes do not divide batch_size {batch_size} of run {name}; "
                               "allowed values: a divisor of the batch_size of every run it applies to")
+        if job.get("gpu_mem_gb") is not None:
+            plan.memory[name] = fitting_micro_batch(plan, name, job)
+
+
+def fitting_micro_batch(plan: Plan, name: str, job: dict):
+    """The memory model's micro-batch of LM run ``name`` on one GPU of ``job`` (its resources)."""
+    from dape_core.config.estimate import run_vocab
+    from dape_core.memory import micro_batch_for
+    from dape_core.model import GPTConfig
+    from dape_core.settings import field_names
+
+    s = plan.lm_runs[name]["settings"]
+    processes = max(1, job["gpu"])
+    model = GPTConfig(**{k: s[k] for k in field_names(GPTConfig) if k in s and k != "vocab_size"},
+                      vocab_size=run_vocab(plan, s))
+    shards = processes if processes > 1 and job["distributed"] == "fsdp" else 1
+    return micro_batch_for(model, s["batch_size"] // processes, job["gpu_mem_gb"], precision=s["precision"],
+                           shards=shards, run=f"run {name}")
 
 
 def check_timing_run(s: dict, where: str) -> None:

@@ -18,7 +18,7 @@ from typing import Any, Iterable
 from dape_core.settings import TRISTATE_NAMES
 
 # Job-level options that a rule passes itself (wildcards, resources, paths), never from a run's settings.
-JOB_OPTIONS = ("seed", "threads", "distributed")
+JOB_OPTIONS = ("seed", "threads", "distributed", "micro_batch_size")
 TRISTATE_SETTINGS = ("encoding_shared", "recompute_scores")  # bool | None, spelled default / true / false
 
 

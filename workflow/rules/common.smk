@@ -55,7 +55,7 @@ def slurm_resources(values):
     """mem_mb, runtime, gpu (and gpu_model) of one job's resources; a GPU job asks for its threads per GPU
     (`cpus_per_gpu`, which the slurm executor passes instead of --cpus-per-task, so a job gets gpu × threads CPUs)."""
     resources = {key: value for key, value in values.items()
-                 if key not in ("threads", "distributed") and value is not None}
+                 if key not in ("threads", "distributed", "gpu_mem_gb") and value is not None}
     if resources.get("gpu"):
         resources["cpus_per_gpu"] = values["threads"]
     else:
@@ -77,14 +77,16 @@ class TrainLauncher:
     Not a builtin type, so Snakemake leaves it out of the params rerun trigger: like the thread count, how a job is
     spread over devices does not rerun a finished run (`--forcerun` does)."""
 
-    def __init__(self, processes, distributed, threads):
+    def __init__(self, processes, distributed, threads, micro_batch_size=None):
         self.processes, self.distributed, self.threads = processes, distributed, threads
+        self.micro_batch_size = micro_batch_size  # the memory model's, with resources.train_lm.gpu_mem_gb
 
     def __str__(self):
+        micro = f" --micro-batch-size {self.micro_batch_size}" if self.micro_batch_size else ""
         if self.processes > 1:
             return (f"torchrun --standalone --nproc-per-node {self.processes} -m dape_core.cli train"
-                    f" --distributed {self.distributed} --threads {self.threads}")
-        return f"dape train --threads {self.threads}"
+                    f" --distributed {self.distributed} --threads {self.threads}{micro}")
+        return f"dape train --threads {self.threads}{micro}"
 
 
 def train_job(run):
@@ -104,7 +106,8 @@ def train_threads(wildcards):
 def train_launcher(wildcards, threads):
     """`threads` is the job's (capped at --cores by Snakemake), shared among its processes."""
     processes = train_processes(wildcards.run)
-    return TrainLauncher(processes, train_job(wildcards.run)["distributed"], max(1, threads // processes))
+    return TrainLauncher(processes, train_job(wildcards.run)["distributed"], max(1, threads // processes),
+                         PLAN.micro_batch_size(wildcards.run))
 
 
 def train_job_resources():

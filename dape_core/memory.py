@@ -1,0 +1,233 @@
+"""Training memory of a decoder on one accelerator, and the micro-batch that fits a device's memory.
+
+A training job's peak on one device is modelled as
+
+    peak(b) = states + saved(b) + max(transient(b)) + reserve
+
+* ``states``: fp32 weights, their gradients and AdamW's two moments, 16 bytes per parameter (divided by the
+  processes under FSDP, which shards all four), plus the bf16 copies of the weights autocast keeps for a step (2 bytes
+  per parameter of the matrices) under ``precision: bf16``;
+* ``saved(b)``: what the forward pass of a micro-batch of b sequences keeps for the backward pass — counted, not
+  guessed: the model runs on the ``meta`` device (shapes without data, no compute) under
+  ``torch.autograd.graph.saved_tensors_hooks`` and the distinct storages it saves are summed; that sum is affine in
+  b (batch-free tensors such as a bias [H, T, T] are its intercept) and in the number of layers, so four traces of
+  models of 1 and 2 layers at b = 1 and 2 give it for any batch and depth (:func:`model_saved_bytes`). On an accelerator SDPA
+  runs the flash or memory-efficient kernel, which keep q, k, v, the output and the log-sum-exp (and the mask); the
+  trace runs the memory-efficient kernel's operator for every SDPA call (``attention_kernel="efficient"``). A CPU
+  runs the math kernel, which also keeps the probabilities (``attention_kernel="math"``: what the CPU tests
+  measure);
+* ``transient(b)``: the largest working set of one backward step beyond what is saved — the loss's gradient
+  (b·T·V fp32 values twice: the log-softmax's and the logits') or one layer's attention: a DAPE chunk recomputed with
+  its gradients (2 × :func:`~dape_core.implementations.materialized.chunk_bytes`), or SDPA's bias gradient
+  [b, H, rows, T] in the compute dtype and its fp32 reduction to [H, rows, T];
+* ``reserve``: what the model does not see — the CUDA context, cuBLAS/cuDNN workspaces and the caching allocator's
+  fragmentation: ``RESERVE_BYTES`` plus ``RESERVE_SHARE`` of the rest.
+
+:func:`micro_batch_for` picks the largest micro-batch — a divisor of each process's share of a micro-batch, so that
+every piece has the same size — whose peak fits ``gpu_mem_gb``; the job then runs each micro-batch in pieces of that
+size (``dape train --micro-batch-size``), which changes the memory, not the result: the gradient of the whole
+micro-batch is the size-weighted sum of its pieces' gradients.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.autograd.graph import saved_tensors_hooks
+from torch.overrides import TorchFunctionMode
+
+from dape_core.errors import ConfigError, require_choice
+
+KERNELS = ("efficient", "math")
+RESERVE_BYTES = 2 * 2**30  # CUDA context and library workspaces
+RESERVE_SHARE = 0.10  # the caching allocator's fragmentation, of the modelled bytes
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class TrainingMemory:
+    """The terms of one job's modelled peak, in bytes (module docstring)."""
+
+    micro_batch: int
+    states: int
+    saved: int
+    transient: int
+    reserve: int
+
+    @property
+    def peak(self) -> int:
+        return self.states + self.saved + self.transient + self.reserve
+
+    def describe(self) -> str:
+        return (f"micro-batch {self.micro_batch}: {self.peak / GIB:.1f} GiB (states {self.states / GIB:.1f}, saved "
+                f"{self.saved / GIB:.1f}, transient {self.transient / GIB:.1f}, reserve {self.reserve / GIB:.1f})")
+
+
+class _EfficientSDPA(TorchFunctionMode):
+    """F.scaled_dot_product_attention as an accelerator runs it: the memory-efficient kernel's operator, whose
+    autograd node keeps q, k, v, the mask, the output and the log-sum-exp (the flash kernel's, without a mask)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention:
+            return efficient_sdpa(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+def efficient_sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, **_):
+    """Attention through ``aten._scaled_dot_product_efficient_attention`` (a boolean mask becomes a float one)."""
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            attn_mask = torch.zeros(attn_mask.shape, dtype=q.dtype, device=q.device).masked_fill(~attn_mask, -math.inf)
+        attn_mask = attn_mask.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    return torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, attn_mask, True, dropout_p, is_causal)[0]
+
+
+_SAVED: dict[tuple, int] = {}
+
+
+def saved_bytes(cfg, micro_batch: int, *, precision: str = "fp32", attention_kernel: str = "efficient") -> int:
+    """Bytes of the distinct storages a training forward pass of ``micro_batch`` sequences of ``cfg.train_len``
+    tokens keeps for its backward pass, counted on the ``meta`` device (the model built there from ``cfg``)."""
+    require_choice("attention_kernel", attention_kernel, KERNELS)
+    key = (json.dumps(dataclasses.asdict(cfg), sort_keys=True), micro_batch, precision, attention_kernel)
+    if key not in _SAVED:
+        _SAVED[key] = _count_saved(cfg, micro_batch, precision, attention_kernel)
+    return _SAVED[key]
+
+
+def _count_saved(cfg, micro_batch: int, precision: str, attention_kernel: str) -> int:
+    from dape_core.model import GPT
+
+    with torch.device("meta"):
+        model = GPT(dataclasses.replace(cfg, attention_impl=_accelerator_path(cfg.attention_impl)))
+    model.train()
+    idx = torch.zeros(micro_batch, cfg.train_len, dtype=torch.long, device="meta")
+    storages: dict[int, int] = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        storages[storage._cdata] = storage.nbytes()
+        return tensor
+
+    kernel = _EfficientSDPA() if attention_kernel == "efficient" else _nothing()
+    autocast = _meta_autocast(precision)
+    with saved_tensors_hooks(pack, lambda tensor: tensor), kernel, autocast:
+        model(idx, idx)
+    parameters = {p.untyped_storage()._cdata for p in model.parameters()}
+    return sum(size for key, size in storages.items() if key not in parameters)  # weights are in the states
+
+
+def _accelerator_path(attention_impl: str) -> str:
+    """``auto`` is the accelerator's path here (``materialized``)."""
+    return "materialized" if attention_impl == "auto" else attention_impl
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _meta_autocast(TorchFunctionMode):
+    """bf16 autocast's effect on what is saved, on a device without autocast (``meta``): the inputs of the linear
+    layers and of SDPA in bf16, as CUDA's autocast casts them (fp32: nothing changes; DAPE's materialized path
+    turns autocast off for its scores anyway)."""
+
+    LOWER = {F.linear, F.scaled_dot_product_attention}
+
+    def __init__(self, precision: str):
+        super().__init__()
+        self.bf16 = precision == "bf16"
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.bf16 and func in self.LOWER:
+            args = tuple(a.to(torch.bfloat16) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                         for a in args)
+        return func(*args, **kwargs)
+
+
+def state_bytes(cfg, *, precision: str = "fp32", shards: int = 1) -> int:
+    """Weights, gradients and AdamW's moments in fp32 (16 bytes a parameter, sharded by FSDP's ``shards``), plus
+    autocast's bf16 copies of the matrices under bf16."""
+    from dape_core.model import GPT
+
+    with torch.device("meta"):
+        model = GPT(cfg)
+    parameters = sum(p.numel() for p in model.parameters())
+    matrices = sum(p.numel() for p in model.parameters() if p.dim() >= 2)
+    return 16 * parameters // shards + (2 * matrices if precision == "bf16" else 0)
+
+
+def transient_bytes(cfg, micro_batch: int, *, precision: str = "fp32") -> int:
+    """The largest working set of one backward step beyond the saved tensors (module docstring)."""
+    from dape_core.attention import accelerator_chunk_rows
+    from dape_core.dape import build_processor
+    from dape_core.encodings import ENCODINGS
+    from dape_core.implementations.materialized import chunk_bytes, chunk_rows
+
+    b, n, heads = micro_batch, cfg.train_len, cfg.n_head
+    itemsize = 2 if precision == "bf16" else 4
+    loss = 2 * b * n * cfg.vocab_size * 4
+    attention = 0
+    bias = ENCODINGS[cfg.encoding].has_bias
+    if cfg.processor != "none":
+        processor = build_processor(heads, cfg.attention_settings(), bias_channels=bias)
+        rows = chunk_rows(processor, b, n, feature_itemsize=itemsize)
+        attention = 2 * chunk_bytes(processor, b, rows, n, itemsize)
+    elif bias:
+        rows = accelerator_chunk_rows(b, heads, n, itemsize)
+        attention = b * heads * rows * n * itemsize + heads * rows * n * 4
+    return max(loss, attention)
+
+
+def model_saved_bytes(cfg, micro_batch: int, *, precision: str = "fp32", attention_kernel: str = "efficient") -> int:
+    """:func:`saved_bytes` of the whole model from four small traces: it is affine in the batch and in the number of
+    layers (every block saves the same), so models of 1 and 2 layers at batches 1 and 2 give it for any b and depth."""
+    def traced(b, layers):
+        return saved_bytes(dataclasses.replace(cfg, n_layer=layers), b, precision=precision,
+                           attention_kernel=attention_kernel)
+
+    def at(b):  # fixed part + n_layer × one block
+        one, two = traced(b, 1), traced(b, 2)
+        return one + (two - one) * (cfg.n_layer - 1)
+
+    first, second = at(1), at(2)
+    return first + (second - first) * (micro_batch - 1)
+
+
+def training_memory(cfg, micro_batch: int, *, precision: str = "fp32", shards: int = 1,
+                    attention_kernel: str = "efficient") -> TrainingMemory:
+    """The modelled peak of a training step of ``micro_batch`` sequences on one device (module docstring)."""
+    saved = model_saved_bytes(cfg, micro_batch, precision=precision, attention_kernel=attention_kernel)
+    states = state_bytes(cfg, precision=precision, shards=shards)
+    transient = transient_bytes(cfg, micro_batch, precision=precision)
+    reserve = RESERVE_BYTES + int(RESERVE_SHARE * (states + saved + transient))
+    return TrainingMemory(micro_batch, states, saved, transient, reserve)
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def micro_batch_for(cfg, per_device: int, gpu_mem_gb: float, *, precision: str = "fp32", shards: int = 1,
+                    run: str = "") -> TrainingMemory:
+    """The largest divisor of ``per_device`` (a micro-batch's sequences on one device) whose modelled peak fits
+    ``gpu_mem_gb``; a ConfigError naming the run and what to change when even one sequence does not fit."""
+    for micro in sorted(divisors(per_device), reverse=True):
+        memory = training_memory(cfg, micro, precision=precision, shards=shards)
+        if memory.peak <= gpu_mem_gb * 1e9:
+            return memory
+    raise ConfigError(
+        f"{run or 'training'}: one sequence of {cfg.train_len} tokens needs {memory.peak / 1e9:.1f} GB on one device "
+        f"({memory.describe()}), more than resources.train_lm gpu_mem_gb {gpu_mem_gb:g}; allowed: a larger gpu_mem_gb, "
+        "more GPUs with distributed: fsdp (resources.train_lm.sizes), activation_checkpointing: true, or a shorter "
+        "train_len")
