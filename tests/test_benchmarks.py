@@ -69,3 +69,19 @@ def test_miniature_scale_collects_the_explosion_statistic_of_each_finished_varia
     row = table.iloc[0]
     assert (row["variant"], row["encoding"], row["vocab_size"], row["train_len"], row["steps"]) == (name, encoding, 320, 32, 1200)
     assert row["ppl_x4"] == 30.0 and row["largest_ratio"] == 3.0
+
+
+def test_gpu_step_times_every_method_round_robin_with_ratios(tmp_path):
+    """benchmarks/gpu_step.py on the CPU at a tiny shape: one row per method, its ratio to NoPE and Kerple."""
+    out = tmp_path / "gpu_step.csv"
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_step.py"), "--device", "cpu", "--size",
+                             "tiny", "--vocab-size", "128", "--tokens", "256", "--lengths", "32", "--rounds", "2",
+                             "--warmup", "1", "--modes", "eager", "--out", str(out)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = pd.read_csv(out)
+    assert list(rows["method"]) == ["NoPE", "RoPE", "ALiBi", "T5", "Kerple", "FIRE", "DAPE-Kerple", "DAPE1x3-Kerple"]
+    assert (rows["status"] == "ok").all() and (rows["micro_batch"] == 8).all() and (rows["rounds"] == 2).all()
+    nope, kerple = rows.set_index("method").loc["NoPE"], rows.set_index("method").loc["Kerple"]
+    assert nope["x_nope"] == 1.0 and kerple["x_kerple"] == 1.0
+    assert (rows["x_nope"] - rows["step_ms"] / nope["step_ms"]).abs().max() < 1e-9
