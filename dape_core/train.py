@@ -192,9 +192,11 @@ def config_hash(config: dict) -> str:
 def hashed_model_config(model: GPT, device) -> dict:
     """The model settings a resume checkpoint must match: what runs, not how it was asked for. ``auto`` is
     resolved to the path it selects on ``device``, and ``max_position`` counts only for an encoding that draws
-    its positions from it (a checkpoint written before either existed still resumes)."""
+    its positions from it (a checkpoint written before either existed still resumes). ``recompute_scores`` is
+    left out like ``activation_checkpointing``: it trades memory for time and leaves the gradients bitwise equal."""
     config = dataclasses.asdict(model.cfg)
     config["attention_impl"] = model.resolved_attention_impl(device)
+    config.pop("recompute_scores")
     if not ENCODINGS[model.cfg.encoding].randomized_positions:
         config.pop("max_position")
     return config
