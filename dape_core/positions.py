@@ -71,5 +71,5 @@ def evaluation_positions(cfg, seed: int, length: int, window: int) -> torch.Tens
     return draw_positions(np.random.default_rng([seed, length, window, POSITION_STREAM]), length, cfg.max_position)
 
 
-__all__ = ["POSITION_STREAM", "draw_positions", "consecutive", "randomized", "require_max_position", "training_positions",
-           "evaluation_positions"]
+__all__ = ["POSITION_STREAM", "draw_positions", "consecutive", "randomized", "require_max_position",
+           "training_positions", "evaluation_positions"]

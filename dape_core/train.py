@@ -9,7 +9,8 @@ Outputs in ``--out-dir``: ``model.pt`` (a plain full state dict under every ``di
 (step, loss, lr, gradient norm, tokens/s) and ``tensorboard/`` (event files, :mod:`dape_core.tensorboard_log`).
 Periodic checkpoints go to ``--checkpoint-dir`` (:mod:`dape_core.checkpoints`; the newest two are kept) — keep it
 outside a workflow rule's declared outputs so a failed job's clean-up keeps them. ``--distributed ddp`` or ``fsdp``
-under torchrun splits the batch across processes (:mod:`dape_core.distributed`).
+under torchrun splits the batch across processes (:mod:`dape_core.distributed`). ``--compile`` trains the model
+under ``torch.compile(fullgraph=True)`` (one graph per shape; evaluation stays eager).
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ from dape_core.settings import setting
 from dape_core.tensorboard_log import TrainingLog
 
 PRECISIONS = ("fp32", "bf16")
-#: settings that change how a run is computed, not its numbers: a checkpoint resumes across them
-NOT_HASHED = ("threads", "checkpoint_every", "log_every", "activation_checkpointing")
+#: settings that change how a run is computed, not its numbers (compile: to fp32 rounding): a checkpoint resumes
+#: across them
+NOT_HASHED = ("threads", "checkpoint_every", "log_every", "activation_checkpointing", "compile")
 
 
 @dataclass(kw_only=True)
@@ -72,6 +74,8 @@ class TrainSettings:
                                     "gradients and optimiser state sharded); gloo on CPU, NCCL on GPU")
     activation_checkpointing: bool = setting(False, help="recompute each block's activations in the backward pass "
                                                          "instead of storing them (less memory, more compute)")
+    compile: bool = setting(False, help="train the model under torch.compile(fullgraph=True): one graph per shape, "
+                                        "the same numbers to fp32 rounding; evaluation stays eager")
 
     def __post_init__(self):
         fields.check_choices(self, TrainSettings)
@@ -336,6 +340,8 @@ def train(
     for block in model.stack.blocks:
         block.activation_checkpointing = settings.activation_checkpointing
     wrapped = dist.wrap(model)  # under fsdp `model` itself is sharded in place: the optimiser is built after
+    # the compiled module shares `model`'s parameters: state dicts, checkpoints and model.pt stay the plain module's
+    forward = torch.compile(wrapped, fullgraph=True) if settings.compile else wrapped
     optimizer = optimizer_for(model, settings)
     full_config = {"model": dataclasses.asdict(model_config), "train": dataclasses.asdict(settings),
                    "data_dir": str(data_dir), "data_sha256": train_split.meta["splits"]["train"].get("tokens_sha256")}
@@ -346,7 +352,7 @@ def train(
 
     def loss_of(x, y, step, micro):
         positions = training_positions(model_config, settings.seed, step, micro, settings.train_len)  # randrope
-        return wrapped(x.to(dist.device), y.to(dist.device), positions=positions)[1]
+        return forward(x.to(dist.device), y.to(dist.device), positions=positions)[1]
 
     def describe() -> dict:
         return {"parameters": sum(p.numel() for p in model.parameters()),

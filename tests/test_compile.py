@@ -1,6 +1,7 @@
 """torch.compile: the decoder and the CHE encoder trace to one graph for every encoding and processor (no graph
 break), a training step of a given shape compiles once (no recompilation at later steps, also when randomized
-positions change their values), and a compiled step equals the eager one to fp32 rounding.
+positions change their values), a compiled step equals the eager one to fp32 rounding, and `dape train --compile`
+trains, saves the plain module's weights and resumes.
 
 Graph breaks and recompilations are properties of the trace, so they are checked with TorchDynamo and the
 ``aot_eager`` backend (which also traces the backward pass), at tiny shapes; inductor compiles two training steps
@@ -10,16 +11,20 @@ Graph breaks and recompilations are properties of the trace, so they are checked
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
+import json
 
 import pytest
 import torch
 import torch._dynamo as dynamo
 from torch._dynamo.backends.registry import lookup_backend
 
+import dape_core.train as train_module
+from dape_core.cli import main
 from dape_core.encodings import ENCODINGS
 from dape_core.model import GPT, Encoder, EncoderConfig, GPTConfig
-from dape_core.train import constrain_parameters
+from dape_core.train import TrainSettings, constrain_parameters, train
 
 VOCAB, T, MAX_POSITION = 50, 12, 64
 PROCESSORS = {
@@ -161,3 +166,62 @@ def test_an_inductor_training_step_equals_the_eager_step(encoding, proc, n_layer
         rounding = float((expected.double() - fp64[name]).abs().max())
         scale = max(1.0, float(expected.abs().max()))
         torch.testing.assert_close(compiled[name], expected, rtol=1e-5, atol=1e-5 * scale + rounding, msg=name)
+
+
+def test_train_compile_follows_the_eager_run_and_resumes(tiny_corpus, tmp_path, monkeypatch):
+    """`dape train --compile` of DAPE-XL on the accelerator path, interrupted after two of four steps and resumed
+    from its checkpoint: the eager run's loss curve to fp32 rounding, the same configuration hash (a checkpoint
+    resumes across the setting), and a model.pt with the plain module's keys. The backend is aot_eager (the
+    whole step traced, forward and backward, without kernel compilation): inductor's numbers are the test above's.
+    """
+    monkeypatch.setattr("sys.argv", ["dape"])  # cli.main rewrites sys.argv
+    compiles = []
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=counting_backend(compiles)))
+    model_args = ["--size", "tiny", "--encoding", "xl", "--processor", "dape_v1", "--attention-impl", "materialized"]
+    train_args = ["--train-len", "32", "--batch-size", "4", "--steps", "4", "--checkpoint-every", "2",
+                  "--log-every", "1", "--threads", "1", "--no-progress"]
+    cfg = GPTConfig(size="tiny", encoding="xl", processor="dape_v1", attention_impl="materialized")
+    settings = TrainSettings(train_len=32, batch_size=4, steps=4, checkpoint_every=2, log_every=1, threads=1,
+                             compile=True)
+    threads = torch.get_num_threads()
+    try:
+        assert main(["train", "--data-dir", str(tiny_corpus), "--out-dir", str(tmp_path / "eager"), *model_args,
+                     *train_args]) == 0
+        partial = train(cfg, settings, tiny_corpus, tmp_path / "compiled", progress=False, stop_after=2)
+        assert partial["status"] == "incomplete"
+        steps_run = []
+        batch_starts = train_module.batch_starts
+        monkeypatch.setattr(train_module, "batch_starts",
+                            lambda step, *args: steps_run.append(step) or batch_starts(step, *args))
+        assert main(["train", "--data-dir", str(tiny_corpus), "--out-dir", str(tmp_path / "compiled"), *model_args,
+                     *train_args, "--compile"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    assert steps_run == [2, 3]  # resumed after step 2
+    assert compiles  # the steps ran through a compiled graph
+    summary = {name: json.loads((tmp_path / name / "summary.json").read_text()) for name in ("eager", "compiled")}
+    assert summary["compiled"]["config"]["train"]["compile"] is True
+    assert summary["compiled"]["config_hash"] == summary["eager"]["config_hash"]
+    curve = {name: [json.loads(line)["loss"] for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+             for name in ("eager", "compiled")}
+    assert len(curve["eager"]) == len(curve["compiled"]) == 4
+    torch.testing.assert_close(torch.tensor(curve["compiled"]), torch.tensor(curve["eager"]), rtol=1e-5, atol=0)
+    model, checkpoint = train_module.load_model(tmp_path / "compiled" / "model.pt")  # strict: the plain keys
+    assert checkpoint["model"].keys() == GPT(model.cfg).state_dict().keys()
+
+
+def test_compile_reaches_training_but_not_a_run_name():
+    """Like ``distributed``, ``compile`` changes how a run is computed, not its numbers beyond rounding."""
+    from dape_core import config as grid
+
+    config = {"datasets": {"code": {"source": "builtin-code", "vocab_size": 300}},
+              "defaults": {"lm": {"size": "tiny", "train_len": 32, "steps": 10, "batch_size": 4,
+                                  "eval": {"eval_lens": [32, 64]}}},
+              "families": {"baselines": {"axes": {"method": ["Kerple", "DAPE1x3-Kerple"]}}}}
+    plain = grid.build_plan(copy.deepcopy(config))
+    config["defaults"]["lm"]["compile"] = True
+    compiled = grid.build_plan(config)
+    assert list(compiled.lm_runs) == list(plain.lm_runs) == ["code-T32-kerple-none", "code-T32-kerple-dape_v2-k3-w32"]
+    for name in plain.lm_runs:
+        assert "--no-compile" in str(grid.train_options(plain.lm_runs[name]["settings"])["training"]).split()
+        assert "--compile" in str(grid.train_options(compiled.lm_runs[name]["settings"])["training"]).split()
