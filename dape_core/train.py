@@ -89,6 +89,9 @@ class TrainSettings:
             raise ConfigError(f"min_lr_ratio: {self.min_lr_ratio!r} is not allowed; allowed values: 0 ≤ x ≤ 1")
         if not 0 <= self.warmup_ratio < 1:
             raise ConfigError(f"warmup_ratio: {self.warmup_ratio!r} is not allowed; allowed values: 0 ≤ x < 1")
+        if self.compile and self.distributed == "fsdp":
+            raise ConfigError("compile: true is not allowed with distributed fsdp (FSDP2's hooks around each block "
+                              "do not trace into one graph); allowed values: false, or distributed none or ddp")
 
 
 def require_training_steps(settings: TrainSettings) -> None:
@@ -339,9 +342,10 @@ def train(
     model = GPT(model_config).to(dist.device)
     for block in model.stack.blocks:
         block.activation_checkpointing = settings.activation_checkpointing
-    wrapped = dist.wrap(model)  # under fsdp `model` itself is sharded in place: the optimiser is built after
-    # the compiled module shares `model`'s parameters: state dicts, checkpoints and model.pt stay the plain module's
-    forward = torch.compile(wrapped, fullgraph=True) if settings.compile else wrapped
+    # DDP calls the compiled model (its own hooks stay outside the graph); the compiled module shares `model`'s
+    # parameters, and `model`'s state dict is what checkpoints and model.pt hold
+    runner = torch.compile(model, fullgraph=True) if settings.compile else model
+    wrapped = dist.wrap(runner)  # under fsdp `model` itself is sharded in place: the optimiser is built after
     optimizer = optimizer_for(model, settings)
     full_config = {"model": dataclasses.asdict(model_config), "train": dataclasses.asdict(settings),
                    "data_dir": str(data_dir), "data_sha256": train_split.meta["splits"]["train"].get("tokens_sha256")}
@@ -352,7 +356,7 @@ def train(
 
     def loss_of(x, y, step, micro):
         positions = training_positions(model_config, settings.seed, step, micro, settings.train_len)  # randrope
-        return forward(x.to(dist.device), y.to(dist.device), positions=positions)[1]
+        return wrapped(x.to(dist.device), y.to(dist.device), positions=positions)[1]
 
     def describe() -> dict:
         return {"parameters": sum(p.numel() for p in model.parameters()),

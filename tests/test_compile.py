@@ -23,6 +23,7 @@ from torch._dynamo.backends.registry import lookup_backend
 import dape_core.train as train_module
 from dape_core.cli import main
 from dape_core.encodings import ENCODINGS
+from dape_core.errors import ConfigError
 from dape_core.model import GPT, Encoder, EncoderConfig, GPTConfig
 from dape_core.train import TrainSettings, constrain_parameters, train
 
@@ -225,3 +226,10 @@ def test_compile_reaches_training_but_not_a_run_name():
     for name in plain.lm_runs:
         assert "--no-compile" in str(grid.train_options(plain.lm_runs[name]["settings"])["training"]).split()
         assert "--compile" in str(grid.train_options(compiled.lm_runs[name]["settings"])["training"]).split()
+
+
+def test_compile_is_refused_with_fsdp():
+    """FSDP2's hooks around each block do not trace into one graph: the settings say so before a run starts."""
+    with pytest.raises(ConfigError, match="compile: true is not allowed with distributed fsdp"):
+        TrainSettings(compile=True, distributed="fsdp")
+    assert TrainSettings(compile=True, distributed="ddp").compile
