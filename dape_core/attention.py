@@ -42,6 +42,7 @@ from dape_core.encodings import PositionalEncoding
 from dape_core.errors import require_choice
 from dape_core.implementations.blocked import blocked_scores
 from dape_core.implementations.materialized import attend_materialized, autocast_dtype
+from dape_core.positions import consecutive
 
 DEFAULT_CHUNK_BYTES = 16 * 2**20  # one chunk's [batch, H, rows, T] fp32 scores on the fast path
 ACCELERATOR_SCORE_BYTES = 2**30  # one SDPA call's [batch, H, rows, T] scores on the accelerator path
@@ -233,7 +234,7 @@ def _attend_processed(q, k, v, *, encoding, processor, positions, causal, dropou
     (``positions`` are the keys'); ``scores_fn``: another implementation's scores function (default: blocked)."""
     n, n_keys, scale = q.shape[2], k.shape[2], 1.0 / math.sqrt(q.shape[-1])
     if scores_fn is None:
-        relative = encoding.relative_bias and n_keys > 1 and bool((positions[1:] - positions[:-1] == 1).all())
+        relative = encoding.relative_bias and n_keys > 1 and consecutive(positions)
         scores_fn = functools.partial(blocked_scores, relative_bias=relative)
     outputs = {}
     for r0 in _longest_first(range(0, n, chunk)):

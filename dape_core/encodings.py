@@ -19,7 +19,8 @@ joins the tests and configs by name.
 
 What does not change within a forward pass and has no parameters — distances, T5's buckets, masks, XL's
 sinusoids, ALiBi's whole bias — is built once per pair of position tensors and reused by every layer
-(``geometry``); anything that depends on a parameter is recomputed at every call, so it follows its parameters.
+(``geometry``; under ``torch.compile`` built inside the graph, which shares it); anything that depends on a parameter
+is recomputed at every call, so it follows its parameters.
 """
 
 from __future__ import annotations
@@ -82,6 +83,10 @@ class GeometryCache:
         self.hits = self.misses = 0
 
     def get(self, what: tuple, q_pos: torch.Tensor, k_pos: torch.Tensor, build: Callable[[], torch.Tensor]):
+        """The entry ``what`` of (``q_pos``, ``k_pos``), built by ``build()`` on a miss; under ``torch.compile``
+        always built (the compiler keys nothing by tensor addresses and shares the built tensors itself)."""
+        if torch.compiler.is_compiling():
+            return build()
         key = (what, _position_key(q_pos), _position_key(k_pos))
         entry = self.entries.get(key)
         if entry is not None:
@@ -295,12 +300,13 @@ class Kerple(PositionalEncoding):
 
     def clamp_parameters(self) -> None:
         """r1, r2 ≥ 0.01 (the reference's clamp at every forward), in place only when needed, so a table shared by
-        layers keeps its autograd version."""
+        layers keeps its autograd version; under torch.compile always (the compiled graph has no version counters,
+        and the check would read values on the host)."""
         with torch.no_grad():
             for param in (self.r1, self.r2):
                 if param.device.type == "meta":  # no values to clamp (a memory estimate's model)
                     continue
-                if bool((param < self.min_value).any()):
+                if torch.compiler.is_compiling() or bool((param < self.min_value).any()):
                     param.clamp_(min=self.min_value)
 
     def bias(self, q, k, scores, q_pos, k_pos):
@@ -485,9 +491,22 @@ class TransformerXL(PositionalEncoding):
             dist = dist.clamp(min=0)
         if dist.device.type == "meta":  # no values (a memory estimate's model): the range of positions 0…Tk−1
             lo, hi = (0 if self.causal else 1 - len(k_pos)), len(k_pos) - 1
+        elif torch.compiler.is_compiling():
+            lo, hi = self._static_range(dist, k_pos.shape[0])
         else:
             lo, hi = int(dist.min()), int(dist.max())
         return dist - lo, sinusoid(torch.arange(lo, hi + 1, device=dist.device), self.rel_dim)
+
+    def _static_range(self, dist, n_keys: int) -> tuple[int, int]:
+        """The table's distances under ``torch.compile``, from the shapes alone: |i − j| ≤ Tk − 1, every distance
+        of consecutive positions whose queries are among the keys (what every attention path passes). The eager
+        range (min … max of the distances) would need their values on the host: a graph break and a device sync.
+        Positions farther apart (random ones) fail an assertion in the graph instead of reading a wrong row."""
+        lo, hi = (0 if self.causal else 1 - n_keys), n_keys - 1
+        torch._assert_async(((dist >= lo) & (dist <= hi)).all(),
+                            "Transformer-XL under torch.compile: a distance exceeds the number of keys − 1 "
+                            "(positions that are not consecutive); allowed: consecutive positions, or run eagerly")
+        return lo, hi
 
     def bias(self, q, k, scores, q_pos, k_pos):
         index = geometry.get(("xl_index", self.causal), q_pos, k_pos, lambda: self._geometry(q_pos, k_pos)[0])

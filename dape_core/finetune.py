@@ -43,8 +43,9 @@ from dape_core.hf.patch import ENCODINGS as HF_ENCODINGS, SUPPORTED_MODEL_TYPES,
 from dape_core.settings import AttentionSettings, setting
 from dape_core.train import NOT_HASHED, TrainSettings, config_hash, fit, optimizer_for
 
-#: TrainSettings fields that are not options of `dape finetune`: it runs one process, without block recomputation
-NOT_FINETUNE_OPTIONS = ("distributed", "activation_checkpointing")
+#: TrainSettings fields that are not options of `dape finetune`: it runs one process, eagerly, without block
+#: recomputation
+NOT_FINETUNE_OPTIONS = ("distributed", "activation_checkpointing", "compile")
 MODEL_DIR = "model"
 BASE_CONFIG_VALUES = (f"a mapping with model_type ({', '.join(SUPPORTED_MODEL_TYPES)}) and fields of its "
                       "transformers configuration (JSON on the command line)")

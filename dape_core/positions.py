@@ -33,6 +33,15 @@ def draw_positions(rng: np.random.Generator, length: int, max_position: int) -> 
     return torch.from_numpy(np.sort(rng.choice(max_position, size=length, replace=False)))
 
 
+def consecutive(positions: torch.Tensor) -> bool:
+    """Whether ``positions`` [T] step by 1 (a relative bias is then a function of the key index difference).
+    Under ``torch.compile`` False, without reading them: a host read of the values would be a graph break and a
+    device sync, and False only forgoes a shortcut (the blocked path's per-distance Conv1), never exactness."""
+    if torch.compiler.is_compiling():
+        return False
+    return bool((positions[1:] - positions[:-1] == 1).all())
+
+
 def randomized(cfg) -> bool:
     """Whether a model (anything with an ``encoding``) is trained and evaluated at random positions."""
     return bool(ENCODINGS[cfg.encoding].randomized_positions)
@@ -62,5 +71,5 @@ def evaluation_positions(cfg, seed: int, length: int, window: int) -> torch.Tens
     return draw_positions(np.random.default_rng([seed, length, window, POSITION_STREAM]), length, cfg.max_position)
 
 
-__all__ = ["POSITION_STREAM", "draw_positions", "randomized", "require_max_position", "training_positions",
-           "evaluation_positions"]
+__all__ = ["POSITION_STREAM", "draw_positions", "consecutive", "randomized", "require_max_position",
+           "training_positions", "evaluation_positions"]

@@ -9,7 +9,8 @@ Outputs in ``--out-dir``: ``model.pt`` (a plain full state dict under every ``di
 (step, loss, lr, gradient norm, tokens/s) and ``tensorboard/`` (event files, :mod:`dape_core.tensorboard_log`).
 Periodic checkpoints go to ``--checkpoint-dir`` (:mod:`dape_core.checkpoints`; the newest two are kept) — keep it
 outside a workflow rule's declared outputs so a failed job's clean-up keeps them. ``--distributed ddp`` or ``fsdp``
-under torchrun splits the batch across processes (:mod:`dape_core.distributed`).
+under torchrun splits the batch across processes (:mod:`dape_core.distributed`). ``--compile`` trains the model
+under ``torch.compile(fullgraph=True)`` (one graph per shape; evaluation stays eager).
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ from dape_core.settings import setting
 from dape_core.tensorboard_log import TrainingLog
 
 PRECISIONS = ("fp32", "bf16")
-#: settings that change how a run is computed, not its numbers: a checkpoint resumes across them
-NOT_HASHED = ("threads", "checkpoint_every", "log_every", "activation_checkpointing", "micro_batch_size")
+#: settings that change how a run is computed, not its numbers (compile: to fp32 rounding; micro_batch_size: the
+#: same gradient in pieces): a checkpoint resumes across them
+NOT_HASHED = ("threads", "checkpoint_every", "log_every", "activation_checkpointing", "micro_batch_size", "compile")
 
 
 @dataclass(kw_only=True)
@@ -76,6 +78,8 @@ class TrainSettings:
                                                       "once: each micro-batch runs in equal pieces of this size "
                                                       "(a divisor of its share), the same gradient in less memory; "
                                                       "the workflow sets it from resources.train_lm.gpu_mem_gb")
+    compile: bool = setting(False, help="train the model under torch.compile(fullgraph=True): one graph per shape, "
+                                        "the same numbers to fp32 rounding; evaluation stays eager")
 
     def __post_init__(self):
         fields.check_choices(self, TrainSettings)
@@ -91,6 +95,9 @@ class TrainSettings:
             raise ConfigError(f"min_lr_ratio: {self.min_lr_ratio!r} is not allowed; allowed values: 0 ≤ x ≤ 1")
         if not 0 <= self.warmup_ratio < 1:
             raise ConfigError(f"warmup_ratio: {self.warmup_ratio!r} is not allowed; allowed values: 0 ≤ x < 1")
+        if self.compile and self.distributed == "fsdp":
+            raise ConfigError("compile: true is not allowed with distributed fsdp (FSDP2's hooks around each block "
+                              "do not trace into one graph); allowed values: false, or distributed none or ddp")
 
 
 def require_training_steps(settings: TrainSettings) -> None:
@@ -357,7 +364,10 @@ def train(
     model = GPT(model_config).to(dist.device)
     for block in model.stack.blocks:
         block.activation_checkpointing = settings.activation_checkpointing
-    wrapped = dist.wrap(model)  # under fsdp `model` itself is sharded in place: the optimiser is built after
+    # DDP calls the compiled model (its own hooks stay outside the graph); the compiled module shares `model`'s
+    # parameters, and `model`'s state dict is what checkpoints and model.pt hold
+    runner = torch.compile(model, fullgraph=True) if settings.compile else model
+    wrapped = dist.wrap(runner)  # under fsdp `model` itself is sharded in place: the optimiser is built after
     optimizer = optimizer_for(model, settings)
     full_config = {"model": dataclasses.asdict(model_config), "train": dataclasses.asdict(settings),
                    "data_dir": str(data_dir), "data_sha256": train_split.meta["splits"]["train"].get("tokens_sha256")}

@@ -20,7 +20,8 @@ _SUFFIX = {
 }
 
 # Settings that are part of a name, in the order of their suffixes. An LM run's name leaves out the path
-# (attention_impl, dape_dtype: the same model to fp32 rounding); a timing run's keeps it (it is what is timed).
+# (attention_impl, dape_dtype: the same model to fp32 rounding) and how training runs it (distributed, compile,
+# activation_checkpointing: the same numbers to fp32 rounding); a timing run's keeps the path (it is what is timed).
 LM_NAME_SUFFIXES = ("size", "n_layer", "n_head", "d_model", "tril", "padding", "batch_size", "grad_accum", "steps",
                     "tie_embeddings", "encoding_shared", "tag")
 LM_NAME_SETTINGS = ("dataset", "train_len", "encoding", "processor", "kernel_size", "dape_width", *LM_NAME_SUFFIXES)

@@ -153,6 +153,8 @@ def _padded(sources, mask, left: int, right: int, dtype) -> torch.Tensor:
         dst = out[..., c0 : c0 + src.shape[-3], :, left : left + src.shape[-1]]
         if mask is None:
             dst.copy_(src)
+        elif torch.compiler.is_compiling():  # the compiler takes no strided out= (and fuses the product into the copy)
+            dst.copy_(src * mask)
         else:
             torch.mul(src, mask, out=dst)
         c0 += src.shape[-3]
