@@ -76,6 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p = command("claims", "claim verdicts: claims.md and claims.csv")
     _add_sources(p)
     p.add_argument("--windows", help="lm_windows.csv: per-window losses (the intervals' windows)")
+    p.add_argument("--gpu-tflops", type=_positive, help="estimate.gpu_tflops: the GPU-hours of the extra seeds "
+                   "that would decide an open claim (default: the schema's)")
+    p.add_argument("--utilisation", type=_share, help="estimate.utilisation (default: the schema's)")
     p.add_argument("--out-md", required=True)
     p.add_argument("--out-csv", required=True)
 
@@ -84,6 +87,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", help="results/plan.json: headings name the families of each role")
     p.add_argument("--out-md", required=True)
     p.add_argument("--out-csv", required=True)
+
+
+def _positive(text: str) -> float:
+    """A number > 0 (estimate.gpu_tflops)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"gpu_tflops: {text!r} is not allowed; allowed values: a number > 0")
+    return value
+
+
+def _share(text: str) -> float:
+    """A number in (0, 1] (estimate.utilisation)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"utilisation: {text!r} is not allowed; allowed values: a number in (0, 1]")
+    return value
 
 
 def _add_sources(p: argparse.ArgumentParser) -> None:
@@ -129,7 +154,8 @@ def run(args) -> int:
         draw_figure(args)
     elif command == "claims":
         write_claims(_read(args.lm), _read(args.timing), _read(args.che), _read(args.sink), args.out_md,
-                     args.out_csv, windows=_read(args.windows))
+                     args.out_csv, windows=_read(args.windows), gpu_tflops=args.gpu_tflops,
+                     utilisation=args.utilisation)
     else:
         from dape_core.report.compare import compare_markdown, ordering
 
@@ -199,13 +225,16 @@ def draw_figure(args) -> None:
         figures.che_figure(pd.read_csv(args.che), args.family, spec.get("aggregation", "max"), title, args.out)
 
 
-def write_claims(lm, timing, che, sink, out_md: str | Path, out_csv: str | Path, windows=None) -> pd.DataFrame:
+def write_claims(lm, timing, che, sink, out_md: str | Path, out_csv: str | Path, windows=None,
+                 gpu_tflops: float | None = None, utilisation: float | None = None) -> pd.DataFrame:
     """The claim verdicts on this run, next to the same rules applied to the paper's own numbers, and the
-    Spearman ρ of each setting's method ordering against the paper's."""
+    Spearman ρ of each setting's method ordering against the paper's; ``gpu_tflops`` and ``utilisation`` price
+    the seeds that would decide the open claims."""
     from dape_core.report.claims import claims_markdown, evaluate_claims, evaluate_claims_on_paper
     from dape_core.report.compare import setting_correlations
 
-    verdicts = evaluate_claims(lm, timing=timing, che=che, sink=sink, windows=windows)
+    verdicts = evaluate_claims(lm, timing=timing, che=che, sink=sink, windows=windows, gpu_tflops=gpu_tflops,
+                               utilisation=utilisation)
     rho = setting_correlations(lm) if lm is not None and len(lm) else None
     io.write_text(out_md, claims_markdown(verdicts, paper=evaluate_claims_on_paper(), rho=rho))
     table = verdicts.assign(numbers=verdicts["numbers"].map(lambda n: json.dumps(n, default=str, sort_keys=True)))
