@@ -759,7 +759,7 @@ def _che(ctx: Context) -> list[dict]:
     if noise is not None and seed_text:
         record.update(seed_sd=noise.sd, seed_df=noise.df)
     if verdict == UNDECIDED:
-        record.update(_che_seeds(needs, n))
+        record.update(_che_seeds(needs, n, lower_bound=noise is None))
     return [record]
 
 
@@ -785,10 +785,11 @@ def _che_seed_noise(summary: pd.DataFrame) -> SeedNoise | None:
     return SeedNoise(float(np.sqrt(ss / df)), df, f"the CHE cells with several seeds ({df} degrees of freedom)")
 
 
-def _che_seeds(needs: list, n_tasks: int) -> dict:
+def _che_seeds(needs: list, n_tasks: int, lower_bound: bool = False) -> dict:
     """Seeds that decide the CHE claim at the observed per-task effects: CONFIRMED needs more than half the tasks
     won, so the ⌊n/2⌋+1-th smallest n among tasks whose estimate exceeds the margin; else REFUTED, the
-    ⌈n/2⌉-th smallest among tasks whose estimate is below 0 (each task's n from :func:`seeds_to_decide`)."""
+    ⌈n/2⌉-th smallest among tasks whose estimate is below 0 (each task's n from :func:`seeds_to_decide`; a lower
+    bound, "≥ n", when the seed noise is not estimated)."""
     def kth(candidates, k):
         values = sorted(x for x in candidates if x[0] is not None)
         return values[k - 1] if len(values) >= k else None
@@ -801,7 +802,9 @@ def _che_seeds(needs: list, n_tasks: int) -> dict:
                 "unknown: no seed-noise estimate for CHE, or too few tasks beyond a threshold"}
     n, _ = pick
     cells = sorted({c for est, m, cs in needs if m is not None and m <= n for c in cs})
-    return {"seeds_needed": n, "runs": cells, "che_cells": cells, "seeds_needed_text": f"{n} (towards {towards})"}
+    text = (f"≥ {n} (towards {towards}; noise of the lengths only, the seed noise is not estimated)" if lower_bound
+            else f"{n} (towards {towards})")
+    return {"seeds_needed": n, "runs": cells, "che_cells": cells, "seeds_needed_text": text}
 
 
 def _sink(ctx: Context) -> list[dict]:

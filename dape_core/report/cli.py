@@ -8,7 +8,8 @@ Sub-commands (each writes its outputs atomically):
 - ``tables``: Markdown and LaTeX tables of every family into ``--out-dir``;
 - ``figure ppl|sweep|timing|che|attention|sink``: one figure;
 - ``claims``: the claim verdicts with their intervals (``claims.md``, ``claims.csv``; ``--windows`` is
-  ``lm_windows.csv``); ``compare``: the paper-vs-run comparison.
+  ``lm_windows.csv``); ``compare``: the paper-vs-run comparison;
+- ``robustness``: this run's and a shifted run's verdicts side by side (``robustness.md``, ``robustness.csv``).
 """
 
 from __future__ import annotations
@@ -82,6 +83,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--out-md", required=True)
     p.add_argument("--out-csv", required=True)
 
+    p = command("robustness", "two runs' verdicts side by side: flips and agreement")
+    p.add_argument("--claims", required=True, help="claims.csv of this run")
+    p.add_argument("--shifted-claims", required=True, help="claims.csv of the shifted run")
+    p.add_argument("--shift-summary", help="shift.json written with the shifted configuration")
+    p.add_argument("--out-md", required=True)
+    p.add_argument("--out-csv", required=True)
+
     p = command("compare", "paper vs run: orderings and relative improvements")
     p.add_argument("--lm", required=True)
     p.add_argument("--plan", help="results/plan.json: headings name the families of each role")
@@ -150,6 +158,12 @@ def run(args) -> int:
         for path in write_tables(aggregate.read_plan(args.plan), _read(args.lm), _read(args.timing),
                                  _read(args.che), _read(args.leakage), args.out_dir):
             print(path)
+    elif command == "robustness":
+        from dape_core.report.robustness import compare, read_summary, robustness_markdown
+
+        table = compare(pd.read_csv(args.claims), pd.read_csv(args.shifted_claims))
+        io.write_text(args.out_md, robustness_markdown(table, read_summary(args.shift_summary)))
+        io.write_csv(args.out_csv, table)
     elif command == "figure":
         draw_figure(args)
     elif command == "claims":
