@@ -29,6 +29,7 @@ include: "workflow/rules/leakage.smk"
 include: "workflow/rules/timing.smk"
 include: "workflow/rules/che.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/robustness.smk"
 
 
 rule all:

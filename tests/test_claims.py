@@ -381,7 +381,8 @@ def test_every_claim_is_tested_and_cites_a_section():
 def test_records_and_markdown(on_paper):
     df = evaluate_claims(trio(), timing=timing())
     assert list(df.columns) == ["claim_id", "section", "statement", "rule", "core", "informational", "verdict",
-                                "basis", "summary", "numbers"]
+                                "basis", "seed_noise", "summary", "seeds_to_decide", "extra_jobs",
+                                "extra_cpu_hours", "extra_gpu_hours", "numbers"]
     row = df.set_index("claim_id").loc["dape_ordering_beyond"]
     first = next(iter(row["numbers"].values()))
     assert first["verdict"] == CONFIRMED and first["gain_low"] > 0.01 and first["n_seeds"] == 3
@@ -392,7 +393,7 @@ def test_records_and_markdown(on_paper):
     assert md.count("\n- `") == len(CLAIMS)
     counts = df["verdict"].value_counts()
     assert md.startswith(f"# Claims\n\n{counts.get(CONFIRMED, 0)} CONFIRMED, {counts.get(REFUTED, 0)} REFUTED, ")
-    assert "never a refutation" in md and "windows only (1 seed: seed noise not seen)" in md
+    assert "never a refutation" in md and "1 seed + seed noise from" in md and "σ·t_ν" in md
     assert "## Method orderings against the paper" in md and "| central | code, train 64, tiny |" in md
     assert (on_paper["basis"].str.startswith("point") | on_paper["verdict"].eq(NOT_RUN)).all()
 
@@ -410,3 +411,32 @@ def test_records_and_markdown(on_paper):
 def test_the_rules_accept_the_papers_own_numbers(on_paper, claim_id, expected):
     """Rules the paper's printed numbers fail would be miscalibrated; figure-only claims are NOT-RUN."""
     assert on_paper.loc[claim_id, "verdict"] == expected
+
+
+# --------------------------------------------------------------------------- one seed: seed noise or UNDECIDED
+def test_one_seed_of_che_or_sink_without_a_multi_seed_source_is_undecided():
+    one = che(wins=4)[lambda d: d["seed"] == 0]
+    record = evaluate_claims(None, che=one, claim_ids=["che_dape1x3_beats_kerple"]).iloc[0]
+    assert record["verdict"] == UNDECIDED and record["basis"].startswith("1 seed (seed noise not estimated")
+    assert verdict("che_dape1x3_beats_kerple", che=che(wins=4)) == CONFIRMED  # the same gaps over two seeds
+    single = sink()[lambda d: d["run"].isin(["a", "c"])]
+    assert verdict("sink_stronger_with_dape1x3", sink=single) == UNDECIDED
+    other = sink().assign(method=lambda d: d["method"].str.replace("Kerple", "ALiBi"),
+                          run=lambda d: d["run"] + "2")  # two runs per ALiBi method: a seed-noise source
+    record = evaluate_claims(None, sink=frame(single, other), claim_ids=["sink_stronger_with_dape1x3"]).iloc[0]
+    assert "sink runs with several seeds" in record["basis"] and record["verdict"] == CONFIRMED
+
+
+def test_a_one_seed_run_takes_the_seed_noise_of_the_multi_seed_runs():
+    """Two central methods over three seeds that disagree by ±5 %: a 1 % gap of two one-seed runs is inside that
+    noise (UNDECIDED), a 60 % gap is not; without the multi-seed runs neither is decided."""
+    source = frame(runs(B, "Kerple", {1: [9.5, 10.0, 9.0], 2: [12.0, 12.6, 11.4]}),
+                   runs(B, "ALiBi", {1: [10.0, 9.5, 10.5], 2: [11.0, 10.4, 11.6]}))
+    rope = runs(E, "RoPE", {1: 10, 2: 30}, seeds=(0,))
+    close, far = (runs(E, "DAPE1x3-RoPE", {1: 9.9, 2: 29.7}, seeds=(0,)),
+                  runs(E, "DAPE1x3-RoPE", {1: 4.0, 2: 12.0}, seeds=(0,)))
+    record = evaluate_claims(frame(source, rope, close), claim_ids=["dape1x3_improves_nope_rope"]).iloc[0]
+    assert record["verdict"] == UNDECIDED and record["basis"].startswith("1 seed + seed noise from 2 runs × 3 seeds")
+    assert record["seed_noise"].startswith("σ ")
+    assert verdict("dape1x3_improves_nope_rope", frame(source, rope, far)) == CONFIRMED
+    assert verdict("dape1x3_improves_nope_rope", frame(rope, far)) == UNDECIDED

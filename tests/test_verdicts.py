@@ -17,8 +17,10 @@ from dape_core.evaluate import WINDOW_COLUMNS, choose_device, device_name, evalu
 from dape_core.methods import parse_method
 from dape_core.model import GPT, GPTConfig
 from dape_core.report import aggregate
-from dape_core.report.claims import CONFIRMED, NOT_RUN, REFUTED, UNDECIDED, evaluate_claims
-from dape_core.report.intervals import POINT, Interval, combine, decide, interval
+from dape_core.report.claims import CONFIRMED, NOT_RUN, REFUTED, UNDECIDED, claims_markdown, evaluate_claims
+from dape_core.report.intervals import (NO_SEED_NOISE, POINT, Interval, SeedNoise, combine, decide, interval,
+                                        seeds_to_decide)
+from dape_core.report.seed_noise import SeedNoiseSource
 
 GAIN_20 = math.log(0.8)  # log ppl offset of a method 20 % better: ppl_A / ppl_B = 0.8
 
@@ -105,16 +107,121 @@ def test_a_gain_below_the_margin_is_undecided_not_refuted():
     assert record["verdict"] == UNDECIDED
 
 
-def test_one_seed_sees_the_windows_only_and_says_so():
+def test_one_seed_without_a_multi_seed_source_is_undecided_whatever_the_gap():
+    """One seed per method and no setting with several seeds: the seed noise is unknown, so even a 20 % gap far
+    beyond the window noise stays UNDECIDED ("1 seed"); the number of seeds it would take is a lower bound."""
     lm, windows = synthetic({"RoPE": GAIN_20, "DAPE-RoPE": 0.0}, seeds=(0,))
+    for table in (windows, None):
+        record = check("naive_dape_degrades_rope", lm, table)
+        assert record["verdict"] == UNDECIDED and record["basis"] == NO_SEED_NOISE, record["summary"]
+        c = first_check(record)
+        assert c["gain"] == pytest.approx(0.2, abs=0.06) and c["gain_low"] == -math.inf and c["gain_high"] == 1.0
     record = check("naive_dape_degrades_rope", lm, windows)
-    assert record["verdict"] == CONFIRMED and record["basis"] == "windows only (1 seed: seed noise not seen)"
-    assert "windows only (1 seed: seed noise not seen): 1 × 32" in record["summary"]
-    # the same comparison without per-window losses has nothing to resample: no interval, never a verdict
-    record = check("naive_dape_degrades_rope", lm, None)
-    assert record["verdict"] == UNDECIDED and record["basis"] == "no interval (1 seed, no per-window data)"
+    assert record["seeds_to_decide"].startswith("≥ 2 (towards CONFIRMED; window noise only")
+
+
+# The multi-seed source of the tests below: six methods of the central comparison, two seeds each, whose seed
+# effects (sd 0.03 nats per method and seed, as measured at the default's scale) are larger than the window noise
+# of a mean over 32 windows.
+SOURCE_SD = 0.03
+SOURCE = ("Kerple", "ALiBi", "FIRE", "T5", "XL", "CoPE")
+
+
+def with_source(lm: pd.DataFrame, windows: pd.DataFrame, seed_sd=SOURCE_SD, methods=SOURCE, seeds=(0, 1), rng=7):
+    source = synthetic({m: 0.0 for m in methods}, seeds=seeds, seed_sd=seed_sd, window_sd=0.02, rng=rng,
+                       role="central")
+    return pd.concat([lm, source[0]], ignore_index=True), pd.concat([windows, source[1]], ignore_index=True)
+
+
+def five_percent_then_reversed():
+    """RoPE 5 % better than DAPE-RoPE with seed 0 and 5 % worse with seed 1, at low window noise."""
+    lm, windows = synthetic({"RoPE": 0.0, "DAPE-RoPE": 0.0}, seeds=(0, 1), seed_sd=0.0, window_sd=0.02)
+    rope0 = (windows["run"] == "RoPE-run") & (windows["seed"] == 0)
+    rope1 = (windows["run"] == "RoPE-run") & (windows["seed"] == 1)
+    windows.loc[rope0, "loss"] += math.log(0.95)
+    windows.loc[rope1, "loss"] -= math.log(0.95)
+    for seed, mask in ((0, rope0), (1, rope1)):
+        for n, g in windows[mask].groupby("eval_len"):
+            lm.loc[(lm["method"] == "RoPE") & (lm["seed"] == seed) & (lm["eval_len"] == n), "ppl"] = math.exp(
+                g["loss"].mean())
+    return lm, windows
+
+
+def test_a_5_percent_gap_that_another_seed_reverses_is_undecided():
+    lm, windows = five_percent_then_reversed()
+    one_lm, one_windows = with_source(lm[lm["seed"] == 0], windows[windows["seed"] == 0])
+    # the windows alone would have decided it: the gain is +5 %, its window interval well above the 2 % margin
+    rope = one_windows[(one_windows["run"] == "RoPE-run")].groupby(["eval_len", "document"])["loss"].mean()
+    dape = one_windows[(one_windows["run"] == "DAPE-RoPE-run")].groupby(["eval_len", "document"])["loss"].mean()
+    unit = np.column_stack([(dape - rope).to_numpy()])
+    window_only = interval([unit], lambda m: m[:, 0], "k", seed_noise=SeedNoise(1e-9, 1000, "none")).map(
+        lambda d: -math.expm1(-d))
+    assert window_only.low > 0.03
+    record = check("naive_dape_degrades_rope", one_lm, one_windows)
     c = first_check(record)
-    assert c["gain"] == pytest.approx(0.2, abs=0.06) and c["gain_low"] == -math.inf and c["gain_high"] == 1.0
+    assert c["gain"] == pytest.approx(0.05, abs=0.01)
+    assert record["verdict"] == UNDECIDED and record["basis"].startswith("1 seed + seed noise from 6 runs × 2 seeds")
+    assert c["gain_low"] < 0 and c["seed_df"] == 5 and 0.02 < c["seed_sd"] < 0.08, record["summary"]
+    assert "seed noise σ" in record["summary"] and record["seed_noise"].startswith("σ ")
+    # and with both seeds the seeds × windows bootstrap sees the reversal
+    both = check("naive_dape_degrades_rope", *with_source(lm, windows))
+    assert both["verdict"] == UNDECIDED and both["basis"] == "seeds × windows"
+
+
+def test_a_gap_far_beyond_the_seed_noise_is_still_decided():
+    for gain, expected in ((GAIN_20, CONFIRMED), (-GAIN_20, REFUTED)):
+        lm, windows = synthetic({"RoPE": gain, "DAPE-RoPE": 0.0}, seeds=(0,))
+        record = check("naive_dape_degrades_rope", *with_source(lm, windows))
+        assert record["verdict"] == expected, record["summary"]
+        assert record["basis"].startswith("1 seed + seed noise from 6 runs × 2 seeds of code, T 64, small")
+        assert record["seeds_to_decide"] == "" and pd.isna(record["extra_jobs"])
+
+
+def test_the_seed_noise_estimate_recovers_the_planted_seed_sd():
+    """Twelve methods × three seeds with a per-method-and-seed effect of sd 0.05: the paired comparison's seed SD
+    is √2 × 0.05 (plus the small window part), and a run on its own 0.05."""
+    methods = [f"DAPE1x{k}-Kerple" for k in (3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25)]
+    lm, windows = synthetic({m: 0.0 for m in methods}, seeds=(0, 1, 2), seed_sd=0.05, window_sd=0.02, rng=3,
+                            role="central")
+    source = SeedNoiseSource(lm, windows)
+    paired = source.noise([("mean", "all", "loss")] * 2, paired=True)
+    alone = source.noise([("mean", "within", "loss")], paired=False)
+    assert paired.df == 11 * 2 and alone.df == 12 * 2
+    assert 0.045 < paired.sd < 0.11 and 0.03 < alone.sd < 0.075
+    assert paired.sd == pytest.approx(math.sqrt(2) * alone.sd, rel=0.5)
+    assert not SeedNoiseSource(lm[lm["seed"] == 0], windows)  # one seed: no source
+
+
+def test_seeds_to_decide_follows_the_power_rule():
+    iv = Interval(0.05, -0.01, 0.11, "1 seed + seed noise from x", 1, 32, unit_sd=0.04)
+    n, text = seeds_to_decide(iv, side=1, confirm=0.02, refute=0.0)
+    assert n == math.ceil(((1.959964 + 0.841621) * 0.04 / 0.03) ** 2) == 14 and text == "14 (towards CONFIRMED)"
+    n, text = seeds_to_decide(Interval(-0.05, -0.1, 0.0, "x", 1, 32, unit_sd=0.04), side=1, confirm=0.02, refute=0.0)
+    assert n == math.ceil(((1.959964 + 0.841621) * 0.04 / 0.05) ** 2) and "REFUTED" in text
+    n, text = seeds_to_decide(Interval(0.01, -0.05, 0.07, "x", 1, 32, unit_sd=0.04), side=1, confirm=0.02,
+                              refute=0.0)
+    assert n is None and text.startswith("none")  # between 0 and the margin: no number of seeds decides it
+    n, text = seeds_to_decide(Interval(0.0201, -0.05, 0.07, "x", 1, 32, unit_sd=0.04), side=1, confirm=0.02,
+                              refute=0.0)
+    assert n is None and text.startswith("> 100")
+    n, _ = seeds_to_decide(Interval(1.2, 1.0, 1.4, "x", 2, 32, unit_sd=0.1), side=-1, confirm=1.5, refute=2.0)
+    assert n == 3  # already far beyond: at least one seed more than the two it has
+
+
+def test_an_open_claim_says_what_would_decide_it_and_what_it_costs():
+    lm, windows = five_percent_then_reversed()
+    lm, windows = with_source(lm[lm["seed"] == 0], windows[windows["seed"] == 0])
+    lm = lm.assign(train_wall_s=360.0, train_threads=1, flops_per_token=1e9, steps=100, batch_size=10,
+                   grad_accum=1)
+    record = evaluate_claims(lm, windows=windows, claim_ids=["naive_dape_degrades_rope"],
+                             gpu_tflops=100, utilisation=0.5).iloc[0]
+    n = int(record["seeds_to_decide"].split()[0])
+    assert record["seeds_to_decide"] == f"{n} (towards CONFIRMED)" and n >= 2
+    assert record["extra_jobs"] == 2 * 2 * (n - 1)  # two runs, a training and an evaluation job per extra seed
+    assert record["extra_cpu_hours"] == pytest.approx(2 * (n - 1) * 0.1)
+    assert record["extra_gpu_hours"] == pytest.approx(2 * (n - 1) * 1e9 * 100 * 10 * 64 / 50e12 / 3600, rel=1e-2)
+    md = claims_markdown(evaluate_claims(lm, windows=windows))
+    assert "## What would decide the open claims" in md and f"| `naive_dape_degrades_rope` | {n} (towards" in md
 
 
 def test_without_per_window_losses_the_seeds_alone_are_resampled():
@@ -279,3 +386,12 @@ def test_report_lm_collects_windows_and_report_claims_reads_them(tmp_path):
     assert table.loc["dape_ordering_beyond", "basis"] == "seeds × windows"
     md = (reports / "claims.md").read_text()
     assert "**CONFIRMED**" in md and "| central | code, train 64, small |" in md  # ρ against Table 2 etc.
+
+
+def test_report_claims_refuses_a_bad_estimate_rate(tmp_path, capsys):
+    for option, value, allowed in (("--utilisation", "2", "a number in (0, 1]"), ("--gpu-tflops", "0", "a number > 0")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["report", "claims", "--plan", str(tmp_path / "plan.json"), option, value, "--out-md",
+                  str(tmp_path / "c.md"), "--out-csv", str(tmp_path / "c.csv")])
+        assert exit_info.value.code == 2
+        assert f"allowed values: {allowed}" in capsys.readouterr().err

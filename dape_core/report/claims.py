@@ -12,10 +12,23 @@ Verdicts (the rules of ``claims.md``):
   multiplicity correction: with k checks the chance that noise alone refutes one is up to k × 2.5 %).
 - Intervals of perplexity comparisons come from a paired bootstrap over seeds and, within each drawn seed, over
   the evaluation windows (``lm_windows.csv``): seeds are resampled, then windows within each; both methods (and
-  every evaluation length) get the same windows. With one seed per method the interval sees the window noise only
-  ("windows only (1 seed: seed noise not seen)"): a CONFIRMED or REFUTED then says that these two trained models
-  differ beyond the noise of the evaluation data, not that the difference would survive another training seed.
-  Without per-window losses the seeds alone are resampled; with neither the interval is (−∞, +∞), UNDECIDED.
+  every evaluation length) get the same windows. Without per-window losses the seeds alone are resampled.
+- No verdict without training-seed noise: a check resting on one trained model per method gets, in every draw of
+  its windows, a seed offset σ·t_ν, σ the between-seed SD of its own statistic estimated where the grid trains
+  runs with several seeds (:mod:`dape_core.report.seed_noise`: the method × seed interaction mean square of
+  paired comparisons, the within-run mean square of a run on its own, pooled over the multi-seed settings);
+  basis "1 seed + seed noise from <source>", σ and ν in the check's text. Without such a setting the interval is
+  (−∞, +∞), basis "1 seed (seed noise not estimated…)": UNDECIDED. Per check, the statistic whose seed noise is
+  used: the mean loss within (×1, also for a model evaluated below its training length) or beyond (×>1) or over
+  all multiples for perplexity comparisons, the explosion's growth for ``baselines_explode_bounded``, the ΔP
+  statistic for ``delta_p_sign``; CHE uses its own cells with several seeds (best accuracy), the sink its own
+  runs with several seeds (log sink mass); timing is a point rule on medians and takes none.
+- What would decide an UNDECIDED check: the seeds per method n = ⌈((z_0.975 + z_0.8)·s/δ)²⌉
+  (:func:`~dape_core.report.intervals.seeds_to_decide`: 80 % power at the observed effect, s one seed's SD,
+  δ the distance to the threshold the estimate lies beyond); a claim needs the largest n of its open checks, and
+  the extra training and evaluation jobs of its runs cost what this run measured (training CPU-hours:
+  ``train_wall_s`` × ``train_threads``) and what the FLOP estimate gives (GPU-hours: ``flops_per_token`` × tokens
+  / (``gpu_tflops`` × ``utilisation``), :mod:`dape_core.config.estimate`).
 - The paper's own numbers (one value per cell, no seeds or windows) get point verdicts: the interval is the
   point, labelled "point (the paper's printed numbers)".
 - A diverged run (``status`` "diverged") has perplexity +∞ in every draw: it loses every comparison it should win
@@ -44,6 +57,7 @@ Each claim yields a record: ``claim_id``, ``section``, ``statement``, ``rule``, 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -51,8 +65,10 @@ import numpy as np
 import pandas as pd
 
 from dape_core.report.aggregate import ROLES, in_role
-from dape_core.report.intervals import (CONFIRMED, LEVEL, MARKS, NOT_RUN, POINT, REFUTED, RESAMPLES, UNDECIDED,
-                                        Interval, combine, decide, difference, interval)
+from dape_core.report.intervals import (CONFIRMED, LEVEL, MARKS, MAX_SEEDS, NOT_RUN, POINT, REFUTED, RESAMPLES,
+                                        UNDECIDED, Z_LEVEL, Z_POWER, Interval, SeedNoise, combine, decide, difference,
+                                        interval, seeds_to_decide)
+from dape_core.report.seed_noise import SeedNoiseSource, where_of
 
 __all__ = ["CLAIMS", "CONFIRMED", "CORE_CLAIMS", "NOT_RUN", "REFUTED", "UNDECIDED", "claims_markdown",
            "evaluate_claims", "evaluate_claims_on_paper"]
@@ -157,8 +173,9 @@ def _pct(x: float) -> str:
 
 
 class Context:
-    """What the checks read: the aggregated tables, the per-window losses by (run, seed, evaluation length), and
-    whether verdicts are point verdicts (the paper's numbers)."""
+    """What the checks read: the aggregated tables, the per-window losses by (run, seed, evaluation length), the
+    multi-seed runs that give 1-seed checks their seed noise, and whether verdicts are point verdicts (the paper's
+    numbers)."""
 
     def __init__(self, lm=None, timing=None, che=None, sink=None, windows=None, point: bool = False):
         self.lm, self.timing, self.che, self.sink, self.point = lm, timing, che, sink, point
@@ -166,12 +183,19 @@ class Context:
         if windows is not None and len(windows):
             for (run, seed, n), g in windows.groupby(["run", "seed", "eval_len"], sort=False):
                 self.windows[(str(run), int(seed), int(n))] = g.set_index(["document", "anchor"])
+        self.seed_source = SeedNoiseSource(None if point else lm, windows)
 
-    def interval(self, units, statistic, key: str, inner: str = "windows") -> Interval:
-        return interval(units, statistic, key, point=self.point, inner=inner)
+    def noise(self, stats, paired: bool = True) -> SeedNoise | None:
+        """The seed noise of a check whose per-run statistics are ``stats`` (see :mod:`~dape_core.report.seed_noise`)."""
+        return self.seed_source.noise(list(stats), paired)
 
-    def difference(self, units_b, units_a, statistic, key: str, inner: str = "windows") -> Interval:
-        return difference(units_b, units_a, statistic, key, point=self.point, inner=inner)
+    def interval(self, units, statistic, key: str, inner: str = "windows",
+                 seed_noise: SeedNoise | None = None) -> Interval:
+        return interval(units, statistic, key, point=self.point, inner=inner, seed_noise=seed_noise)
+
+    def difference(self, units_b, units_a, statistic, key: str, inner: str = "windows",
+                   seed_noise: SeedNoise | None = None) -> Interval:
+        return difference(units_b, units_a, statistic, key, point=self.point, inner=inner, seed_noise=seed_noise)
 
     def piece(self, rows: pd.DataFrame, column: str = "loss") -> pd.Series | float:
         """One method × seed × evaluation length (one row per run): the per-window ``column`` indexed by window
@@ -215,9 +239,11 @@ def _seed_unit(ctx: Context, parts) -> np.ndarray:
                   for n in lengths])
 
 
-def _compare(ctx: Context, ra: pd.DataFrame, rb: pd.DataFrame, lengths_a, lengths_b, key: str) -> Interval | None:
+def _compare(ctx: Context, ra: pd.DataFrame, rb: pd.DataFrame, lengths_a, lengths_b, key: str,
+             stats=(("mean", "all", "loss"),) * 2) -> Interval | None:
     """log ppl_B − log ppl_A (each a mean over its lengths and the seeds), with its interval: paired by seed and
-    window when the two share seeds, each resampled on its own otherwise. None when a side has no complete seed."""
+    window when the two share seeds, each resampled on its own otherwise; with one seed, the seed noise of the
+    per-run statistics ``stats`` (A's, B's) is added. None when a side has no complete seed."""
     sa, sb = _seeds(ra, lengths_a), _seeds(rb, lengths_b)
     if not sa or not sb:
         return None
@@ -226,10 +252,18 @@ def _compare(ctx: Context, ra: pd.DataFrame, rb: pd.DataFrame, lengths_a, length
     if shared:
         units = [_seed_unit(ctx, [(ra[ra["seed"] == s], lengths_a, "loss"), (rb[rb["seed"] == s], lengths_b, "loss")])
                  for s in shared]
-        return ctx.interval(units, lambda m: m[:, k:].mean(axis=1) - m[:, :k].mean(axis=1), key)
+        return ctx.interval(units, lambda m: m[:, k:].mean(axis=1) - m[:, :k].mean(axis=1), key,
+                            seed_noise=ctx.noise(stats, paired=True) if len(units) == 1 else None)
     units_a = [_seed_unit(ctx, [(ra[ra["seed"] == s], lengths_a, "loss")]) for s in sorted(sa)]
     units_b = [_seed_unit(ctx, [(rb[rb["seed"] == s], lengths_b, "loss")]) for s in sorted(sb)]
-    return ctx.difference(units_b, units_a, lambda m: m.mean(axis=1), key)
+    single = [stat for stat, units in zip(stats, (units_a, units_b)) if len(units) == 1]
+    return ctx.difference(units_b, units_a, lambda m: m.mean(axis=1), key,
+                          seed_noise=ctx.noise(single, paired=False) if single else None)
+
+
+def _stat(where: str) -> tuple:
+    """The per-run seed-noise statistic of a perplexity comparison at ``where`` (within, beyond, all)."""
+    return ("mean", where, "loss")
 
 
 def _gm(rows: pd.DataFrame, lengths) -> float:
@@ -244,13 +278,86 @@ def _interval_text(iv: Interval, fmt=_pct) -> str:
     return "" if iv.basis == POINT else f" [{fmt(iv.low)}, {fmt(iv.high)}]"
 
 
-def _record(verdict: str, text: str, iv: Interval | None, **numbers) -> dict:
-    """One check: its verdict, its text (ending with the verdict and what the interval saw) and its numbers."""
+def _record(verdict: str, text: str, iv: Interval | None, rule: dict | None = None, runs=(), **numbers) -> dict:
+    """One check: its verdict, its text (ending with the verdict, what the interval saw and the seed noise it
+    used) and its numbers; with ``rule`` (side, confirm, refute of :func:`decide`) an UNDECIDED check also gets
+    the seeds that would decide it (``seeds_needed``) and the ``runs`` they would retrain."""
     scope = f"; {iv.scope()}" if iv is not None else ""
+    if iv is not None and iv.seed_noise is not None:
+        scope += f"; {iv.seed_noise.text()}"
     record = {"verdict": verdict, "text": f"{text} → {verdict}{scope}", **numbers}
     if iv is not None:
-        record.update(basis=iv.basis, n_seeds=iv.n_seeds, n_rows=iv.n_rows)
+        record.update(basis=iv.basis, n_seeds=iv.n_seeds, n_rows=iv.n_rows, unit_sd=iv.unit_sd)
+        if iv.seed_noise is not None:
+            record.update(seed_sd=iv.seed_noise.sd, seed_df=iv.seed_noise.df)
+    if rule is not None and iv is not None and verdict == UNDECIDED:
+        needed, why = seeds_to_decide(iv, **rule)
+        record.update(seeds_needed=needed, seeds_needed_text=why, runs=sorted({str(r) for r in runs}))
     return record
+
+
+def _towards(check: dict) -> str | None:
+    """The verdict more seeds would reach at a check's observed effect (None: none)."""
+    text = check.get("seeds_needed_text") or ""
+    return CONFIRMED if f"towards {CONFIRMED}" in text else REFUTED if f"towards {REFUTED}" in text else None
+
+
+def _estimate_rate() -> tuple[float, float]:
+    """The estimate block's defaults (workflow/schemas/config.schema.yaml): gpu_tflops, utilisation."""
+    from dape_core.config.schema import SCHEMA_PATH, load_yaml
+
+    props = load_yaml(SCHEMA_PATH)["properties"]["estimate"]["properties"]
+    return float(props["gpu_tflops"]["default"]), float(props["utilisation"]["default"])
+
+
+def run_costs(lm: pd.DataFrame | None, gpu_tflops: float, utilisation: float) -> dict[str, dict]:
+    """Per LM run: its seeds, and one more seed's training CPU-hours as this run measured them (``train_wall_s``
+    × ``train_threads``, the median over its seeds) and GPU-hours by the FLOP estimate of
+    :mod:`dape_core.config.estimate` (``flops_per_token`` × steps × batch_size × grad_accum × train_len /
+    (gpu_tflops × utilisation))."""
+    if lm is None or lm.empty or "run" not in lm:
+        return {}
+    out = {}
+    for run, g in lm.drop_duplicates(["run", "seed"]).groupby("run"):
+        def col(name):
+            values = pd.to_numeric(g[name], errors="coerce") if name in g else pd.Series(np.nan, index=g.index)
+            return values.astype(float)
+
+        cpu = float(np.nanmedian((col("train_wall_s") * col("train_threads").fillna(1)).to_numpy())) / 3600 \
+            if col("train_wall_s").notna().any() else math.nan
+        tokens = col("steps") * col("batch_size") * col("grad_accum").fillna(1) * col("train_len")
+        flops = (col("flops_per_token") * tokens).to_numpy()
+        gpu = float(np.nanmedian(flops)) / (gpu_tflops * 1e12 * utilisation) / 3600 \
+            if np.isfinite(flops).any() else math.nan
+        out[str(run)] = {"seeds": int(g["seed"].nunique()), "cpu_hours": cpu, "gpu_hours": gpu}
+    return out
+
+
+def _decide_route(checks: list[dict]) -> tuple[int | None, str, list[str]]:
+    """For an UNDECIDED claim: the seeds per method that decide it at the observed effects — REFUTED through its
+    cheapest check heading there, or CONFIRMED when every open check heads there (the largest n) — the text, and
+    the runs to retrain."""
+    open_checks = [c for c in checks if c["verdict"] == UNDECIDED]
+    refute = [c for c in open_checks if _towards(c) == REFUTED and c.get("seeds_needed")]
+    confirm = (max((c for c in open_checks), key=lambda c: c["seeds_needed"])
+               if open_checks and all(_towards(c) == CONFIRMED and c.get("seeds_needed") for c in open_checks)
+               else None)
+    options = []
+    if refute:
+        best = min(refute, key=lambda c: c["seeds_needed"])
+        options.append((best["seeds_needed"], best["seeds_needed_text"], best.get("runs", [])))
+    if confirm is not None:
+        runs = sorted({r for c in open_checks for r in c.get("runs", [])})
+        options.append((confirm["seeds_needed"], confirm["seeds_needed_text"], runs))
+    if options:
+        return min(options, key=lambda o: o[0])
+    reasons = sorted({c.get("seeds_needed_text") or "unknown" for c in open_checks if not c.get("seeds_needed")})
+    return None, "; ".join(reasons) or "unknown", []
+
+
+def _runs(*frames: pd.DataFrame) -> list[str]:
+    """The runs of some rows (what more seeds would retrain)."""
+    return sorted({str(r) for f in frames for r in f["run"]}) if frames else []
 
 
 def _beats(ctx: Context, g: pd.DataFrame, a, b, where: str, margin: float, label: str) -> dict | None:
@@ -263,16 +370,19 @@ def _beats(ctx: Context, g: pd.DataFrame, a, b, where: str, margin: float, label
         return None
     train_len = int(g["train_len"].iloc[0])
     lengths = [int(round(m * train_len)) for m in multiples]
-    iv = _compare(ctx, ra, rb, lengths, lengths, f"beats|{label}|{_name(a)}|{_name(b)}|{where}")
+    iv = _compare(ctx, ra, rb, lengths, lengths, f"beats|{label}|{_name(a)}|{_name(b)}|{where}",
+                  (_stat(where), _stat(where)))
     if iv is None:
         return None
     gain = iv.map(_gain)
-    verdict = decide(gain, side=1, confirm=margin, refute=0.0)
+    rule = dict(side=1, confirm=margin, refute=0.0)
+    verdict = decide(gain, **rule)
     a_ppl, b_ppl = _gm(ra, lengths), _gm(rb, lengths)
     text = (f"{label}: {_name(a)} {_f(a_ppl)} vs {_name(b)} {_f(b_ppl)} ({where}, "
             f"×{'/'.join(f'{m:g}' for m in multiples)}): gain {_pct(gain.estimate)}{_interval_text(gain)}, "
             f"margin {margin:.1%}")
-    return _record(verdict, text, gain, a=_name(a), b=_name(b), where=where, a_ppl=a_ppl, b_ppl=b_ppl,
+    return _record(verdict, text, gain, rule, _runs(ra, rb), a=_name(a), b=_name(b), where=where, a_ppl=a_ppl,
+                   b_ppl=b_ppl,
                    gain=gain.estimate, gain_low=gain.low, gain_high=gain.high, margin=margin, multiples=multiples)
 
 
@@ -314,18 +424,19 @@ def _explode_bounded(ctx: Context) -> list[dict]:
                 continue
             seen.add(method)
             units = [_seed_unit(ctx, [(rows[rows["seed"] == s], lengths, "loss")]) for s in seeds]
+            noise = ctx.noise([("growth", lo, hi)], paired=False) if len(units) == 1 else None
             ratio = ctx.interval(units, lambda m: (m[:, 1:] - m[:, :1]).max(axis=1),
-                                 f"explode|{label}|{method}").map(_exp)
+                                 f"explode|{label}|{method}", seed_noise=noise).map(_exp)
             text = (f"{label}: {method} {kind}? largest ppl(×{lo:g}–{hi:g}) / ppl(×1) {_f(ratio.estimate)}"
                     f"{_interval_text(ratio, _f)}")
+            rule = (dict(side=1, confirm=EXPLODES, refute=BOUNDED) if kind == "explodes"
+                    else dict(side=-1, confirm=BOUNDED, refute=EXPLODES))
             if any(np.isinf(u).any() for u in units):  # a diverged run's growth is undefined: it is not bounded
                 verdict, text = (REFUTED if kind == "bounded" else UNDECIDED), f"{label}: {method} diverged"
-            elif kind == "explodes":
-                verdict = decide(ratio, side=1, confirm=EXPLODES, refute=BOUNDED)
             else:
-                verdict = decide(ratio, side=-1, confirm=BOUNDED, refute=EXPLODES)
-            checks.append(_record(verdict, text, ratio, method=method, kind=kind, ratio=ratio.estimate,
-                                  ratio_low=ratio.low, ratio_high=ratio.high))
+                verdict = decide(ratio, **rule)
+            checks.append(_record(verdict, text, ratio, rule, _runs(rows), method=method, kind=kind,
+                                  ratio=ratio.estimate, ratio_low=ratio.low, ratio_high=ratio.high))
     return checks if seen == {"NoPE", "RoPE", "ALiBi", "Kerple"} else []
 
 
@@ -373,13 +484,15 @@ def _data_adaptive(ctx: Context) -> list[dict]:
     return out
 
 
-def _level(ctx: Context, rows: pd.DataFrame, lengths, key: str) -> Interval | None:
-    """The geometric-mean perplexity of ``rows`` at ``lengths`` over its seeds, with its interval."""
+def _level(ctx: Context, rows: pd.DataFrame, lengths, key: str, stat=("mean", "within", "loss")) -> Interval | None:
+    """The geometric-mean perplexity of ``rows`` at ``lengths`` over its seeds, with its interval (one seed: the
+    within-run seed noise of ``stat``)."""
     seeds = sorted(_seeds(rows, lengths))
     if not seeds:
         return None
     units = [_seed_unit(ctx, [(rows[rows["seed"] == s], lengths, "loss")]) for s in seeds]
-    return ctx.interval(units, lambda m: m.mean(axis=1), key).map(_exp)
+    noise = ctx.noise([stat], paired=False) if len(units) == 1 else None
+    return ctx.interval(units, lambda m: m.mean(axis=1), key, seed_noise=noise).map(_exp)
 
 
 def _leakage(ctx: Context) -> list[dict]:
@@ -391,17 +504,19 @@ def _leakage(ctx: Context) -> list[dict]:
     for label, g in _settings(df, SETTING + ["encoding", "kernel_size"]):
         lengths = [int(g["train_len"].iloc[0])]
         tril, leak = g[g["tril"]], g[~g["tril"]]
-        d = _compare(ctx, tril, leak, lengths, lengths, f"leak|{label}")
+        d = _compare(ctx, tril, leak, lengths, lengths, f"leak|{label}", (_stat("within"), _stat("within")))
         absolute = _level(ctx, leak, lengths, f"leak|{label}")  # same key: the same seeds drawn
         if d is None or absolute is None:
             continue
         ratio = d.map(_exp)
-        by_ratio = decide(ratio, side=-1, confirm=LEAK_RATIO, refute=1.0)
+        rule = dict(side=-1, confirm=LEAK_RATIO, refute=1.0)
+        by_ratio = decide(ratio, **rule)
         collapsed = by_ratio == CONFIRMED or absolute.high <= LEAK_ABSOLUTE
         verdict = CONFIRMED if collapsed else by_ratio
         text = (f"{label}: no-tril ppl {_f(absolute.estimate)}{_interval_text(absolute, _f)}, no-tril / tril "
                 f"{ratio.estimate:.3f}{_interval_text(ratio, lambda x: f'{x:.3f}')} at ×1")
-        out.append(_record(verdict, text, ratio, ratio=ratio.estimate, ratio_low=ratio.low, ratio_high=ratio.high,
+        out.append(_record(verdict, text, ratio, rule, _runs(tril, leak), ratio=ratio.estimate, ratio_low=ratio.low,
+                           ratio_high=ratio.high,
                            no_tril_ppl=absolute.estimate, no_tril_ppl_high=absolute.high,
                            tril_ppl=_gm(tril, lengths)))
     return out
@@ -420,7 +535,7 @@ def _width(ctx: Context) -> list[dict]:
 def _kernel_not_largest(ctx: Context) -> list[dict]:
     df = _lm(ctx.lm, "kernel_sweep")
     df = df[df["method"].str.startswith("DAPE") & (df["multiple"] >= 1)]
-    supported, cells, contradicted, total, bases = [], 0, 0, 0, set()
+    supported, cells, contradicted, total, bases, noises, to_confirm = [], 0, 0, 0, set(), set(), []
     for label, g in _settings(df, SETTING + ["encoding"]):
         train_len = int(g["train_len"].iloc[0])
         for m, gm in g.groupby("multiple"):
@@ -431,12 +546,17 @@ def _kernel_not_largest(ctx: Context) -> list[dict]:
             verdicts = []
             for k in kernels[:-1]:
                 iv = _compare(ctx, gm[gm["kernel_size"] == k], gm[gm["kernel_size"] == largest], lengths, lengths,
-                              f"kernel|{label}|{m:g}|{k}|{largest}")
+                              f"kernel|{label}|{m:g}|{k}|{largest}", (_stat(where_of(m)),) * 2)
                 if iv is None:
                     continue
                 gain = iv.map(_gain)
                 bases.add(gain.basis)
                 verdicts.append(decide(gain, side=1, confirm=0.0, refute=0.0))
+                if gain.seed_noise is not None:
+                    noises.add(gain.seed_noise.text())
+                needed = seeds_to_decide(gain, side=1, confirm=0.0, refute=0.0)[0]
+                if verdicts[-1] == UNDECIDED and needed is not None and gain.estimate > 0:
+                    to_confirm.append((needed, _runs(gm[gm["kernel_size"].isin([k, largest])])))
                 if verdicts[-1] == CONFIRMED:
                     supported.append(f"{label} ×{m:g}: k={k} beats k={largest} by {_pct(gain.estimate)}"
                                      f"{_interval_text(gain)}")
@@ -450,9 +570,15 @@ def _kernel_not_largest(ctx: Context) -> list[dict]:
     verdict = CONFIRMED if supported else REFUTED if contradicted == total else UNDECIDED
     text = (f"{total} setting × multiple cells: in {cells} a smaller kernel beats the largest beyond the noise, in "
             f"{contradicted} the largest beats every smaller one" + (f"; e.g. {supported[0]}" if supported else ""))
-    return [{"verdict": verdict, "text": f"{text} → {verdict}; {'; '.join(sorted(bases))}",
-             "basis": "; ".join(sorted(bases)), "cases": supported, "n_compared": total,
-             "n_contradicting": contradicted}]
+    record = {"verdict": verdict, "text": f"{text} → {verdict}; {'; '.join(sorted(bases | noises))}",
+              "basis": "; ".join(sorted(bases)), "cases": supported, "n_compared": total,
+              "n_contradicting": contradicted}
+    if verdict == UNDECIDED:  # one smaller kernel beating the largest confirms: the cheapest such cell
+        needed, runs = min(to_confirm, default=(None, []))
+        record.update(seeds_needed=needed, runs=runs, seeds_needed_text=(
+            f"{needed} (towards {CONFIRMED}, the cheapest cell)" if needed else
+            "none at the observed effects: no smaller kernel's estimate beats the largest"))
+    return [record]
 
 
 def _equal_tokens(ctx: Context, kind: str) -> list[dict]:
@@ -468,25 +594,31 @@ def _equal_tokens(ctx: Context, kind: str) -> list[dict]:
             if g["method"].iloc[0] != "DAPE1x3-Kerple":
                 continue
             for t in [t for t in lengths[:-1] if t >= lmax / 8]:
-                d = _compare(ctx, longest, g[g["train_len"] == t], [lmax], [lmax], f"equal|{label}|{t}|{lmax}")
+                shorter = g[g["train_len"] == t]
+                d = _compare(ctx, longest, shorter, [lmax], [lmax], f"equal|{label}|{t}|{lmax}",
+                             (_stat("within"), _stat(where_of(lmax / t))))
                 if d is None:
                     continue
                 ratio = d.map(_exp)
-                verdict = decide(ratio, side=-1, confirm=1 + COMPARABLE, refute=1 + COMPARABLE)
+                rule = dict(side=-1, confirm=1 + COMPARABLE, refute=1 + COMPARABLE)
+                verdict = decide(ratio, **rule)
                 text = (f"{label}: train {t} vs {lmax} at eval {lmax}: ppl ratio {ratio.estimate:.3f}"
                         f"{_interval_text(ratio, lambda x: f'{x:.3f}')}")
-                out.append(_record(verdict, text, ratio, train_len=t, longest=lmax, ratio=ratio.estimate,
-                                   ratio_low=ratio.low, ratio_high=ratio.high))
+                out.append(_record(verdict, text, ratio, rule, _runs(longest, shorter), train_len=t, longest=lmax,
+                                   ratio=ratio.estimate, ratio_low=ratio.low, ratio_high=ratio.high))
         else:
             short = g[g["train_len"] == l0]
-            d = _compare(ctx, short, longest, [l0], [l0], f"hurts|{label}|{l0}|{lmax}")
+            d = _compare(ctx, short, longest, [l0], [l0], f"hurts|{label}|{l0}|{lmax}",
+                         (_stat("within"), _stat(where_of(l0 / lmax))))
             if d is None:
                 continue
             gain = d.map(_gain)
-            verdict = decide(gain, side=1, confirm=MARGIN, refute=0.0)
+            rule = dict(side=1, confirm=MARGIN, refute=0.0)
+            verdict = decide(gain, **rule)
             text = (f"{label}: at eval {l0}, train {l0} {_f(_gm(short, [l0]))} vs train {lmax} "
                     f"{_f(_gm(longest, [l0]))}: gain {_pct(gain.estimate)}{_interval_text(gain)}")
-            out.append(_record(verdict, text, gain, gain=gain.estimate, gain_low=gain.low, gain_high=gain.high))
+            out.append(_record(verdict, text, gain, rule, _runs(short, longest), gain=gain.estimate,
+                               gain_low=gain.low, gain_high=gain.high))
     return out
 
 
@@ -507,13 +639,15 @@ def _delta_p(ctx: Context) -> list[dict]:
             k = len(lengths)
             units = [_seed_unit(ctx, [(rows[rows["seed"] == s], lengths, "loss_local"),
                                       (rows[rows["seed"] == s], lengths, "loss_dp")]) for s in seeds]
+            noise = ctx.noise([("delta_p",)], paired=False) if len(units) == 1 else None
             rel = ctx.interval(units, lambda m: m[:, :k].mean(axis=1) - m[:, k:].mean(axis=1),
-                               f"delta_p|{label}|{method}").map(_gain)
-            verdict = decide(rel, side=sign, confirm=sign * DELTA_P_MARGIN, refute=0.0)
+                               f"delta_p|{label}|{method}", seed_noise=noise).map(_gain)
+            rule = dict(side=sign, confirm=sign * DELTA_P_MARGIN, refute=0.0)
+            verdict = decide(rel, **rule)
             text = (f"{label}: {method} ΔP / local ppl at ×≥2 {_pct(rel.estimate)}{_interval_text(rel)} "
                     f"(claimed {'> +' if sign > 0 else '< −'}{DELTA_P_MARGIN:.0%})")
-            out.append(_record(verdict, text, rel, method=method, relative=rel.estimate, relative_low=rel.low,
-                               relative_high=rel.high))
+            out.append(_record(verdict, text, rel, rule, _runs(rows), method=method, relative=rel.estimate,
+                               relative_low=rel.low, relative_high=rel.high))
     methods = {c["method"] for c in out}
     return out if "RoPE" in methods and methods & {"DAPE-Kerple", "DAPE1x3-Kerple"} else []
 
@@ -578,7 +712,8 @@ def _che(ctx: Context) -> list[dict]:
             pieces.append(per_length if per_length is not None else float(s["accuracy"]))
         return pieces
 
-    tasks, wins, refuted, undecided, checks_basis = [], [], [], [], ""
+    noise = None if ctx.point else _che_seed_noise(summary)
+    tasks, wins, refuted, undecided, checks_basis, needs = [], [], [], [], "", []
     for task in sorted(set(summary["task"])):
         s = summary[summary["task"] == task]
         seeds = {m: set(s.loc[s["method"] == m, "seed"]) for m in ("Kerple", "DAPE1x3-Kerple")}
@@ -593,14 +728,20 @@ def _che(ctx: Context) -> list[dict]:
         if shared:
             units = [_unit(unit(task, "Kerple", x, lrs["Kerple"])
                            + unit(task, "DAPE1x3-Kerple", x, lrs["DAPE1x3-Kerple"])) for x in shared]
-            diff = ctx.interval(units, lambda m: m[:, nk:].max(axis=1) - m[:, :nk].max(axis=1), key, inner="lengths")
+            diff = ctx.interval(units, lambda m: m[:, nk:].max(axis=1) - m[:, :nk].max(axis=1), key, inner="lengths",
+                                seed_noise=_scaled(noise, 2) if len(units) == 1 else None)
         else:
+            n_sides = (len(seeds["DAPE1x3-Kerple"]) == 1) + (len(seeds["Kerple"]) == 1)
             diff = ctx.difference([_unit(unit(task, "DAPE1x3-Kerple", x, lrs["DAPE1x3-Kerple"]))
                                    for x in sorted(seeds["DAPE1x3-Kerple"])],
                                   [_unit(unit(task, "Kerple", x, lrs["Kerple"])) for x in sorted(seeds["Kerple"])],
-                                  lambda m: m.max(axis=1), key, inner="lengths")
-        verdict = decide(diff, side=1, confirm=CHE_MARGIN, refute=0.0)
+                                  lambda m: m.max(axis=1), key, inner="lengths", seed_noise=_scaled(noise, n_sides))
+        rule = dict(side=1, confirm=CHE_MARGIN, refute=0.0)
+        verdict = decide(diff, **rule)
         tasks.append(task)
+        needed, _ = seeds_to_decide(diff, **rule)
+        cells = sorted(set(s.loc[s["method"].isin(["Kerple", "DAPE1x3-Kerple"]), "cell"])) if "cell" in s else []
+        needs.append((diff.estimate, needed, cells))
         text = (f"{task} {100 * diff.estimate:+.1f}"
                 f"{_interval_text(diff, lambda x: f'{100 * x:+.1f}')} points {MARKS[verdict]}")
         (wins if verdict == CONFIRMED else refuted if verdict == REFUTED else undecided).append(text)
@@ -612,8 +753,58 @@ def _che(ctx: Context) -> list[dict]:
     listed = "; ".join(wins + refuted + undecided)
     text = (f"DAPE1x3-Kerple − Kerple, best OOD accuracy over learning rates: won beyond the noise on {len(wins)} "
             f"of {n} permutation-variant tasks, lost on {len(refuted)} ({listed})")
-    return [{"verdict": verdict, "text": f"{text} → {verdict}; {checks_basis}", "basis": checks_basis,
-             "wins": wins, "losses": refuted, "n_tasks": n}]
+    seed_text = f"; {noise.text()}" if noise is not None and checks_basis.startswith("1 seed +") else ""
+    record = {"verdict": verdict, "text": f"{text} → {verdict}; {checks_basis}{seed_text}", "basis": checks_basis,
+              "wins": wins, "losses": refuted, "n_tasks": n}
+    if noise is not None and seed_text:
+        record.update(seed_sd=noise.sd, seed_df=noise.df)
+    if verdict == UNDECIDED:
+        record.update(_che_seeds(needs, n, lower_bound=noise is None))
+    return [record]
+
+
+def _scaled(noise: SeedNoise | None, sides: int) -> SeedNoise | None:
+    """The seed noise of a difference of ``sides`` 1-seed sides, each with variance σ²."""
+    if noise is None or sides == 0:
+        return None
+    return SeedNoise(noise.sd * np.sqrt(sides), noise.df, noise.source)
+
+
+def _che_seed_noise(summary: pd.DataFrame) -> SeedNoise | None:
+    """Between-seed SD of one CHE cell's best OOD accuracy over learning rates: the within-cell mean square over
+    the task × method cells with ≥ 2 seeds, pooled (the one-way layout's error term, Montgomery §3.3); None when
+    no cell has several seeds (CHE accuracies share no scale with perplexities, so the LM source does not serve)."""
+    best = summary.groupby(["task", "method", "seed"])["accuracy"].max().reset_index()
+    ss, df = 0.0, 0
+    for _, g in best.groupby(["task", "method"]):
+        if len(g) >= 2:
+            ss += float(((g["accuracy"] - g["accuracy"].mean()) ** 2).sum())
+            df += len(g) - 1
+    if df == 0:
+        return None
+    return SeedNoise(float(np.sqrt(ss / df)), df, f"the CHE cells with several seeds ({df} degrees of freedom)")
+
+
+def _che_seeds(needs: list, n_tasks: int, lower_bound: bool = False) -> dict:
+    """Seeds that decide the CHE claim at the observed per-task effects: CONFIRMED needs more than half the tasks
+    won, so the ⌊n/2⌋+1-th smallest n among tasks whose estimate exceeds the margin; else REFUTED, the
+    ⌈n/2⌉-th smallest among tasks whose estimate is below 0 (each task's n from :func:`seeds_to_decide`; a lower
+    bound, "≥ n", when the seed noise is not estimated)."""
+    def kth(candidates, k):
+        values = sorted(x for x in candidates if x[0] is not None)
+        return values[k - 1] if len(values) >= k else None
+
+    win = kth([(n, cells) for est, n, cells in needs if est > CHE_MARGIN], n_tasks // 2 + 1)
+    loss = kth([(n, cells) for est, n, cells in needs if est < 0], int(np.ceil(n_tasks / 2)))
+    pick, towards = (win, CONFIRMED) if win is not None else (loss, REFUTED)
+    if pick is None:
+        return {"seeds_needed": None, "runs": [], "seeds_needed_text":
+                "unknown: no seed-noise estimate for CHE, or too few tasks beyond a threshold"}
+    n, _ = pick
+    cells = sorted({c for est, m, cs in needs if m is not None and m <= n for c in cs})
+    text = (f"≥ {n} (towards {towards}; noise of the lengths only, the seed noise is not estimated)" if lower_bound
+            else f"{n} (towards {towards})")
+    return {"seeds_needed": n, "runs": cells, "che_cells": cells, "seeds_needed_text": text}
 
 
 def _sink(ctx: Context) -> list[dict]:
@@ -629,6 +820,7 @@ def _sink(ctx: Context) -> list[dict]:
     per_run = sink.groupby(keys)["sink_mass"].mean().dropna().reset_index()
     if "seed" not in per_run:
         per_run["seed"] = np.nan
+    noise = None if ctx.point else _sink_seed_noise(per_run, run)
     out = []
     for method in sorted(m for m in set(per_run["method"]) if str(m).startswith("DAPE1x3-")):
         base = "DAPE-" + method.split("-", 1)[1]
@@ -642,18 +834,37 @@ def _sink(ctx: Context) -> list[dict]:
             if shared:
                 units = [[[np.log(a.loc[a["seed"] == s, "sink_mass"]).mean(),
                            np.log(b.loc[b["seed"] == s, "sink_mass"]).mean()]] for s in shared]
-                d = ctx.interval(units, lambda m: m[:, 0] - m[:, 1], key, inner="sequences")
+                d = ctx.interval(units, lambda m: m[:, 0] - m[:, 1], key, inner="sequences",
+                                 seed_noise=_scaled(noise, 2) if len(units) == 1 else None)
             else:
                 d = ctx.difference([[[v]] for v in np.log(a["sink_mass"])], [[[v]] for v in np.log(b["sink_mass"])],
-                                   lambda m: m[:, 0], key, inner="sequences")
+                                   lambda m: m[:, 0], key, inner="sequences",
+                                   seed_noise=_scaled(noise, (len(a) == 1) + (len(b) == 1)))
             ratio = d.map(_exp)
-            verdict = decide(ratio, side=1, confirm=SINK_RATIO, refute=1.0)
+            rule = dict(side=1, confirm=SINK_RATIO, refute=1.0)
+            verdict = decide(ratio, **rule)
             text = (f"{method} vs {base} at {length}: sink mass {a['sink_mass'].mean():.3f} vs "
                     f"{b['sink_mass'].mean():.3f}, ratio {ratio.estimate:.2f}"
                     f"{_interval_text(ratio, lambda x: f'{x:.2f}')} ({len(a)} vs {len(b)} runs)")
-            out.append(_record(verdict, text, ratio, eval_len=int(length), dape1x3=float(a["sink_mass"].mean()),
+            runs = [str(r) for r in (*a[run], *b[run])] if run == "run" else []
+            out.append(_record(verdict, text, ratio, rule, runs, eval_len=int(length),
+                               dape1x3=float(a["sink_mass"].mean()),
                                dape=float(b["sink_mass"].mean()), ratio=ratio.estimate))
     return out
+
+
+def _sink_seed_noise(per_run: pd.DataFrame, run: str) -> SeedNoise | None:
+    """Between-seed SD of one run's log layer-mean sink mass: the within-method mean square over the methods and
+    lengths with ≥ 2 runs, pooled (Montgomery §3.3); None when none has several."""
+    ss, df = 0.0, 0
+    for _, g in per_run.groupby(["method", "eval_len"]):
+        values = np.log(g["sink_mass"].astype(float))
+        if len(values) >= 2 and np.isfinite(values).all():
+            ss += float(((values - values.mean()) ** 2).sum())
+            df += len(values) - 1
+    if df == 0:
+        return None
+    return SeedNoise(float(np.sqrt(ss / df)), df, f"the sink runs with several seeds ({df} degrees of freedom)")
 
 
 _BEATS = ("'A beats B' = the relative gain 1 − ppl_A / ppl_B (geometric means over the shared seeds and "
@@ -776,15 +987,20 @@ CORE_CLAIMS: tuple[str, ...] = tuple(c.claim_id for c in CLAIMS if c.core)
 
 def evaluate_claims(lm: pd.DataFrame | None, timing: pd.DataFrame | None = None, che: pd.DataFrame | None = None,
                     sink: pd.DataFrame | None = None, claim_ids=None, *, windows: pd.DataFrame | None = None,
-                    point: bool = False) -> pd.DataFrame:
-    """One record per claim: verdict CONFIRMED / REFUTED / UNDECIDED / NOT-RUN, what its intervals saw, the rule,
-    and the numbers behind the verdict.
+                    point: bool = False, gpu_tflops: float | None = None,
+                    utilisation: float | None = None) -> pd.DataFrame:
+    """One record per claim: verdict CONFIRMED / REFUTED / UNDECIDED / NOT-RUN, what its intervals saw, the seed
+    noise they used, the rule, the numbers behind the verdict, and for an UNDECIDED claim the seeds per method
+    that would decide it with what those runs cost (``gpu_tflops`` and ``utilisation``: the configuration's
+    ``estimate`` block, its schema defaults when None).
 
     ``lm``: lm_results.csv rows; ``windows``: lm_windows.csv (per-window losses; without them the intervals
     resample seeds only); ``timing``: timing.csv; ``che``: che_results.csv; ``sink``: sink.csv, whose
     ``sink_mass`` is the mean attention probability placed on the first key by queries at positions ≥ 16.
     ``point``: point verdicts (the paper's numbers). ``claim_ids`` restricts the evaluation to some claims."""
     ctx = Context(lm, timing, che, sink, windows, point)
+    default_tflops, default_utilisation = _estimate_rate()
+    costs = run_costs(lm, gpu_tflops or default_tflops, utilisation or default_utilisation)
     rows = []
     for claim in CLAIMS:
         if claim_ids is not None and claim.claim_id not in claim_ids:
@@ -798,10 +1014,40 @@ def evaluate_claims(lm: pd.DataFrame | None, timing: pd.DataFrame | None = None,
             basis = "; ".join(dict.fromkeys(c["basis"] for c in checks if c.get("basis")))
         numbers = {f"{i}: {c['text'].split(':')[0]}": {k: v for k, v in c.items() if k != "text"}
                    for i, c in enumerate(checks)}
-        rows.append({"claim_id": claim.claim_id, "section": claim.section, "statement": claim.statement,
-                     "rule": claim.rule, "core": claim.core, "informational": claim.informational,
-                     "verdict": verdict, "basis": basis, "summary": summary, "numbers": numbers})
+        noise = "; ".join(dict.fromkeys(f"σ {c['seed_sd']:.3g} (ν {c['seed_df']})" for c in checks
+                                        if c.get("seed_sd") is not None))
+        record = {"claim_id": claim.claim_id, "section": claim.section, "statement": claim.statement,
+                  "rule": claim.rule, "core": claim.core, "informational": claim.informational,
+                  "verdict": verdict, "basis": basis, "seed_noise": noise, "summary": summary,
+                  "seeds_to_decide": "", "extra_jobs": None, "extra_cpu_hours": None, "extra_gpu_hours": None,
+                  "numbers": numbers}
+        if verdict == UNDECIDED:
+            record.update(_what_decides(checks, costs))
+        rows.append(record)
     return pd.DataFrame(rows)
+
+
+def _what_decides(checks: list[dict], costs: dict[str, dict]) -> dict:
+    """seeds_to_decide and the cost of the extra seeds: per run max(0, n − its seeds) more seeds, each a training
+    and an evaluation job (a CHE cell's: one job; no CPU- or GPU-hours are recorded for CHE)."""
+    if any(c.get("basis", "").startswith("point (medians") for c in checks if c["verdict"] == UNDECIDED):
+        return {"seeds_to_decide": "– (a point rule on timing medians: repeat the timing, not the seeds)"}
+    n, text, runs = _decide_route(checks)
+    if n is None:
+        return {"seeds_to_decide": text}
+    jobs, cpu, gpu, lm_runs = 0, 0.0, 0.0, 0
+    for run in runs:
+        if run in costs:
+            extra = max(0, n - costs[run]["seeds"])
+            jobs += 2 * extra
+            cpu += extra * costs[run]["cpu_hours"]
+            gpu += extra * costs[run]["gpu_hours"]
+            lm_runs += 1
+        else:  # a CHE cell (one seed each in the grids of this project)
+            jobs += max(0, n - 1)
+    return {"seeds_to_decide": text, "extra_jobs": jobs,
+            "extra_cpu_hours": round(cpu, 3) if lm_runs and np.isfinite(cpu) else None,
+            "extra_gpu_hours": float(f"{gpu:.3g}") if lm_runs and np.isfinite(gpu) else None}
 
 
 def evaluate_claims_on_paper() -> pd.DataFrame:
@@ -820,10 +1066,13 @@ HOW_TO_READ = (
     "several checks is CONFIRMED when all are, REFUTED when any is, UNDECIDED otherwise (no multiplicity "
     "correction); NOT-RUN when no setting has the rows it needs. Intervals of perplexity comparisons come from a "
     f"paired bootstrap ({RESAMPLES} draws): seeds are resampled, then evaluation windows within each drawn seed, the "
-    "same windows for both methods and every length. The basis says what an interval saw: \"seeds × windows\"; "
-    "\"windows only (1 seed: seed noise not seen)\" — these two trained models differ (or not) beyond the noise "
-    "of the evaluation data, which says nothing about another training seed; \"seeds only\" without per-window "
-    "losses; \"no interval\" when there is nothing to resample (UNDECIDED). The column on the paper's numbers "
+    "same windows for both methods and every length. No verdict without training-seed noise: a check with one "
+    "seed per method adds to each draw of its windows a seed offset σ·t_ν, σ the between-seed SD of its statistic "
+    "estimated from the runs the grid trains with several seeds (the method × seed interaction mean square of "
+    "the same statistic, pooled; ν its degrees of freedom), named in the basis and given per check (column seed "
+    "noise; σ on the scale of the log statistic). The basis says what an interval saw: \"seeds × windows\"; "
+    "\"1 seed + seed noise from …\"; \"1 seed (seed noise not estimated…)\" when no setting has several seeds "
+    "(interval (−∞, +∞), UNDECIDED); \"seeds only\" without per-window losses. The column on the paper's numbers "
     "gives point verdicts (one printed number per cell: the interval is the point). A diverged run counts as "
     "perplexity +∞ in every draw. Lengths are multiples of the training length (×1 = the training length); core "
     "claims are marked ★. Marks: ✓ CONFIRMED, ✗ REFUTED, ? UNDECIDED.")
@@ -839,6 +1088,40 @@ def _rho_lines(rho: pd.DataFrame | None) -> list[str]:
         mean = "–" if pd.isna(r["mean_spearman"]) else f"{r['mean_spearman']:.2f}"
         out.append(f"| {r['role']} | {r['dataset']}, train {r['train_len']}, {r['size']} | {paper} | "
                    f"{r['spearman_by_multiple'] or '–'} | {mean} |")
+    return out + [""]
+
+
+POWER_RULE = (
+    f"Seeds per method that would decide a check at its observed effect: n = ⌈((z_0.975 + z_0.8) · s / δ)²⌉ "
+    f"(z_0.975 = {Z_LEVEL:.2f}, z_0.8 = {Z_POWER:.2f}: the {LEVEL:.0%} interval excludes the threshold with 80 % "
+    "power; the normal sample size of a paired comparison of means, Chow, Shao & Wang, Sample Size Calculations "
+    "in Clinical Research, §3.1), s the SD of one seed's statistic (its seed noise and window noise together), δ "
+    "the distance from the estimate to the threshold it lies beyond — CONFIRMED's margin, or REFUTED's on the other "
+    "side. An estimate between the two thresholds is decided by no number of seeds (\"none\"); more than "
+    f"{MAX_SEEDS} is written \"> {MAX_SEEDS}\"; \"≥ n\" when the seed noise is not estimated (window noise "
+    "only). A claim is decided REFUTED by its cheapest check heading there, or CONFIRMED when every open check "
+    "heads there (the largest n). Cost: each run of those checks retrained to n seeds — per extra seed a "
+    "training and an evaluation job (a CHE cell: one job) — in training CPU-hours as this run measured them "
+    "(train_wall_s × train_threads) and GPU-hours by the FLOP estimate (flops_per_token × tokens / (gpu_tflops × "
+    "utilisation), as `python -m dape_core.config` prints it).")
+
+
+def _open_lines(df: pd.DataFrame) -> list[str]:
+    """The section on what would decide each UNDECIDED claim."""
+    open_claims = df[df["verdict"] == UNDECIDED] if "seeds_to_decide" in df else df.iloc[0:0]
+    out = ["", "## What would decide the open claims", "", POWER_RULE, ""]
+    if open_claims.empty:
+        return out + ["No claim is UNDECIDED.", ""]
+    out += ["| claim | seeds per method | extra jobs | training CPU-hours | GPU-hours (FLOP estimate) |",
+            "|---|---|---|---|---|"]
+
+    def num(x, fmt):
+        return "–" if x is None or pd.isna(x) else format(x, fmt)
+
+    for _, r in open_claims.iterrows():
+        out.append(f"| `{r['claim_id']}` | {str(r['seeds_to_decide']).replace('|', '/')} | "
+                   f"{num(r['extra_jobs'], '.0f')} | {num(r['extra_cpu_hours'], '.2f')} | "
+                   f"{num(r['extra_gpu_hours'], '.2g')} |")
     return out + [""]
 
 
@@ -862,14 +1145,16 @@ def claims_markdown(df: pd.DataFrame, paper: pd.DataFrame | None = None, rho: pd
            "paper_comparison.md).", ""]
     out += _rho_lines(rho)
     out += ["## Verdicts", "",
-            "| claim | section | statement | verdict | basis |" + extra + " numbers |",
-            "|---|---|---|---|---|" + ("---|" if extra else "") + "---|"]
+            "| claim | section | statement | verdict | basis | seed noise |" + extra + " numbers |",
+            "|---|---|---|---|---|---|" + ("---|" if extra else "") + "---|"]
     for _, r in df.iterrows():
         star = " ★" if r["core"] else ""
         info = " (informational)" if r["informational"] else ""
         paper_cell = "" if on_paper is None else f" {on_paper.get(r['claim_id'], NOT_RUN)} |"
         out.append(f"| `{r['claim_id']}`{star} | {cell(r['section'])} | {cell(r['statement'])} | "
-                   f"**{r['verdict']}**{info} | {cell(r['basis']) or '–'} |{paper_cell} {cell(r['summary'])} |")
-    out += ["", "## Rules", ""]
+                   f"**{r['verdict']}**{info} | {cell(r['basis']) or '–'} | {cell(r.get('seed_noise', '')) or '–'} |"
+                   f"{paper_cell} {cell(r['summary'])} |")
+    out += _open_lines(df)
+    out += ["## Rules", ""]
     out += [f"- `{r['claim_id']}` ({cell(r['section'])}): {r['rule']}" for _, r in df.iterrows()]
     return "\n".join(out) + "\n"

@@ -8,7 +8,8 @@ Sub-commands (each writes its outputs atomically):
 - ``tables``: Markdown and LaTeX tables of every family into ``--out-dir``;
 - ``figure ppl|sweep|timing|che|attention|sink``: one figure;
 - ``claims``: the claim verdicts with their intervals (``claims.md``, ``claims.csv``; ``--windows`` is
-  ``lm_windows.csv``); ``compare``: the paper-vs-run comparison.
+  ``lm_windows.csv``); ``compare``: the paper-vs-run comparison;
+- ``robustness``: this run's and a shifted run's verdicts side by side (``robustness.md``, ``robustness.csv``).
 """
 
 from __future__ import annotations
@@ -76,6 +77,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p = command("claims", "claim verdicts: claims.md and claims.csv")
     _add_sources(p)
     p.add_argument("--windows", help="lm_windows.csv: per-window losses (the intervals' windows)")
+    p.add_argument("--gpu-tflops", type=_positive, help="estimate.gpu_tflops: the GPU-hours of the extra seeds "
+                   "that would decide an open claim (default: the schema's)")
+    p.add_argument("--utilisation", type=_share, help="estimate.utilisation (default: the schema's)")
+    p.add_argument("--out-md", required=True)
+    p.add_argument("--out-csv", required=True)
+
+    p = command("robustness", "two runs' verdicts side by side: flips and agreement")
+    p.add_argument("--claims", required=True, help="claims.csv of this run")
+    p.add_argument("--shifted-claims", required=True, help="claims.csv of the shifted run")
+    p.add_argument("--shift-summary", help="shift.json written with the shifted configuration")
     p.add_argument("--out-md", required=True)
     p.add_argument("--out-csv", required=True)
 
@@ -84,6 +95,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", help="results/plan.json: headings name the families of each role")
     p.add_argument("--out-md", required=True)
     p.add_argument("--out-csv", required=True)
+
+
+def _positive(text: str) -> float:
+    """A number > 0 (estimate.gpu_tflops)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"gpu_tflops: {text!r} is not allowed; allowed values: a number > 0")
+    return value
+
+
+def _share(text: str) -> float:
+    """A number in (0, 1] (estimate.utilisation)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"utilisation: {text!r} is not allowed; allowed values: a number in (0, 1]")
+    return value
 
 
 def _add_sources(p: argparse.ArgumentParser) -> None:
@@ -125,11 +158,18 @@ def run(args) -> int:
         for path in write_tables(aggregate.read_plan(args.plan), _read(args.lm), _read(args.timing),
                                  _read(args.che), _read(args.leakage), args.out_dir):
             print(path)
+    elif command == "robustness":
+        from dape_core.report.robustness import compare, read_summary, robustness_markdown
+
+        table = compare(pd.read_csv(args.claims), pd.read_csv(args.shifted_claims))
+        io.write_text(args.out_md, robustness_markdown(table, read_summary(args.shift_summary)))
+        io.write_csv(args.out_csv, table)
     elif command == "figure":
         draw_figure(args)
     elif command == "claims":
         write_claims(_read(args.lm), _read(args.timing), _read(args.che), _read(args.sink), args.out_md,
-                     args.out_csv, windows=_read(args.windows))
+                     args.out_csv, windows=_read(args.windows), gpu_tflops=args.gpu_tflops,
+                     utilisation=args.utilisation)
     else:
         from dape_core.report.compare import compare_markdown, ordering
 
@@ -199,13 +239,16 @@ def draw_figure(args) -> None:
         figures.che_figure(pd.read_csv(args.che), args.family, spec.get("aggregation", "max"), title, args.out)
 
 
-def write_claims(lm, timing, che, sink, out_md: str | Path, out_csv: str | Path, windows=None) -> pd.DataFrame:
+def write_claims(lm, timing, che, sink, out_md: str | Path, out_csv: str | Path, windows=None,
+                 gpu_tflops: float | None = None, utilisation: float | None = None) -> pd.DataFrame:
     """The claim verdicts on this run, next to the same rules applied to the paper's own numbers, and the
-    Spearman ρ of each setting's method ordering against the paper's."""
+    Spearman ρ of each setting's method ordering against the paper's; ``gpu_tflops`` and ``utilisation`` price
+    the seeds that would decide the open claims."""
     from dape_core.report.claims import claims_markdown, evaluate_claims, evaluate_claims_on_paper
     from dape_core.report.compare import setting_correlations
 
-    verdicts = evaluate_claims(lm, timing=timing, che=che, sink=sink, windows=windows)
+    verdicts = evaluate_claims(lm, timing=timing, che=che, sink=sink, windows=windows, gpu_tflops=gpu_tflops,
+                               utilisation=utilisation)
     rho = setting_correlations(lm) if lm is not None and len(lm) else None
     io.write_text(out_md, claims_markdown(verdicts, paper=evaluate_claims_on_paper(), rho=rho))
     table = verdicts.assign(numbers=verdicts["numbers"].map(lambda n: json.dumps(n, default=str, sort_keys=True)))

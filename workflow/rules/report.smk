@@ -268,13 +268,16 @@ rule claims:
         table="reports/claims.csv",
     params:
         sources=report_sources,
+        gpu_tflops=config["estimate"]["gpu_tflops"],
+        utilisation=config["estimate"]["utilisation"],
     localrule: True
     log:
         "logs/report/claims.log",
     conda:
         "../../envs/report.yaml"
     shell:
-        "dape report claims {params.sources} --out-md {output.markdown} --out-csv {output.table} > {log} 2>&1"
+        "dape report claims {params.sources} --gpu-tflops {params.gpu_tflops} --utilisation {params.utilisation}"
+        " --out-md {output.markdown} --out-csv {output.table} > {log} 2>&1"
 
 
 rule paper_comparison:

@@ -1,0 +1,139 @@
+"""The shifted configuration of the robustness check (``make robustness``): a configuration derived from another,
+not a copy of it — other training seeds, another data split and another training length, the same families and
+code — whose verdicts ``reports/robustness.md`` sets beside the original's.
+
+From the ``robustness`` block (workflow/schemas/config.schema.yaml):
+
+- ``seed_shift``: added to every seed list (each family's ``seeds``, each of its ``grids``' ``seeds``), so every
+  trained model, attention map and CHE cell gets seeds the original never used;
+- ``data_seed_shift``: added to every dataset's ``seed`` (the seeded split and shuffle of its documents);
+- ``train_len_scale``: multiplies every length setting of the LM and fine-tune stages — ``train_len``,
+  ``eval_lens``, the scored ``window`` and ``delta_p_window``, ``heatmap_lens``, ``max_position`` and a
+  fine-tune model's ``max_position_embeddings`` — in ``defaults`` and in the LM, leakage and fine-tune families
+  (their ``set``, ``axes`` and ``grids``) and ``run_overrides``, so evaluation keeps the same multiples of the
+  training length; batch sizes stay, so the equal-token family stays at equal tokens. Timing and CHE lengths
+  are not training lengths and stay. A length that the factor does not keep an integer is a configuration error.
+
+Relative paths of local corpora and of ``estimate.calibration`` become absolute, since the shifted run works in
+its own directory.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dape_core import io
+from dape_core.config.schema import validate_schema
+from dape_core.errors import ConfigError
+
+SCALAR_LENGTHS = ("train_len", "window", "delta_p_window", "max_position", "max_position_embeddings")
+LIST_LENGTHS = ("eval_lens", "heatmap_lens")
+LM_FAMILY_STAGES = ("lm", "leakage", "finetune")
+
+
+def _scale(value: Any, factor: float, where: str) -> Any:
+    """One length × factor, which must stay an integer (None stays None)."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [_scale(v, factor, f"{where}[{i}]") for i, v in enumerate(value)]
+    scaled = value * factor
+    if abs(scaled - round(scaled)) > 1e-9:
+        raise ConfigError(f"robustness.train_len_scale: {factor:g} makes {where} {value} → {scaled:g}; allowed "
+                          "values: a factor that keeps every length an integer")
+    return int(round(scaled))
+
+
+def _scale_lengths(node: Any, factor: float, where: str) -> Any:
+    """Every length setting in a (nested) mapping × factor (module docstring)."""
+    if isinstance(node, dict):
+        out = {}
+        for key, value in node.items():
+            here = f"{where}.{key}"
+            if key in SCALAR_LENGTHS or key in LIST_LENGTHS:
+                out[key] = _scale(value, factor, here)
+            else:
+                out[key] = _scale_lengths(value, factor, here)
+        return out
+    if isinstance(node, list):
+        return [_scale_lengths(v, factor, f"{where}[{i}]") for i, v in enumerate(node)]
+    return node
+
+
+def _absolute(value: Any, base: Path) -> Any:
+    """A relative path that exists under ``base`` as an absolute path; anything else as it is."""
+    if isinstance(value, str) and value and not Path(value).is_absolute() and (base / value).exists():
+        return str((base / value).resolve())
+    return value
+
+
+def shifted_config(config: dict, base: str | Path = ".") -> dict:
+    """The shifted configuration of ``config`` (validated, defaults filled in; the original is not modified)."""
+    config = validate_schema(copy.deepcopy(config))
+    shift = config["robustness"]
+    factor, seeds, data = shift["train_len_scale"], shift["seed_shift"], shift["data_seed_shift"]
+    out = copy.deepcopy(config)
+    base = Path(base)
+    for name, dataset in out["datasets"].items():
+        dataset["seed"] = int(dataset.get("seed", 0)) + data
+        for key in list(dataset):
+            dataset[key] = _absolute(dataset[key], base)
+    out["estimate"]["calibration"] = _absolute(out["estimate"].get("calibration"), base)
+    for stage in ("lm", "finetune"):
+        if stage in out["defaults"]:
+            out["defaults"][stage] = _scale_lengths(out["defaults"][stage], factor, f"defaults.{stage}")
+    for name, family in out["families"].items():
+        family["seeds"] = [s + seeds for s in family["seeds"]]
+        for grid in family.get("grids") or []:
+            if "seeds" in grid:
+                grid["seeds"] = [s + seeds for s in grid["seeds"]]
+        if family.get("stage", "lm") in LM_FAMILY_STAGES:
+            out["families"][name] = _scale_axes(_scale_lengths(family, factor, f"families.{name}"), factor,
+                                                f"families.{name}")
+    if out.get("run_overrides"):
+        out["run_overrides"] = _scale_lengths(out["run_overrides"], factor, "run_overrides")
+    return validate_schema(out)
+
+
+def _scale_axes(family: dict, factor: float, where: str) -> dict:
+    """An axis named after a length setting lists its values: scale them (``axes: {train_len: [32, 64]}``)."""
+    for i, grid in enumerate([family, *(family.get("grids") or [])]):
+        axes = grid.get("axes") or {}
+        for key in SCALAR_LENGTHS:
+            if isinstance(axes.get(key), list) and all(isinstance(v, (int, float)) for v in axes[key]):
+                axes[key] = _scale(axes[key], factor, f"{where}.axes.{key}")
+    return family
+
+
+def shift_summary(config: dict, shifted: dict) -> dict:
+    """What changed, for the robustness report: the shift, each family's seeds, each dataset's seed and the
+    training lengths of the LM runs (before → after)."""
+    from dape_core.config.families import build_plan
+
+    def lengths(cfg):
+        return sorted({run["settings"]["train_len"] for run in build_plan(cfg).lm_runs.values()})
+
+    config = validate_schema(copy.deepcopy(config))
+    return {"shift": dict(config["robustness"]),
+            "seeds": {name: [config["families"][name]["seeds"], shifted["families"][name]["seeds"]]
+                      for name in config["families"]},
+            "data_seeds": {name: [config["datasets"][name].get("seed", 0), shifted["datasets"][name]["seed"]]
+                           for name in config["datasets"]},
+            "train_lens": [lengths(config), lengths(shifted)]}
+
+
+def write_shifted_config(path: str | Path, config: dict, summary_path: str | Path | None = None,
+                         base: str | Path = ".") -> dict:
+    """Write the shifted configuration (YAML) and, with ``summary_path``, its :func:`shift_summary` (JSON),
+    atomically."""
+    shifted = shifted_config(config, base)
+    header = ("# The shifted configuration of `make robustness`, derived from the run's configuration by its "
+              "`robustness` block\n# (dape_core/config/shift.py); written by the DAG, not edited by hand.\n")
+    io.write_text(path, header + yaml.safe_dump(shifted, sort_keys=False, allow_unicode=True))
+    if summary_path is not None:
+        io.write_json(summary_path, shift_summary(config, shifted))
+    return shifted
