@@ -85,3 +85,24 @@ def test_gpu_step_times_every_method_round_robin_with_ratios(tmp_path):
     nope, kerple = rows.set_index("method").loc["NoPE"], rows.set_index("method").loc["Kerple"]
     assert nope["x_nope"] == 1.0 and kerple["x_kerple"] == 1.0
     assert (rows["x_nope"] - rows["step_ms"] / nope["step_ms"]).abs().max() < 1e-9
+
+
+def test_op_counts_counts_each_path_and_setting(tmp_path):
+    """benchmarks/op_counts.py at a tiny shape: a row per case and batch; the accelerator path's Kerple layer makes
+    one SDPA call, its DAPE layer no padded copy and the same calls at both batches; recomputation adds the
+    replayed forward operators."""
+    out = tmp_path / "op_counts.csv"
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "op_counts.py"), "--size", "tiny", "--length",
+                             "32", "--batches", "2", "8", "--out", str(out)], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = pd.read_csv(out)
+    assert len(rows) == 12 and set(rows["batch"]) == {2, 8}
+    kerple = rows[(rows["method"] == "Kerple") & (rows["attention_impl"] == "materialized")]
+    assert (kerple["sdpa"] == 1).all()
+    dape = rows[(rows["method"] == "DAPE1x3-Kerple") & (rows["attention_impl"] == "materialized")]
+    assert (dape["constant_pad_nd"] == 0).all() and (dape["convolution"] > 0).all()
+    assert (rows[(rows["attention_impl"] == "plain")]["constant_pad_nd"] > 0).all()  # the paper's form pads
+    by = dape.set_index(["recompute_scores", "batch"])["top_level"]
+    assert by[("True", 2)] == by[("True", 8)] and by[("False", 2)] == by[("False", 8)]
+    assert by[("True", 2)] > by[("False", 2)]
