@@ -39,7 +39,7 @@ reproduce: install
 # Runs this configuration's grid too where its claims are missing: both runs' verdicts are needed.
 robustness: install
 	$(BIN)/python -m dape_core.workflow_lock -- $(SNAKEMAKE_ARGS)
-	$(BIN)/snakemake $(SNAKEMAKE_ARGS) reports/robustness.md
+	$(BIN)/snakemake reports/robustness.md $(SNAKEMAKE_ARGS)
 
 clean-results:
 	rm -rf results reports/*.csv reports/tables reports/figures reports/report.html

@@ -1,0 +1,38 @@
+"""The Snakemake command lines the Makefile runs and the documentation gives parse as meant: ``--configfile`` takes
+one or more files, so a target written after it would be read as a configuration file — every target must come
+first (the parse is Snakemake's own argument parser)."""
+
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+from snakemake.cli import get_argument_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def parse(line: str):
+    """Snakemake's reading of one command line (after ``snakemake``), comments removed."""
+    words = shlex.split(line.split(" #")[0])
+    return get_argument_parser().parse_args(words[words.index(next(w for w in words if w.endswith("snakemake"))) + 1:])
+
+
+@pytest.mark.parametrize("target, wanted", [("reproduce", [[], []]), ("robustness", [["reports/robustness.md"]])])
+def test_make_targets_give_snakemake_their_targets_and_one_configuration(target, wanted):
+    printed = subprocess.run(["make", "-n", target, "VENV=.venv-unused"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout
+    lines = [line for line in printed.splitlines() if re.search(r"/snakemake( |$)", line)]
+    parsed = [parse(line) for line in lines]
+    assert [sorted(a.targets or []) for a in parsed] == wanted
+    assert all([str(f) for f in a.configfile] == ["config.yaml"] for a in parsed)
+
+
+def test_documented_snakemake_commands_name_only_configuration_files():
+    lines = [line.strip() for doc in ("README.md", "reports/README.md") for line in (ROOT / doc).read_text()
+             .splitlines() if line.strip().startswith("snakemake ")]
+    assert len(lines) >= 4
+    for line in lines:
+        args = parse(line)
+        assert all(str(f).endswith((".yaml", ".yml")) for f in args.configfile or []), line
