@@ -112,3 +112,14 @@ def test_make_robustness_on_the_smoke_configuration(smoke_run, tmp_path):
     table = pd.read_csv(workdir / "reports/robustness.csv")
     assert len(table) == 18 and set(table["change"]) <= {"agree", "flip", "to UNDECIDED", "from UNDECIDED",
                                                         "NOT-RUN"}
+
+    # the nested run killed with SIGKILL: its lock stays behind in robustness/; the next run clears it and goes on
+    locks = workdir / "robustness/.snakemake/locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    (locks / "0.output.lock").write_text("reports/claims.csv\nreports/claims.md\n")
+    (workdir / "robustness/reports/claims.csv").unlink()
+    (workdir / "reports/robustness.md").unlink()  # the comparison is remade, so its missing input is too
+    again = snakemake(workdir, CONFIGS["smoke"], "--cores", "2", "reports/robustness.md")
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:] + log.read_text()[-3000:]
+    assert "cleared a stale Snakemake lock" in log.read_text() and not list(locks.glob("*.lock"))
+    assert "rule train_lm:" not in log.read_text()  # only the claims were remade: the shifted grid's results were kept

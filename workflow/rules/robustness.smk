@@ -41,11 +41,14 @@ rule robustness_run:
         "logs/robustness/run.log",
     localrule: True
     run:
-        # the Python that runs this Snakemake runs the nested one (the same installation, like every job's `dape`)
+        # the Python that runs this Snakemake runs the nested one (the same installation, like every job's `dape`);
+        # a nested run killed earlier left its lock behind: workflow_lock clears it (and refuses a live one) first,
+        # as `make` does for the outer run
+        nested = "--snakefile {params.snakefile} --directory {params.directory} --configfile {params.config}"
+        shell(f"{sys.executable} -m dape_core.workflow_lock -- {nested} > {{log}} 2>&1")
         shell(
-            f"{sys.executable} -m snakemake --snakefile {{params.snakefile}} --directory {{params.directory}}"
-            " --configfile {params.config} --cores {threads} --rerun-incomplete --keep-going"
-            " reports/claims.csv reports/claims.md > {log} 2>&1"
+            f"{sys.executable} -m snakemake {nested} --cores {{threads}} --rerun-incomplete --keep-going"
+            " reports/claims.csv reports/claims.md >> {log} 2>&1"
         )
 
 
