@@ -100,6 +100,16 @@ def test_bad_gpu_resources_name_the_field(tmp_path, change, message):
 
 
 # ------------------------------------------------------------------------------------------------ the DAG
+@pytest.mark.parametrize("profile", ["slurm", "slurm-gpu"])
+def test_a_cluster_profile_without_cores_parses_the_workflow(tmp_path, profile):
+    """A cluster run gives no --cores (only a dry run sets them): every rule must parse without `workflow.cores`
+    (the robustness run's threads once read it and stopped every slurm run at the parse)."""
+    result = snakemake(tmp_path, CONFIGS["smoke"], "--summary", "--profile", str(REPO / "profiles" / profile),
+                       "--workflow-profile", "none")
+    out = result.stdout + result.stderr
+    assert result.returncode == 0 and "reports/claims.csv" in out, out[-3000:]
+
+
 @pytest.mark.slow
 def test_paper_dry_run_starts_torchrun_for_the_multi_gpu_sizes(tmp_path, monkeypatch):
     """Through profiles/slurm-gpu (dry run): one run per trained size, its GPUs, CPUs per GPU and command."""
