@@ -51,6 +51,13 @@ def threads_of(rule_name):
     return PLAN.resources(rule_name)["threads"]
 
 
+def local_cores() -> int:
+    """The cores this Snakemake gives its local jobs: --cores, else --local-cores (a cluster executor's run, where
+    --cores may be unset and `workflow.cores` would stop the parse of every run, not only of this rule's)."""
+    settings = workflow.resource_settings
+    return settings.cores or settings.local_cores or 1
+
+
 def slurm_resources(values):
     """mem_mb, runtime, gpu (and gpu_model) of one job's resources; a GPU job asks for its threads per GPU
     (`cpus_per_gpu`, which the slurm executor passes instead of --cpus-per-task, so a job gets gpu × threads CPUs)."""

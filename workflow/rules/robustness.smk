@@ -13,13 +13,6 @@ from dape_core.config import shift as robustness_shift
 ROBUSTNESS_DIR = config["robustness"]["workdir"]
 
 
-def local_cores() -> int:
-    """The cores this Snakemake gives its local jobs: --cores, else --local-cores (a cluster executor's run, where
-    --cores may be unset and `workflow.cores` would stop the parse of every run, not only of this rule's)."""
-    settings = workflow.resource_settings
-    return settings.cores or settings.local_cores or 1
-
-
 rule robustness_config:
     output:
         config=f"{ROBUSTNESS_DIR}/config.yaml",
