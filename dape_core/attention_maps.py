@@ -2,8 +2,14 @@
 
 For one sequence, each layer's pieces of the score pipeline are recomputed from the layer's input:
 A = q·kᵀ/√d, B = the encoding's bias, ``dape`` = f(tril([A; B])) (what the processor adds), and the attention
-probabilities. The attention sink (Xiao et al., 2024) is measured as ``sink_mass``: the mean, over heads and over
-queries at positions ≥ ``sink_min_query`` (default 16), of the probability placed on the first key.
+probabilities. The attention sink (Xiao et al., 2024; App. K compares DAPE1x3's with DAPE's) is measured as
+``sink_mass``: the mean, over heads and over queries at positions ≥ ``sink_min_query`` (default 16), of the
+probability placed on the first key.
+
+The sink is measured on several sequences (:func:`sink_sequences`): distinct, non-overlapping windows of the
+validation documents in a seeded order, chosen from the split, the length and the evaluation seed alone — never from
+the model or the run's training seed — so every run of a dataset sees the same sequences and runs pair by
+``sequence`` (``document``, ``start`` name it). Sequence 0's heat-maps are the ones written.
 
 Everything is computed on the device the model is on (a GPU when the caller put it there, the CPU otherwise);
 only the arrays handed back are copied to host memory. :func:`layer_maps` hands back whole [H, T, T] maps (small
@@ -23,6 +29,7 @@ import pandas as pd
 import torch
 
 from dape_core import io
+from dape_core.errors import require_positive
 from dape_core.model import GPT
 
 MAP_NAMES = ("A", "B", "dape", "probs")
@@ -80,6 +87,41 @@ def layer_rows(model: GPT, tokens: torch.Tensor, min_query: int = 16) -> list[di
     return out
 
 
+@torch.no_grad()
+def layer_sinks(model: GPT, tokens: torch.Tensor, min_query: int = 16) -> list[float]:
+    """Per layer: ``sink_mass`` of a [1, T] sequence alone (one layer's maps on the device at a time)."""
+    return [sink_mass(parts["probs"][0], min_query) for parts in _layers(model, tokens)]
+
+
+def sink_sequences(split, length: int, count: int, seed: int = 0) -> list[tuple[int, int]]:
+    """(document, start) of up to ``count`` windows of ``length`` tokens, ``doc[start : start + length]``, for the
+    sink statistic of App. K. The candidates are every document's non-overlapping windows (starts 0, length,
+    2·length, …); a permutation seeded by ``seed`` orders them, and the first ``count`` whose tokens differ from every
+    window taken before are kept (boilerplate such as a licence header repeats across documents, and a repeated
+    sequence would count twice). The choice depends on the split, ``length``, ``count`` and ``seed`` only, never on
+    the model, so every run of a dataset gets the same sequences; a smaller ``count`` takes a prefix of a larger one.
+    Fewer than ``count`` when the documents hold fewer distinct windows; none when no document has ``length``
+    tokens."""
+    require_positive("heatmap_len", length)
+    require_positive("sink_sequences", count)
+    lengths = np.asarray(split.document_lengths, dtype=np.int64)
+    windows = lengths // length  # per document
+    total = int(windows.sum())
+    first = np.cumsum(windows) - windows  # flat index of each document's first window
+    chosen: list[tuple[int, int]] = []
+    seen: set[bytes] = set()
+    for flat in np.random.default_rng(seed).permutation(total):
+        document = int(np.searchsorted(first, flat, side="right") - 1)
+        start = int(flat - first[document]) * length
+        key = np.asarray(split.document(document)[start : start + length], dtype=np.int64).tobytes()
+        if key not in seen:
+            seen.add(key)
+            chosen.append((document, start))
+            if len(chosen) == count:
+                break
+    return chosen
+
+
 def sink_mass(probs, min_query: int = 16) -> float:
     """Mean probability on the first key over heads and queries i ≥ ``min_query`` (all queries if shorter);
     ``probs`` [H, T, T] as a numpy array or a tensor on any device."""
@@ -87,13 +129,22 @@ def sink_mass(probs, min_query: int = 16) -> float:
     return float(probs[:, start:, 0].mean())
 
 
-def sink_frame(layers: list[dict], *, method: str, eval_len: int, device: str) -> pd.DataFrame:
-    """One row per layer: the sink mass (from :func:`layer_rows`, or :func:`layer_maps`' probabilities) and the
+SINK_COLUMNS = ["method", "eval_len", "layer", "sequence", "document", "start", "sink_mass", "device"]
+
+
+def sink_frame(layers: list, *, method: str, eval_len: int, device: str, sequence: int = 0,
+               document: int = 0, start: int = 0) -> pd.DataFrame:
+    """One row per layer of one sequence (``sequence``, ``document``, ``start``: see :func:`sink_sequences`): the
+    sink mass (a float from :func:`layer_sinks`, or a layer of :func:`layer_rows` or :func:`layer_maps`) and the
     device that computed it; no rows for a diverged run (no layers)."""
-    rows = [{"method": method, "eval_len": eval_len, "layer": i,
-             "sink_mass": m["sink_mass"] if "sink_mass" in m else sink_mass(m["probs"]), "device": device}
-            for i, m in enumerate(layers)]
-    return pd.DataFrame(rows, columns=["method", "eval_len", "layer", "sink_mass", "device"])
+    def mass(m) -> float:
+        if isinstance(m, dict):
+            return m["sink_mass"] if "sink_mass" in m else sink_mass(m["probs"])
+        return float(m)
+
+    rows = [{"method": method, "eval_len": eval_len, "layer": i, "sequence": sequence, "document": document,
+             "start": start, "sink_mass": mass(m), "device": device} for i, m in enumerate(layers)]
+    return pd.DataFrame(rows, columns=SINK_COLUMNS)
 
 
 def write_heatmaps(path: str | Path, layers: list[dict], *, method: str, device: str) -> None:

@@ -17,6 +17,11 @@ the same split with the same settings score the same windows and are compared wi
 paired bootstrap). Every scored window has the same number of tokens, so exp(mean of a length's window losses) is
 its perplexity.
 
+The attention sink (``--sink-out``, App. K) is measured at ``heatmap_len`` on ``sink_sequences`` windows of the
+validation split, chosen by :func:`dape_core.attention_maps.sink_sequences` from the split, the length and ``seed``
+alone: one row per sequence × layer, the same sequences for every run of a dataset, so runs pair by sequence. The
+heat-maps (``--heatmap-out``) are those of sequence 0.
+
 The model and the batches go to one device, chosen once: CUDA when present (TF32 off, so results match fp32 on
 the CPU to rounding), the CPU otherwise; ``eval_device`` records it (and the sink and heat-map files, computed on
 the same device, record it as ``device``).
@@ -56,11 +61,14 @@ class EvalSettings:
     seed: int = setting(0, help="seed of the window choice and the bootstrap")
     threads: int = setting(2, help="CPU threads")
     heatmap_len: int | None = setting(None, help="sequence length of the sink and heat-maps (default: train_len)")
+    sink_sequences: int = setting(8, help="sequences of the attention-sink statistic at heatmap_len (App. K; the "
+                                          "same windows for every run of a dataset)")
 
     def __post_init__(self):
         for length in self.eval_lens:
             require_positive("eval_lens", length)
-        for name in ("window", "min_scored_tokens", "max_windows", "batch_size", "query_chunk_size", "threads"):
+        for name in ("window", "min_scored_tokens", "max_windows", "batch_size", "query_chunk_size", "threads",
+                     "sink_sequences"):
             require_positive(name, getattr(self, name))
         require_resamples("bootstrap", self.bootstrap)
         for name in ("delta_p_window", "heatmap_len"):
@@ -220,12 +228,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="CSV, one row per evaluation length")
     p.add_argument("--windows-out", default=None,
                    help="CSV of per-window losses: one row per evaluation length × window (document, anchor)")
-    p.add_argument("--sink-out", default=None, help="CSV of the attention-sink statistic per layer (appendix K)")
+    p.add_argument("--sink-out", default=None, help="CSV of the attention-sink statistic (appendix K): one row per "
+                                                    "sequence × layer, sequences as --sink-sequences says")
     p.add_argument("--heatmap-out", default=None, help="NPZ of A, B and the DAPE term for one sequence (appendix K)")
 
 
 def run(args) -> int:
-    from dape_core.attention_maps import layer_rows, sink_frame, write_heatmaps
+    from dape_core.attention_maps import layer_rows, layer_sinks, sink_frame, sink_sequences, write_heatmaps
     from dape_core.data import load_split
     from dape_core.train import load_model
 
@@ -281,13 +290,26 @@ def run(args) -> int:
         io.write_csv(args.windows_out, windows)
     if args.sink_out or args.heatmap_out:
         n = ev.heatmap_len or ts["train_len"]
-        docs = split.long_documents(n)
-        if len(docs) == 0:
+        sequences = sink_sequences(split, n, ev.sink_sequences if args.sink_out else 1, seed=ev.seed)
+        if not sequences:
             raise ConfigError(f"heatmap_len: no validation document has {n} tokens; allowed values: a shorter length")
-        tokens = torch.from_numpy(np.asarray(split.document(int(docs[0]))[:n], dtype=np.int64))[None]
-        layers = [] if ckpt["status"] == "diverged" else layer_rows(model, tokens)  # on the evaluation's device
+        if len(sequences) < ev.sink_sequences and args.sink_out:
+            print(f"sink_sequences: the validation documents hold {len(sequences)} distinct windows of {n} tokens, "
+                  f"fewer than {ev.sink_sequences}; the sink is measured on {len(sequences)}", file=sys.stderr)
+
+        def tokens(document: int, start: int) -> torch.Tensor:
+            return torch.from_numpy(np.asarray(split.document(document)[start : start + n], dtype=np.int64))[None]
+
+        diverged = ckpt["status"] == "diverged"
+        layers = [] if diverged else layer_rows(model, tokens(*sequences[0]))  # sequence 0: sink and heat-maps
         if args.sink_out:
-            sink = sink_frame(layers, method=ckpt["method"], eval_len=n, device=device_name(device))
+            frames = [sink_frame(layers, method=ckpt["method"], eval_len=n, device=device_name(device),
+                                 sequence=0, document=sequences[0][0], start=sequences[0][1])]
+            for index, (document, start) in enumerate(sequences[1:] if not diverged else [], start=1):
+                masses = layer_sinks(model, tokens(document, start))  # one sequence, one layer's maps at a time
+                frames.append(sink_frame(masses, method=ckpt["method"], eval_len=n, device=device_name(device),
+                                         sequence=index, document=document, start=start))
+            sink = pd.concat(frames, ignore_index=True)
             for key in ("encoding", "processor", "kernel_size", "train_len", "seed"):
                 sink[key] = settings[key]
             io.write_csv(args.sink_out, sink)

@@ -1,27 +1,38 @@
-"""Forward time, training-step time and peak memory per method × size × length (Table 7, §4.2 step times).
+"""Forward time, training-step time and peak memory, methods timed together in interleaved repeats (Table 7 App. H,
+§4.2 step times).
 
-Each (method, length) is measured in a fresh Python process, because CPU peak memory is a process-wide
-high-water mark. The process runs on CUDA when a GPU is present and on the CPU otherwise (:func:`timing_device`,
-chosen once); on CUDA every timed region is bracketed by ``torch.cuda.synchronize`` and the peak memory is
-``torch.cuda.max_memory_allocated`` over the timed runs, on the CPU it is the resident set's high-water mark.
-Each row names its device and the path ``attention_impl`` resolved to there (``attention_path``). Times are
-medians over ``repeats`` after ``warmup`` runs. ``precision`` runs the model under autocast in bf16 or fp16 (the
-paper timed fp16, appendix I Table 8) or in fp32; a training step in fp16 scales its loss
-(``torch.amp.GradScaler``) as fp16 training does. A case that does not fit the GPU's memory gives a row with
-status ``out_of_memory`` and no time. Paper widths that do not fit a machine can be timed at reduced depth
-(``--n-layer``): rows carry the depth and a per-layer time. ``--equal-tokens N`` sets the batch to N / T for every
-length, as §4.2 compares lengths at equal tokens.
+A timing job times *cells*: the methods (runs that differ only in their attention settings) at one size, depth,
+length, batch, mode, precision and thread count. Each method of a cell has its own persistent worker process, so
+its peak memory is its own (CPU: the process's resident high-water mark; CUDA: ``torch.cuda.max_memory_allocated``
+over its timed runs). A worker builds its model and runs ``warmup`` untimed runs (discarded); then the parent runs
+``repeats`` rounds, asking every worker in turn for one timed run, the order rotated by one method each round so
+that no method always goes first; one worker computes at a time. Every repeat's time is kept (``--repeats-out``:
+one row per method × round, the units of an interval for a ratio of medians) beside the summary (``--out``: one row
+per method × length, median and min over the repeats). The process runs on CUDA when a GPU is present and on the
+CPU otherwise (:func:`timing_device`); on CUDA every timed region is bracketed by ``torch.cuda.synchronize``, and
+in a cell of several methods a worker frees its model between its turns (the cell's models need not fit the GPU
+together), builds it again on the GPU (same seed) and runs it once untimed before each timed run. Each row names its
+device (and the CPU model) and the path ``attention_impl`` resolved to there (``attention_path``). ``precision`` runs the
+model under autocast in bf16 or fp16 (the paper timed fp16, appendix I Table 8) or in fp32; a training step in
+fp16 scales its loss (``torch.amp.GradScaler``). A method that does not fit the GPU's memory gives a summary row
+with status ``out_of_memory``, no time and no repeat rows. Paper widths that do not fit a machine can be timed at
+reduced depth (``--n-layer``): rows carry the depth and a per-layer time. ``--equal-tokens N`` sets the batch to
+N / T for every length, as §4.2 compares lengths at equal tokens.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
+import os
+import platform
 import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -47,12 +58,12 @@ class TimingSettings(AttentionSettings):
     size: str = setting("small", choices=tuple(SIZE_PRESETS), help="shape preset of the timed model")
     n_layer: int | None = setting(None, help="reduced depth for shapes that do not fit")
     vocab_size: int = setting(50257, help="vocabulary of the timed model (GPT-2's for Table 7)")
-    seq_lens: list[int] = setting(default_factory=lambda: [512], help="lengths, each timed in a fresh process")
+    seq_lens: list[int] = setting(default_factory=lambda: [512], help="lengths, each a cell of fresh worker processes")
     batch_size: int | None = setting(1, help="sequences per forward (replaced by equal_tokens / seq_len)")
     equal_tokens: int | None = setting(None, help="batch = EQUAL_TOKENS / seq_len (§4.2)")
     mode: str = setting("forward", choices=MODES, help="forward, or a training step (forward, backward, AdamW)")
-    repeats: int = setting(10, help="timed runs per length (the median is reported)")
-    warmup: int = setting(2, help="untimed runs first")
+    repeats: int = setting(10, help="timed runs per method and length, interleaved (the median is reported)")
+    warmup: int = setting(2, help="untimed runs first (discarded)")
     query_chunk_size: int | None = setting(None, help="exact query-chunked attention beyond this many rows")
     precision: str = setting("fp32", choices=PRECISIONS,
                              help="fp32, or bf16 / fp16 autocast (the paper timed fp16, appendix I Table 8)")
@@ -105,90 +116,303 @@ def timed_method(cfg: AttentionSettings, precision: str = TimingSettings.precisi
     return f"{label} ({', '.join(qualifiers)})" if qualifiers else label
 
 
-def measure(case: dict) -> dict:
-    """Time one case in this process; ``case`` holds the model settings, seq_len, batch_size, mode, precision,
-    repeats…"""
-    torch.set_num_threads(case["threads"])
-    device = timing_device()
-    precision = case.get("precision", TimingSettings.precision)
-    dtype = AUTOCAST_DTYPES[precision]
-    baseline = torch.cuda.memory_allocated(device) / 2**20 if device.type == "cuda" else _rss_mb()
-    attention = {name: case[name] for name in fields.field_names(AttentionSettings) if name in case}
-    cfg = GPTConfig(vocab_size=case["vocab_size"], size=case["size"], n_layer=case.get("n_layer"),
-                    train_len=case["seq_len"], query_chunk_size=case.get("query_chunk_size"), **attention)
-    row = {
-        "method": timed_method(cfg, precision), "encoding": cfg.encoding, "processor": cfg.processor,
-        "kernel_size": cfg.kernel_size, "dape_width": cfg.dape_width, "size": case["size"], "n_layer": cfg.n_layer,
-        "d_model": cfg.d_model, "n_head": cfg.n_head, "vocab_size": cfg.vocab_size, "seq_len": case["seq_len"],
-        "batch_size": case["batch_size"], "mode": case["mode"], "repeats": case["repeats"],
-        "device": device_name(device), "device_type": device.type, "threads": case["threads"],
-        "attention_impl": cfg.attention_impl, "attention_path": resolve_attention_impl(cfg.attention_impl, device),
-        "dape_dtype": cfg.dape_dtype, "precision": precision,
-    }
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else ``platform.processor()``): CPU times depend on it."""
     try:
-        times, peak = _timed_runs(cfg, case, device, dtype)
-    except torch.cuda.OutOfMemoryError:  # the case does not fit this GPU: a row that says so, no time
-        return {**row, "status": "out_of_memory", "median_ms": float("nan"), "min_ms": float("nan"),
-                "per_layer_ms": float("nan"), "tokens_per_s": float("nan"), "peak_mem_mb": float("nan"),
-                "peak_mem_over_baseline_mb": float("nan")}
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+# ----------------------------------------------------------------------------------------------- one method
+class TimedCase:
+    """One method × length in this process: its model built and warmed up (``warmup`` untimed runs), then one
+    timed run per :meth:`time_once` (ms, bracketed by device synchronisations). With ``park`` (CUDA, a cell of
+    several methods) the model is freed between turns, so the cell's models need not fit the GPU (nor the host)
+    together, and is built again on the GPU (same seed) and run once untimed before each timed run."""
+
+    def __init__(self, case: dict, park: bool | None = None):
+        torch.set_num_threads(case["threads"])
+        self.case, self.device = case, timing_device()
+        self.park = park if park is not None else self.device.type == "cuda" and case.get("cell_size", 1) > 1
+        precision = case.get("precision", TimingSettings.precision)
+        self.dtype = AUTOCAST_DTYPES[precision]
+        self.baseline = self._memory_mb()
+        attention = {name: case[name] for name in fields.field_names(AttentionSettings) if name in case}
+        cfg = self.cfg = GPTConfig(vocab_size=case["vocab_size"], size=case["size"], n_layer=case.get("n_layer"),
+                                   train_len=case["seq_len"], query_chunk_size=case.get("query_chunk_size"),
+                                   **attention)
+        self.row = {
+            "method": timed_method(cfg, precision), "encoding": cfg.encoding, "processor": cfg.processor,
+            "kernel_size": cfg.kernel_size, "dape_width": cfg.dape_width, "size": case["size"], "n_layer": cfg.n_layer,
+            "d_model": cfg.d_model, "n_head": cfg.n_head, "vocab_size": cfg.vocab_size, "seq_len": case["seq_len"],
+            "batch_size": case["batch_size"], "mode": case["mode"], "repeats": case["repeats"],
+            "warmup": case["warmup"], "device": device_name(self.device), "device_type": self.device.type,
+            "cpu_model": cpu_model(), "threads": case["threads"], "attention_impl": cfg.attention_impl,
+            "attention_path": resolve_attention_impl(cfg.attention_impl, self.device), "dape_dtype": cfg.dape_dtype,
+            "precision": precision,
+        }
+        self.peak = 0.0
+        self._build()
+        for _ in range(case["warmup"]):
+            self._once()
+        synchronize(self.device)
+        if self.park:
+            self._free()
+
+    def _memory_mb(self) -> float:
+        if self.device.type == "cuda":
+            return torch.cuda.memory_allocated(self.device) / 2**20
+        return _rss_mb()
+
+    def _build(self) -> None:
+        """The model (seed 0, initialised on the timing device), its input and, for a training step, AdamW."""
+        torch.manual_seed(0)
+        with self.device:
+            self.model = GPT(self.cfg).to(self.device)
+        self.x = torch.randint(0, self.cfg.vocab_size, (self.case["batch_size"], self.case["seq_len"]),
+                               device=self.device)
+        train_step = self.case["mode"] == "train_step"
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4) if train_step else None
+        self.scaler = (torch.amp.GradScaler(self.device.type) if train_step and self.dtype == torch.float16
+                       else None)
+        self.model.train(train_step)
+
+    def _free(self) -> None:
+        """Release the model, its optimizer and input, and the allocator's cache (a parked worker holds nothing)."""
+        self.model = self.x = self.optimizer = self.scaler = None
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def _once(self) -> None:
+        autocast = torch.autocast(self.device.type, dtype=self.dtype or torch.float32, enabled=self.dtype is not None)
+        if self.optimizer is None:
+            with torch.no_grad(), autocast:
+                self.model(self.x)
+            return
+        self.optimizer.zero_grad(set_to_none=True)
+        with autocast:
+            _, loss = self.model(self.x, self.x)
+        if self.scaler is None:
+            loss.backward()
+            self.optimizer.step()
+        else:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+
+    def time_once(self) -> float:
+        """One timed run (ms); the peak memory of the timed runs so far is updated."""
+        device = self.device
+        if self.park:
+            self._build()
+            self._once()  # untimed: the allocator's cache (and AdamW's state) refilled after parking
+        synchronize(device)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        start = time.perf_counter()
+        self._once()
+        synchronize(device)
+        ms = (time.perf_counter() - start) * 1000
+        peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else _rss_mb()
+        self.peak = max(self.peak, peak)
+        if self.park:
+            self._free()
+        return ms
+
+
+def summary_row(row: dict, times: list[float], peak: float, baseline: float) -> dict:
+    """A method's row: median and min over its repeats, per layer, tokens/s, peak memory (and over the baseline)."""
     median = statistics.median(times)
-    return {**row, "status": "ok", "median_ms": median, "min_ms": min(times), "per_layer_ms": median / cfg.n_layer,
-            "tokens_per_s": case["batch_size"] * case["seq_len"] / (median / 1000), "peak_mem_mb": peak,
+    return {**row, "status": "ok", "median_ms": median, "min_ms": min(times), "per_layer_ms": median / row["n_layer"],
+            "tokens_per_s": row["batch_size"] * row["seq_len"] / (median / 1000), "peak_mem_mb": peak,
             "peak_mem_over_baseline_mb": peak - baseline}
 
 
-def _timed_runs(cfg: GPTConfig, case: dict, device: torch.device, dtype) -> tuple[list[float], float]:
-    """``warmup`` untimed then ``repeats`` timed runs (ms, each bracketed by a device synchronisation) and the peak
-    memory in MB (CUDA: allocated over the timed runs; CPU: the process's resident high-water mark)."""
-    torch.manual_seed(0)
-    model = GPT(cfg).to(device)
-    x = torch.randint(0, cfg.vocab_size, (case["batch_size"], case["seq_len"]), device=device)
-    train_step = case["mode"] == "train_step"
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4) if train_step else None
-    scaler = torch.amp.GradScaler(device.type) if train_step and dtype == torch.float16 else None
-    autocast = torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None)
-    model.train(train_step)
-
-    def once():
-        if optimizer is None:
-            with torch.no_grad(), autocast:
-                model(x)
-            return
-        optimizer.zero_grad(set_to_none=True)
-        with autocast:
-            _, loss = model(x, x)
-        if scaler is None:
-            loss.backward()
-            optimizer.step()
-        else:
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-
-    for _ in range(case["warmup"]):
-        once()
-    synchronize(device)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    times = []
-    for _ in range(case["repeats"]):
-        synchronize(device)
-        start = time.perf_counter()
-        once()
-        synchronize(device)
-        times.append((time.perf_counter() - start) * 1000)
-    peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else _rss_mb()
-    return times, peak
+def out_of_memory_row(row: dict) -> dict:
+    """A method that does not fit the GPU: status ``out_of_memory``, no time."""
+    nan = float("nan")
+    return {**row, "status": "out_of_memory", **dict.fromkeys(
+        ("median_ms", "min_ms", "per_layer_ms", "tokens_per_s", "peak_mem_mb", "peak_mem_over_baseline_mb"), nan)}
 
 
-def measure_in_fresh_process(case: dict) -> dict:
-    out = subprocess.run([sys.executable, "-m", "dape_core.timing", "--worker", json.dumps(case)],
-                         capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError(f"timing worker failed for {case}:\n{out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def measure(case: dict) -> dict:
+    """Time one method × length alone in this process (``warmup`` then ``repeats`` runs): its summary row."""
+    try:
+        timed = TimedCase(case, park=False)
+        times = [timed.time_once() for _ in range(case["repeats"])]
+    except torch.cuda.OutOfMemoryError:
+        return out_of_memory_row(_failed_row(case))
+    return summary_row(timed.row, times, timed.peak, timed.baseline)
 
 
+def _failed_row(case: dict) -> dict:
+    """The settings part of a row for a case whose model could not be built or run."""
+    keys = ("size", "n_layer", "seq_len", "batch_size", "mode", "repeats", "warmup", "threads", "precision",
+            *fields.field_names(AttentionSettings))
+    device = timing_device()
+    cfg = GPTConfig(vocab_size=case["vocab_size"], size=case["size"], n_layer=case.get("n_layer"),
+                    **{k: case[k] for k in fields.field_names(AttentionSettings) if k in case})
+    return {**{k: case.get(k) for k in keys}, "method": timed_method(cfg, case.get("precision", "fp32")),
+            "n_layer": cfg.n_layer, "d_model": cfg.d_model, "n_head": cfg.n_head, "vocab_size": cfg.vocab_size,
+            "device": device_name(device), "device_type": device.type, "cpu_model": cpu_model(),
+            "attention_path": resolve_attention_impl(cfg.attention_impl, device)}
+
+
+# ----------------------------------------------------------------------------------------------- the worker
+REPLY = "dape-timing: "  # a worker's reply lines start with it
+def worker_main(commands=sys.stdin, replies=None) -> int:
+    """A method's worker: JSON lines in (``{"build": case}``, ``{"time": true}``, ``{"finish": true}``), one JSON
+    line out per command (``status`` ok / out_of_memory, ``ms``, the row; ``error`` with a one-line reason). The
+    replies go to the original stdout; anything the model code prints goes to stderr."""
+    if replies is None:
+        replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+        os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    timed = None
+
+    def reply(message: dict) -> None:
+        replies.write(REPLY + json.dumps(message) + "\n")
+        replies.flush()
+
+    for line in commands:
+        command = json.loads(line)
+        try:
+            if "build" in command:
+                timed = TimedCase(command["build"])
+                reply({"status": "ok"})
+            elif "time" in command:
+                reply({"status": "ok", "ms": timed.time_once()})
+            elif "finish" in command:
+                reply({"status": "ok", "row": timed.row, "peak_mem_mb": timed.peak, "baseline_mb": timed.baseline})
+                return 0
+        except torch.cuda.OutOfMemoryError:
+            timed = None
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            reply({"status": "out_of_memory"})
+        except Exception as err:  # the parent names the case; the reason fits on its line
+            reply({"error": f"{type(err).__name__}: {' '.join(str(err).split())}"})
+            return 1
+    return 0
+
+
+class TimingWorkerError(RuntimeError):
+    """A worker that failed or exited: one line naming the case and the reason."""
+
+
+#: how a worker starts (this module, ``--worker``: commands on stdin, replies on stdout)
+WORKER_COMMAND = (sys.executable, "-m", "dape_core.timing", "--worker")
+
+
+def describe(case: dict) -> str:
+    """A case in one phrase: ``run forward-small-kerple-none-B1 (cell forward-small-B1-T512: forward, size small,
+    T=512, B=1)``."""
+    return (f"run {case['run']} (cell {case['cell']}: {case['mode']}, size {case['size']}, T={case['seq_len']}, "
+            f"B={case['batch_size']})")
+
+
+class Worker:
+    """The parent's handle on one method's worker process."""
+
+    def __init__(self, case: dict):
+        self.case, self.status = case, "ok"
+        self.log = tempfile.TemporaryFile(mode="w+", encoding="utf-8")
+        self.process = subprocess.Popen(WORKER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=self.log, text=True, encoding="utf-8")
+
+    def ask(self, command: dict) -> dict:
+        """Send one command and wait for its reply; a worker that errs or exits raises a one-line error."""
+        try:
+            self.process.stdin.write(json.dumps(command) + "\n")
+            self.process.stdin.flush()
+            line = self.process.stdout.readline()
+            while line and not line.startswith(REPLY):  # anything else a library printed before the replies
+                line = self.process.stdout.readline()
+        except (BrokenPipeError, OSError):
+            line = ""
+        if not line:
+            code = self.process.wait()
+            raise TimingWorkerError(f"timing worker for {describe(self.case)} exited with code {code}: "
+                                    f"{self._last_error()}")
+        reply = json.loads(line.removeprefix(REPLY))
+        if "error" in reply:
+            raise TimingWorkerError(f"timing worker for {describe(self.case)} failed: {reply['error']}")
+        if reply["status"] == "out_of_memory":
+            self.status = "out_of_memory"
+        return reply
+
+    def _last_error(self) -> str:
+        self.log.seek(0)
+        lines = [line.strip() for line in self.log.read().splitlines() if line.strip()]
+        return lines[-1] if lines else "no output"
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+
+
+def rotation(methods: int, round_index: int) -> list[int]:
+    """The order of the methods in one round: rotated by one each round (0 1 2, 1 2 0, 2 0 1, …)."""
+    start = round_index % methods if methods else 0
+    return [*range(start, methods), *range(start)]
+
+
+def time_cell(cell: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Time the methods of one cell in interleaved rounds (one worker per method, each warmed up first): their
+    summary rows and one repeat row per method × round (``round``, ``position`` in the round, ``ms``)."""
+    workers: list[Worker] = []
+    try:
+        for case in cell:  # the processes start together (importing torch computes nothing that is timed) …
+            workers.append(Worker(case))
+        for worker in workers:  # … and build one after another: one worker computes at a time
+            worker.ask({"build": worker.case})
+        repeats = []
+        for round_index in range(cell[0]["repeats"]):
+            live = [w for w in workers if w.status == "ok"]
+            for position, i in enumerate(rotation(len(live), round_index)):
+                reply = live[i].ask({"time": True})
+                if reply["status"] == "ok":
+                    repeats.append({"run": live[i].case["run"], "round": round_index, "position": position,
+                                    "ms": reply["ms"]})
+        rows, repeat_rows = [], []
+        for worker in workers:
+            case = worker.case
+            if worker.status == "ok":
+                done = worker.ask({"finish": True})
+                row = {"run": case["run"], "cell": case["cell"], **done["row"]}
+                times = [r["ms"] for r in repeats if r["run"] == case["run"]]
+                rows.append(summary_row(row, times, done["peak_mem_mb"], done["baseline_mb"]))
+                repeat_rows += [{**{k: row[k] for k in REPEAT_SETTINGS}, **r} for r in repeats
+                                if r["run"] == case["run"]]
+            else:
+                rows.append(out_of_memory_row({"run": case["run"], "cell": case["cell"], **_failed_row(case)}))
+        repeat_rows.sort(key=lambda r: (r["round"], r["position"]))
+        return rows, repeat_rows
+    finally:
+        for worker in workers:
+            worker.close()
+
+
+#: per-repeat rows (``--repeats-out``, one per method × length × round): these settings of the method's summary row,
+#: then ``round``, ``position`` (its place in the round's order) and ``ms``
+REPEAT_SETTINGS = ("run", "method", "encoding", "processor", "kernel_size", "dape_width", "size", "n_layer",
+                   "d_model", "seq_len", "batch_size", "mode", "precision", "attention_impl", "attention_path",
+                   "dape_dtype", "device", "device_type", "cpu_model", "threads", "warmup", "cell")
+REPEAT_COLUMNS = (*REPEAT_SETTINGS, "round", "position", "ms")
+
+
+# ----------------------------------------------------------------------------------------------- a job
 def cases(settings: TimingSettings) -> list[dict]:
     """One case per length: the attention settings, the shape, the batch (or equal_tokens / length), the protocol."""
     GPTConfig(size=settings.size, n_layer=settings.n_layer, **dataclasses.asdict(settings.attention_settings()))
@@ -203,23 +427,77 @@ def cases(settings: TimingSettings) -> list[dict]:
     return out
 
 
+def parse_methods(text: str | None, settings: TimingSettings) -> dict[str, TimingSettings]:
+    """``--methods``: run name → its attention settings (JSON, over the attention options); without it, the one
+    method of the options, named by its label."""
+    if text is None:
+        return {timed_method(settings, settings.precision): settings}
+    try:
+        methods = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"methods: not valid JSON ({err}); allowed values: a JSON object run name → attention "
+                          "settings") from None
+    if not isinstance(methods, dict) or not methods or not all(isinstance(v, dict) for v in methods.values()):
+        raise ConfigError("methods: allowed values: a non-empty JSON object run name → attention settings")
+    allowed = fields.field_names(AttentionSettings)
+    out = {}
+    for run, attention in methods.items():
+        for key in attention:
+            if key not in allowed:
+                raise ConfigError(f"methods.{run}.{key}: unknown setting; allowed values: {', '.join(allowed)}")
+        try:
+            out[run] = dataclasses.replace(settings, **attention)
+        except ConfigError as err:
+            raise ConfigError(f"methods.{run}.{err}") from None
+    return out
+
+
+def cells(methods: dict[str, TimingSettings], job: str) -> list[list[dict]]:
+    """One cell per length: every method's case (its ``run``, the ``cell`` id ``{job}-T{length}``, the cell size)."""
+    per_method = {run: cases(settings) for run, settings in methods.items()}
+    lengths = next(iter(per_method.values()))
+    return [[{**per_method[run][i], "run": run, "cell": f"{job}-T{case['seq_len']}", "cell_size": len(methods)}
+             for run in methods] for i, case in enumerate(lengths)]
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     fields.add_arguments(p, TimingSettings)
-    p.add_argument("--out", required=True)
+    p.add_argument("--methods", help="JSON: run name → attention settings of each method timed in the same cells "
+                                     "(interleaved; over the attention options); default: the options' one method")
+    p.add_argument("--out", required=True, help="summary CSV: one row per method × length")
+    p.add_argument("--repeats-out", help="per-repeat CSV: one row per method × length × round (default: the "
+                                         "summary's name with .repeats.csv)")
+
+
+def repeats_path(out: str) -> str:
+    """The per-repeat CSV beside a summary CSV: ``x.csv`` → ``x.repeats.csv``."""
+    return str(out)[:-4] + ".repeats.csv" if str(out).endswith(".csv") else f"{out}.repeats.csv"
 
 
 def run(args) -> int:
-    rows = [measure_in_fresh_process(case) for case in cases(fields.from_args(TimingSettings, args))]
+    settings = fields.from_args(TimingSettings, args)
+    job = os.path.basename(args.out).removesuffix(".csv")
+    cell_list = cells(parse_methods(args.methods, settings), job)
+    rows, repeat_rows = [], []
+    try:
+        for cell in cell_list:
+            summary, repeats = time_cell(cell)
+            rows += summary
+            repeat_rows += repeats
+    except TimingWorkerError as err:
+        print(f"dape time: error: {err}", file=sys.stderr)
+        return 1
+    io.write_csv(args.repeats_out or repeats_path(args.out), pd.DataFrame(repeat_rows, columns=list(REPEAT_COLUMNS)))
     io.write_csv(args.out, pd.DataFrame(rows))
     for row in rows:
-        print(f"{row['method']} {row['mode']} T={row['seq_len']} B={row['batch_size']} on {row['device']}: "
-              + (f"{row['median_ms']:.1f} ms, {row['peak_mem_mb']:.0f} MB" if row["status"] == "ok" else row["status"]),
+        print(f"{row['run']}: {row['method']} {row['mode']} T={row['seq_len']} B={row['batch_size']} on "
+              f"{row['device']}: " + (f"{row['median_ms']:.1f} ms (median of {row['repeats']} interleaved), "
+                                      f"{row['peak_mem_mb']:.0f} MB" if row["status"] == "ok" else row["status"]),
               file=sys.stderr)
     return 0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
-        print(json.dumps(measure(json.loads(sys.argv[2]))))
-    else:
-        sys.exit("usage: python -m dape_core.timing --worker CASE_JSON (use `dape time` for measurements)")
+    if sys.argv[1:] == ["--worker"]:
+        sys.exit(worker_main())
+    sys.exit("usage: python -m dape_core.timing --worker (commands on stdin; use `dape time` for measurements)")

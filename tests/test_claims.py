@@ -242,22 +242,44 @@ def test_delta_p_sign():
 
 # --------------------------------------------------------------------------- §4.9 timing
 def timing(ratios=(0.5, 0.6, 0.7), mode="forward"):
+    """timing.csv's per-method summary rows (medians)."""
     rows = []
     for (size, n_layer, d_model), ratio in zip([("tiny", 2, 64), ("small", 4, 128), ("base", 6, 256)], ratios):
         for method, ms in [("DAPE1x3-Kerple", 100.0), ("Kerple", 100.0 * ratio)]:
             rows.append({"method": method, "encoding": "kerple", "size": size, "n_layer": n_layer,
                          "d_model": d_model, "n_head": 4, "seq_len": 256, "batch_size": 1, "mode": mode,
-                         "repeats": 5, "median_ms": ms, "per_layer_ms": ms / n_layer, "peak_mem_mb": 1.0,
+                         "repeats": 10, "median_ms": ms, "per_layer_ms": ms / n_layer, "peak_mem_mb": 1.0,
                          "device": "cpu", "threads": 2})
+    return pd.DataFrame(rows)
+
+
+def repeats(ratios=(0.5, 0.6, 0.7), mode="forward", rounds=10, noise=0.01, seed=0):
+    """timing_repeats.csv: interleaved rounds, each method's ms with a shared round effect and its own noise."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for (size, n_layer, d_model), ratio in zip([("tiny", 2, 64), ("small", 4, 128), ("base", 6, 256)], ratios):
+        for r in range(rounds):
+            shared = rng.normal(0, 0.05)
+            for position, (method, ms) in enumerate([("DAPE1x3-Kerple", 100.0), ("Kerple", 100.0 * ratio)]):
+                rows.append({"run": f"{size}-{method}", "method": method, "size": size, "n_layer": n_layer,
+                             "d_model": d_model, "seq_len": 256, "batch_size": 1, "mode": mode, "precision": "fp32",
+                             "device": "cpu", "threads": 2, "cell": f"cell-{size}", "round": r,
+                             "position": (position + r) % 2, "ms": ms * np.exp(shared + rng.normal(0, noise))})
     return pd.DataFrame(rows)
 
 
 def test_timing_overhead_shrinks():
     cid = "timing_overhead_shrinks"
-    assert verdict(cid, timing=timing()) == CONFIRMED
-    assert verdict(cid, timing=timing(ratios=(0.5, 0.51, 0.7))) == UNDECIDED  # rises by less than 0.02
-    assert verdict(cid, timing=timing(ratios=(0.7, 0.6, 0.5))) == REFUTED
-    assert verdict(cid, timing=timing(mode="train_step")) == NOT_RUN
+    assert verdict(cid, timing=timing(), timing_repeats=repeats()) == CONFIRMED
+    assert verdict(cid, timing=timing(), timing_repeats=repeats(ratios=(0.5, 0.51, 0.7))) == UNDECIDED  # < 0.02
+    assert verdict(cid, timing=timing(), timing_repeats=repeats(ratios=(0.7, 0.6, 0.5))) == REFUTED
+    noisy = repeats(ratios=(0.5, 0.52, 0.54), noise=0.2)  # a rise inside the repeats' noise
+    assert verdict(cid, timing=timing(), timing_repeats=noisy) == UNDECIDED
+    assert verdict(cid, timing=timing(), timing_repeats=repeats(mode="train_step")) == NOT_RUN
+    old = evaluate_claims(None, timing=timing(), claim_ids=[cid]).iloc[0]  # medians only: no interval
+    assert old["verdict"] == UNDECIDED and old["basis"].startswith("no per-repeat times")
+    record = evaluate_claims(None, timing=timing(), timing_repeats=repeats(), claim_ids=[cid]).iloc[0]
+    assert "on cpu" in record["basis"] and "the paper timed GPUs" in record["basis"]
     assert verdict(cid) == NOT_RUN
 
 
@@ -287,21 +309,29 @@ def test_che_most_tasks():
 
 
 # --------------------------------------------------------------------------- App. K sink
-def sink(d3=0.4):
+def sink(d3=0.4, sequences=4, seeds=True):
+    """sink.csv rows: two runs per method (seeds 0 and 1 when ``seeds``), per-sequence masses around ``d3`` and
+    0.2."""
     rows = []
-    for method, run, mass in [("DAPE1x3-Kerple", "a", d3), ("DAPE1x3-Kerple", "b", d3 + 0.01),
-                              ("DAPE-Kerple", "c", 0.2), ("DAPE-Kerple", "d", 0.19)]:
-        for layer in (0, 1):
-            rows.append({"run": run, "method": method, "eval_len": 128, "layer": layer, "sink_mass": mass})
+    for method, run, seed, mass in [("DAPE1x3-Kerple", "a", 0, d3), ("DAPE1x3-Kerple", "b", 1, d3 * 1.02),
+                                    ("DAPE-Kerple", "c", 0, 0.2), ("DAPE-Kerple", "d", 1, 0.19)]:
+        for sequence in range(sequences):
+            for layer in (0, 1):
+                rows.append({"run": run, "method": method, "eval_len": 128, "layer": layer, "sequence": sequence,
+                             "sink_mass": mass * (1 + 0.01 * sequence), **({"seed": seed} if seeds else {})})
     return pd.DataFrame(rows)
 
 
 def test_sink_stronger():
     cid = "sink_stronger_with_dape1x3"
-    assert verdict(cid, sink=sink()) == CONFIRMED
-    assert verdict(cid, sink=sink(d3=0.205)) == UNDECIDED
-    assert verdict(cid, sink=sink(d3=0.1)) == REFUTED
+    for seeds in (True, False):  # paired by seed, or runs without seeds (unpaired)
+        assert verdict(cid, sink=sink(seeds=seeds)) == CONFIRMED
+        assert verdict(cid, sink=sink(d3=0.205, seeds=seeds)) == UNDECIDED
+        assert verdict(cid, sink=sink(d3=0.1, seeds=seeds)) == REFUTED
     assert verdict(cid, sink=sink()[lambda d: d["method"] == "DAPE-Kerple"]) == NOT_RUN
+    record = evaluate_claims(None, sink=sink(), claim_ids=[cid]).iloc[0]
+    check = next(iter(record["numbers"].values()))
+    assert check["n_seeds"] == 2 and check["n_rows"] == 4  # two seeds × four sequences
 
 
 # --------------------------------------------------------------------------- §4.3 model size, App. J
@@ -345,11 +375,12 @@ def test_a_family_name_alone_finds_nothing():
 
 def test_timing_che_and_sink_read_their_roles():
     cid = "timing_overhead_shrinks"
-    assert verdict(cid, timing=timing().assign(roles="x;forward_time")) == CONFIRMED
-    assert verdict(cid, timing=timing().assign(roles="step_time")) == NOT_RUN
-    mixed = frame(timing().assign(roles="forward_time"),
-                  timing(ratios=(0.7, 0.6, 0.5)).assign(roles="step_time"))  # would be REFUTED if read
-    assert verdict(cid, timing=mixed) == CONFIRMED
+    assert verdict(cid, timing=timing(), timing_repeats=repeats().assign(roles="x;forward_time")) == CONFIRMED
+    assert verdict(cid, timing=timing().assign(roles="step_time"),
+                   timing_repeats=repeats().assign(roles="step_time")) == NOT_RUN
+    mixed = frame(repeats().assign(roles="forward_time"),
+                  repeats(ratios=(0.7, 0.6, 0.5)).assign(roles="step_time", cell="other"))  # REFUTED if read
+    assert verdict(cid, timing=timing(), timing_repeats=mixed) == CONFIRMED
     assert verdict("che_dape1x3_beats_kerple", che=che().assign(roles="che")) == CONFIRMED
     assert verdict("che_dape1x3_beats_kerple", che=che().assign(roles="central")) == NOT_RUN
     assert verdict("sink_stronger_with_dape1x3", sink=sink().assign(roles="attention_maps")) == CONFIRMED
@@ -382,18 +413,18 @@ def test_records_and_markdown(on_paper):
     df = evaluate_claims(trio(), timing=timing())
     assert list(df.columns) == ["claim_id", "section", "statement", "rule", "core", "informational", "verdict",
                                 "basis", "seed_noise", "summary", "seeds_to_decide", "extra_jobs",
-                                "extra_cpu_hours", "extra_gpu_hours", "numbers"]
+                                "extra_cpu_hours", "extra_gpu_hours", "gpu_bound", "numbers"]
     row = df.set_index("claim_id").loc["dape_ordering_beyond"]
     first = next(iter(row["numbers"].values()))
     assert first["verdict"] == CONFIRMED and first["gain_low"] > 0.01 and first["n_seeds"] == 3
-    assert row["basis"] == "seeds only (no per-window data)"  # three seeds, no lm_windows.csv
+    assert row["basis"] == "paired t, seed noise of code, T 64, tiny (3 runs × 3 seeds) (no per-window data)"
     rho = setting_correlations(trio())
     md = claims_markdown(df, paper=on_paper.reset_index(), rho=rho)
     assert "| `dape_ordering_beyond` ★ | §4.1 |" in md and "## Rules" in md and "on the paper's numbers" in md
     assert md.count("\n- `") == len(CLAIMS)
     counts = df["verdict"].value_counts()
     assert md.startswith(f"# Claims\n\n{counts.get(CONFIRMED, 0)} CONFIRMED, {counts.get(REFUTED, 0)} REFUTED, ")
-    assert "never a refutation" in md and "1 seed + seed noise from" in md and "σ·t_ν" in md
+    assert "never a refutation" in md and "Student's t on per-seed statistics" in md and "t_ν · σ / √n" in md
     assert "## Method orderings against the paper" in md and "| central | code, train 64, tiny |" in md
     assert (on_paper["basis"].str.startswith("point") | on_paper["verdict"].eq(NOT_RUN)).all()
 
@@ -421,10 +452,12 @@ def test_one_seed_of_che_or_sink_without_a_multi_seed_source_is_undecided():
     assert verdict("che_dape1x3_beats_kerple", che=che(wins=4)) == CONFIRMED  # the same gaps over two seeds
     single = sink()[lambda d: d["run"].isin(["a", "c"])]
     assert verdict("sink_stronger_with_dape1x3", sink=single) == UNDECIDED
-    other = sink().assign(method=lambda d: d["method"].str.replace("Kerple", "ALiBi"),
-                          run=lambda d: d["run"] + "2")  # two runs per ALiBi method: a seed-noise source
-    record = evaluate_claims(None, sink=frame(single, other), claim_ids=["sink_stronger_with_dape1x3"]).iloc[0]
-    assert "sink runs with several seeds" in record["basis"] and record["verdict"] == CONFIRMED
+    others = [sink(d3=0.4 * (1 + 0.03 * k)).assign(method=lambda d, k=k: d["method"].str.replace("Kerple", f"E{k}"),
+                                                   run=lambda d, k=k: d["run"] + str(k)) for k in range(3)]
+    record = evaluate_claims(None, sink=frame(single, *others), claim_ids=["sink_stronger_with_dape1x3"])
+    first = record.iloc[0]
+    kerple = [c for key, c in first["numbers"].items() if key.split(": ", 1)[1].startswith("DAPE1x3-Kerple")][0]
+    assert "sink pairs with several seeds" in kerple["basis"] and kerple["verdict"] == CONFIRMED
 
 
 def test_a_one_seed_run_takes_the_seed_noise_of_the_multi_seed_runs():
@@ -436,7 +469,8 @@ def test_a_one_seed_run_takes_the_seed_noise_of_the_multi_seed_runs():
     close, far = (runs(E, "DAPE1x3-RoPE", {1: 9.9, 2: 29.7}, seeds=(0,)),
                   runs(E, "DAPE1x3-RoPE", {1: 4.0, 2: 12.0}, seeds=(0,)))
     record = evaluate_claims(frame(source, rope, close), claim_ids=["dape1x3_improves_nope_rope"]).iloc[0]
-    assert record["verdict"] == UNDECIDED and record["basis"].startswith("1 seed + seed noise from 2 runs × 3 seeds")
+    assert record["verdict"] == UNDECIDED  # the same setting: its own two multi-seed runs give σ
+    assert record["basis"] == "paired t, seed noise of code, T 64, tiny (2 runs × 3 seeds) (no per-window data)"
     assert record["seed_noise"].startswith("σ ")
     assert verdict("dape1x3_improves_nope_rope", frame(source, rope, far)) == CONFIRMED
     assert verdict("dape1x3_improves_nope_rope", frame(rope, far)) == UNDECIDED

@@ -218,6 +218,7 @@ def test_every_setting_reaches_its_command_under_the_same_name(path):
             options = grid.attention_map_options(run["eval"], run["attention_settings"], length)
             args = _parse("dape_core.evaluate", str(options), "--checkpoint", "c", "--data-dir", "d", "--out", "o")
             assert args.heatmap_len == length and args.eval_lens == [length]
+            assert args.sink_sequences == run["attention_settings"]["sink_sequences"]
     for settings in plan.timing_runs.values():
         from dape_core.settings import from_args
         from dape_core.timing import TimingSettings

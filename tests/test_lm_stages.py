@@ -85,7 +85,7 @@ def test_evaluate_scores_the_same_final_tokens_at_every_length(trained, tiny_cor
     assert (rows.loc[rows.eval_len <= 32, "delta_p"] == 0).all()
     assert rows.loc[rows.eval_len > 32, "delta_p"].notna().all()
     sink = pd.read_csv(tmp_path / "sink.csv")
-    assert len(sink) == 2 and sink.sink_mass.between(0, 1).all()
+    assert len(sink) == 8 * 2 and sink.sink_mass.between(0, 1).all()  # default sink_sequences × layers
     maps = np.load(tmp_path / "maps.npz")
     assert maps["layer0_A"].shape == (4, 32) and maps["layer1_dape"].shape == (4, 32)
 

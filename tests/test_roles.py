@@ -35,7 +35,7 @@ def aggregate_under(plan, spec_path, workdir, out_dir) -> None:
     commands = {
         "lm": ["--evals", *[str(d / "eval.csv") for d in lm], "--summaries", *[str(d / "summary.json") for d in lm],
                "--windows", *[str(d / "windows.csv") for d in lm], "--windows-out", str(out_dir / WINDOWS)],
-        "timing": ["--timings", *[str(results / f"timing/{name}.csv") for name in plan.timing_runs]],
+        "timing": ["--timings", *[str(results / f"timing/{name}.csv") for name in plan.timing_jobs]],
         "che": ["--cells", *[str(results / f"che/{cell}/seed{seed}.csv") for cell, seed in plan.che_jobs()]],
         "sink": ["--sinks", *[str(results / f"lm/{run}/seed{seed}/attention/L{length}/sink.csv")
                               for run, seed, length in plan.attention_jobs()]],
@@ -73,6 +73,6 @@ def test_renaming_every_family_changes_no_verdict(smoke_run, tmp_path):
     assert len(after["windows"]) and after["windows"]["loss"].notna().all()
     written_md = smoke_run.path("reports/claims.md").read_text()
     assert all(f"**{v}**" in written_md for v in expected.values())  # CONFIRMED / REFUTED / UNDECIDED / NOT-RUN
-    assert "seeds × windows" in written_md  # the central comparison's two seeds, paired window by window
+    assert "paired t, seed noise of" in written_md  # the central comparison's two seeds, paired
     pd.testing.assert_frame_equal(ordering(after["lm"]), ordering(before["lm"]))
     assert len(ordering(after["lm"]))

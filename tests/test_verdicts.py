@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from dape_core.cli import main
+from dape_core.config.dispatch import row_gpu_hours
 from dape_core.data import load_split
 from dape_core.errors import ConfigError
 from dape_core.evaluate import WINDOW_COLUMNS, choose_device, device_name, evaluate_windows
@@ -20,7 +21,7 @@ from dape_core.report import aggregate
 from dape_core.report.claims import CONFIRMED, NOT_RUN, REFUTED, UNDECIDED, claims_markdown, evaluate_claims
 from dape_core.report.intervals import (NO_SEED_NOISE, POINT, Interval, SeedNoise, combine, decide, interval,
                                         seeds_to_decide)
-from dape_core.report.seed_noise import SeedNoiseSource
+from dape_core.report.seed_noise import SeedNoiseSource, table_variance
 
 GAIN_20 = math.log(0.8)  # log ppl offset of a method 20 % better: ppl_A / ppl_B = 0.8
 
@@ -67,62 +68,8 @@ def first_check(record: pd.Series) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ the three verdicts
-@pytest.mark.parametrize("seeds, most_decided", [((0, 1), 6), ((0, 1, 2), 3)])
-def test_two_seeds_of_one_method_compared_with_each_other_are_undecided(seeds, most_decided):
-    """"RoPE" and "DAPE-RoPE" are here seeds of one and the same method under two names, compared 40 times at the
-    measured noise. A 95 % interval excludes 0 for some of them by chance, more often with two seeds (whose seed
-    level sees two values only) than with three; the bounds allow for that rate and binomial spread, no more."""
-    verdicts, widths = [], []
-    for rng in range(40):
-        record = check("naive_dape_degrades_rope", *synthetic({"RoPE": 0.0, "DAPE-RoPE": 0.0}, seeds, rng=rng))
-        c = first_check(record)
-        assert c["basis"] == "seeds × windows" and c["n_seeds"] == len(seeds) and c["n_rows"] == 32
-        verdicts.append(record["verdict"])
-        widths.append(c["gain_high"] - c["gain_low"])
-    assert len(verdicts) - verdicts.count(UNDECIDED) <= most_decided, verdicts
-    assert verdicts.count(CONFIRMED) <= 2  # noise rarely reaches the claim's 2 % margin
-    assert verdicts[0] == UNDECIDED
-    assert 0.01 < np.median(widths) < 0.2  # finite intervals of the size of the noise: not vacuous
-
-
-@pytest.mark.parametrize("rng", [0, 1, 2])
-def test_a_planted_20_percent_gain_is_confirmed_and_a_planted_loss_refuted(rng):
-    lm, windows = synthetic({"RoPE": GAIN_20, "DAPE-RoPE": 0.0}, rng=rng)  # RoPE 20 % better: the claim
-    record = check("naive_dape_degrades_rope", lm, windows)
-    assert record["verdict"] == CONFIRMED, record["summary"]
-    c = first_check(record)
-    assert c["gain"] == pytest.approx(0.2, abs=0.03) and c["gain_low"] <= 0.2 <= c["gain_high"]
-    assert c["gain_low"] >= c["margin"]
-    lm, windows = synthetic({"RoPE": -GAIN_20, "DAPE-RoPE": 0.0}, rng=rng)  # RoPE 20 % worse: the opposite
-    record = check("naive_dape_degrades_rope", lm, windows)
-    assert record["verdict"] == REFUTED, record["summary"]
-    assert first_check(record)["gain_high"] < 0
-
-
-def test_a_gain_below_the_margin_is_undecided_not_refuted():
-    lm, windows = synthetic({"RoPE": math.log(0.99), "DAPE-RoPE": 0.0}, window_sd=0.01, seed_sd=0.001)
-    record = check("naive_dape_degrades_rope", lm, windows)
-    c = first_check(record)
-    assert c["gain_low"] > 0 and c["gain_high"] < c["margin"]  # surely positive, surely below 2 %
-    assert record["verdict"] == UNDECIDED
-
-
-def test_one_seed_without_a_multi_seed_source_is_undecided_whatever_the_gap():
-    """One seed per method and no setting with several seeds: the seed noise is unknown, so even a 20 % gap far
-    beyond the window noise stays UNDECIDED ("1 seed"); the number of seeds it would take is a lower bound."""
-    lm, windows = synthetic({"RoPE": GAIN_20, "DAPE-RoPE": 0.0}, seeds=(0,))
-    for table in (windows, None):
-        record = check("naive_dape_degrades_rope", lm, table)
-        assert record["verdict"] == UNDECIDED and record["basis"] == NO_SEED_NOISE, record["summary"]
-        c = first_check(record)
-        assert c["gain"] == pytest.approx(0.2, abs=0.06) and c["gain_low"] == -math.inf and c["gain_high"] == 1.0
-    record = check("naive_dape_degrades_rope", lm, windows)
-    assert record["seeds_to_decide"].startswith("≥ 2 (towards CONFIRMED; window noise only")
-
-
-# The multi-seed source of the tests below: six methods of the central comparison, two seeds each, whose seed
-# effects (sd 0.03 nats per method and seed, as measured at the default's scale) are larger than the window noise
-# of a mean over 32 windows.
+# The multi-seed source of the tests below: six methods of the same setting, whose seed effects (sd 0.03 nats per
+# method and seed, as measured at the default's scale) are larger than the window noise of a mean over 32 windows.
 SOURCE_SD = 0.03
 SOURCE = ("Kerple", "ALiBi", "FIRE", "T5", "XL", "CoPE")
 
@@ -131,6 +78,68 @@ def with_source(lm: pd.DataFrame, windows: pd.DataFrame, seed_sd=SOURCE_SD, meth
     source = synthetic({m: 0.0 for m in methods}, seeds=seeds, seed_sd=seed_sd, window_sd=0.02, rng=rng,
                        role="central")
     return pd.concat([lm, source[0]], ignore_index=True), pd.concat([windows, source[1]], ignore_index=True)
+
+
+@pytest.mark.parametrize("seeds", [(0, 1), (0, 1, 2)])
+def test_two_seeds_of_one_method_compared_with_each_other_are_rarely_decided(seeds):
+    """"RoPE" and "DAPE-RoPE" are here one and the same method under two names, compared 40 times at the measured
+    noise, with the seed noise of their setting's 8 runs: a calibrated 95 % interval excludes 0 about 2 times in
+    40 (binomial: at most 6 with probability 0.99)."""
+    verdicts, widths = [], []
+    for rng in range(40):
+        lm, windows = synthetic({"RoPE": 0.0, "DAPE-RoPE": 0.0}, seeds, rng=rng)
+        record = check("naive_dape_degrades_rope", *with_source(lm, windows, seeds=seeds, rng=100 + rng))
+        c = first_check(record)
+        assert c["basis"] == f"paired t, seed noise of code, T 64, small (8 runs × {len(seeds)} seeds)"
+        assert c["n_seeds"] == len(seeds) and c["n_rows"] == 32
+        verdicts.append(record["verdict"])
+        widths.append(c["gain_high"] - c["gain_low"])
+    assert len(verdicts) - verdicts.count(UNDECIDED) <= 6, verdicts
+    assert 0.01 < np.median(widths) < 0.3  # finite intervals of the size of the noise: not vacuous
+
+
+@pytest.mark.parametrize("rng", [0, 1, 2])
+def test_a_planted_20_percent_gain_is_confirmed_and_a_planted_loss_refuted(rng):
+    lm, windows = synthetic({"RoPE": GAIN_20, "DAPE-RoPE": 0.0}, rng=rng)  # RoPE 20 % better: the claim
+    record = check("naive_dape_degrades_rope", *with_source(lm, windows))
+    assert record["verdict"] == CONFIRMED, record["summary"]
+    c = first_check(record)
+    assert c["gain"] == pytest.approx(0.2, abs=0.03) and c["gain_low"] <= 0.2 <= c["gain_high"]
+    assert c["gain_low"] >= c["margin"]
+    lm, windows = synthetic({"RoPE": -GAIN_20, "DAPE-RoPE": 0.0}, rng=rng)  # RoPE 20 % worse: the opposite
+    record = check("naive_dape_degrades_rope", *with_source(lm, windows))
+    assert record["verdict"] == REFUTED, record["summary"]
+    assert first_check(record)["gain_high"] < 0
+
+
+def test_a_gain_below_the_margin_is_undecided_not_refuted():
+    lm, windows = synthetic({"RoPE": math.log(0.99), "DAPE-RoPE": 0.0}, window_sd=0.01, seed_sd=0.001,
+                            seeds=(0, 1, 2))
+    record = check("naive_dape_degrades_rope", *with_source(lm, windows, seed_sd=0.001, seeds=(0, 1, 2)))
+    c = first_check(record)
+    assert c["gain_low"] > 0 and c["gain_high"] < c["margin"]  # surely positive, surely below 2 %
+    assert record["verdict"] == UNDECIDED
+
+
+def test_one_seed_without_a_multi_seed_source_is_undecided_whatever_the_gap():
+    """One seed per method and no setting with several seeds: the seed noise is unknown, so even a 20 % gap far
+    beyond the window noise stays UNDECIDED ("1 seed"), and no number of seeds can be computed."""
+    lm, windows = synthetic({"RoPE": GAIN_20, "DAPE-RoPE": 0.0}, seeds=(0,))
+    for table in (windows, None):
+        record = check("naive_dape_degrades_rope", lm, table)
+        assert record["verdict"] == UNDECIDED and record["basis"].startswith(NO_SEED_NOISE), record["summary"]
+        c = first_check(record)
+        assert c["gain"] == pytest.approx(0.2, abs=0.06) and c["gain_low"] == -math.inf and c["gain_high"] == 1.0
+    assert check("naive_dape_degrades_rope", lm, windows)["seeds_to_decide"].startswith("unknown")
+
+
+def test_two_seeds_without_a_grid_take_their_own_spread():
+    """Two methods, three seeds, no other multi-seed run: σ from the pair's own per-seed differences (ν 2)."""
+    iv = interval([np.array([[0.0, 0.1]]), np.array([[0.0, 0.12]]), np.array([[0.0, 0.08]])],
+                  lambda m: m[:, 1] - m[:, 0])
+    assert iv.basis == "paired t on the seeds' own spread (no per-window data)" and iv.seed_noise.df == 2
+    assert iv.estimate == pytest.approx(0.1)
+    assert iv.high - iv.estimate == pytest.approx(4.302653 * 0.02 / math.sqrt(3), rel=1e-5)  # t_2, 0.975
 
 
 def five_percent_then_reversed():
@@ -149,23 +158,21 @@ def five_percent_then_reversed():
 
 def test_a_5_percent_gap_that_another_seed_reverses_is_undecided():
     lm, windows = five_percent_then_reversed()
-    one_lm, one_windows = with_source(lm[lm["seed"] == 0], windows[windows["seed"] == 0])
-    # the windows alone would have decided it: the gain is +5 %, its window interval well above the 2 % margin
+    one_lm, one_windows = lm[lm["seed"] == 0], windows[windows["seed"] == 0]
+    # the windows alone would have decided it: the per-window differences' own t-interval is well above 2 %
     rope = one_windows[(one_windows["run"] == "RoPE-run")].groupby(["eval_len", "document"])["loss"].mean()
     dape = one_windows[(one_windows["run"] == "DAPE-RoPE-run")].groupby(["eval_len", "document"])["loss"].mean()
-    unit = np.column_stack([(dape - rope).to_numpy()])
-    window_only = interval([unit], lambda m: m[:, 0], "k", seed_noise=SeedNoise(1e-9, 1000, "none")).map(
-        lambda d: -math.expm1(-d))
-    assert window_only.low > 0.03
-    record = check("naive_dape_degrades_rope", one_lm, one_windows)
+    d = (dape - rope).to_numpy()
+    assert -math.expm1(-(d.mean() - 2 * d.std(ddof=1) / math.sqrt(len(d)))) > 0.03
+    record = check("naive_dape_degrades_rope", *with_source(one_lm, one_windows))
     c = first_check(record)
     assert c["gain"] == pytest.approx(0.05, abs=0.01)
-    assert record["verdict"] == UNDECIDED and record["basis"].startswith("1 seed + seed noise from 6 runs × 2 seeds")
+    assert record["verdict"] == UNDECIDED and record["basis"] == "paired t, seed noise of code, T 64, small (6 runs × 2 seeds)"
     assert c["gain_low"] < 0 and c["seed_df"] == 5 and 0.02 < c["seed_sd"] < 0.08, record["summary"]
     assert "seed noise σ" in record["summary"] and record["seed_noise"].startswith("σ ")
-    # and with both seeds the seeds × windows bootstrap sees the reversal
+    # and with both seeds the seeds themselves show the reversal
     both = check("naive_dape_degrades_rope", *with_source(lm, windows))
-    assert both["verdict"] == UNDECIDED and both["basis"] == "seeds × windows"
+    assert both["verdict"] == UNDECIDED and both["basis"].startswith("paired t, seed noise of code, T 64, small (8 runs")
 
 
 def test_a_gap_far_beyond_the_seed_noise_is_still_decided():
@@ -173,31 +180,79 @@ def test_a_gap_far_beyond_the_seed_noise_is_still_decided():
         lm, windows = synthetic({"RoPE": gain, "DAPE-RoPE": 0.0}, seeds=(0,))
         record = check("naive_dape_degrades_rope", *with_source(lm, windows))
         assert record["verdict"] == expected, record["summary"]
-        assert record["basis"].startswith("1 seed + seed noise from 6 runs × 2 seeds of code, T 64, small")
+        assert record["basis"] == "paired t, seed noise of code, T 64, small (6 runs × 2 seeds)"
         assert record["seeds_to_decide"] == "" and pd.isna(record["extra_jobs"])
 
 
+def _settings_lm(offsets, seeds, train_len, batch_size, steps=100, rng=0, role="every_encoding"):
+    lm, windows = synthetic(offsets, seeds=seeds, train_len=train_len, rng=rng, role=role, lengths=(32, 64, 128))
+    lm = lm.assign(batch_size=batch_size, steps=steps, grad_accum=1)
+    runs = {r: f"{r}-T{train_len}" for r in lm["run"].unique()}
+    return lm.replace({"run": runs}), windows.replace({"run": runs})
+
+
+def test_a_one_seed_setting_borrows_the_largest_seed_noise_and_says_so():
+    """A setting with one seed takes the grid's largest σ of the statistic, from another setting, named."""
+    quiet, quiet_w = _settings_lm({m: 0.0 for m in SOURCE}, (0, 1, 2), 64, 16, rng=1)
+    loud, loud_w = _settings_lm({m: 0.0 for m in SOURCE}, (0, 1, 2), 32, 32, rng=2)
+    loud_w = loud_w.assign(loss=loud_w["loss"] + np.random.default_rng(3).normal(0, 0.3, len(loud_w)))
+    one, one_w = _settings_lm({"RoPE": GAIN_20, "DAPE-RoPE": 0.0}, (0,), 128, 8)
+    source = SeedNoiseSource(pd.concat([quiet, loud]), pd.concat([quiet_w, loud_w]))
+    setting = ("code", "small", "128", "100", "8", "1")
+    borrowed = source.noise(("mean", "all", "loss"), True, setting)
+    own_loud = source.noise(("mean", "all", "loss"), True, ("code", "small", "32", "100", "32", "1"))
+    own_quiet = source.noise(("mean", "all", "loss"), True, ("code", "small", "64", "100", "16", "1"))
+    assert borrowed.sd == own_loud.sd > own_quiet.sd
+    assert borrowed.source.startswith("code, T 32, small, 100 steps × batch 32 (6 runs × 3 seeds), borrowed")
+    record = check("naive_dape_degrades_rope", pd.concat([quiet, loud, one]), pd.concat([quiet_w, loud_w, one_w]))
+    assert "borrowed (the grid's largest" in record["basis"]
+
+
+def test_runs_of_different_batch_streams_are_unpaired():
+    """The equal-token comparison: training lengths 32 and 64 at batch 32 and 16 draw different batches, so the
+    check is unpaired (Welch), each side with its own setting's within-run σ — wider than a paired one."""
+    a, aw = _settings_lm({"DAPE1x3-Kerple": 0.0, "RoPE": 0.0, "Kerple": 0.0}, (0, 1, 2), 32, 32, rng=4,
+                         role="equal_tokens")
+    b, bw = _settings_lm({"DAPE1x3-Kerple": 0.0, "RoPE": 0.0, "Kerple": 0.0}, (0, 1, 2), 64, 16, rng=5,
+                         role="equal_tokens")
+    lm, windows = pd.concat([a, b]), pd.concat([aw, bw])
+    for claim in ("long_training_hurts_short", "equal_tokens_comparable"):
+        record = check(claim, lm, windows)
+        checks = list(record["numbers"].values())
+        assert checks and all(c["basis"].startswith("unpaired t, seed noise of code, T ") for c in checks)
+        assert all("T 32, small, 100 steps × batch 32 (3 runs × 3 seeds)" in c["basis"]
+                   and "T 64, small, 100 steps × batch 16 (3 runs × 3 seeds)" in c["basis"] for c in checks)
+    source = SeedNoiseSource(lm, windows)
+    within = source.noise(("mean", "within", "loss"), False, ("code", "small", "32", "100", "32", "1"))
+    interaction = source.noise(("mean", "within", "loss"), True, ("code", "small", "32", "100", "32", "1"))
+    assert within.sd > interaction.sd  # the seed's main effect counts unpaired
+
+
 def test_the_seed_noise_estimate_recovers_the_planted_seed_sd():
-    """Twelve methods × three seeds with a per-method-and-seed effect of sd 0.05: the paired comparison's seed SD
-    is √2 × 0.05 (plus the small window part), and a run on its own 0.05."""
+    """Twelve methods × three seeds with a per-method-and-seed effect of sd 0.05 and no shared seed effect: the
+    interaction and the within-run SD both estimate 0.05 (plus the small window part)."""
     methods = [f"DAPE1x{k}-Kerple" for k in (3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25)]
     lm, windows = synthetic({m: 0.0 for m in methods}, seeds=(0, 1, 2), seed_sd=0.05, window_sd=0.02, rng=3,
                             role="central")
     source = SeedNoiseSource(lm, windows)
-    paired = source.noise([("mean", "all", "loss")] * 2, paired=True)
-    alone = source.noise([("mean", "within", "loss")], paired=False)
-    assert paired.df == 11 * 2 and alone.df == 12 * 2
-    assert 0.045 < paired.sd < 0.11 and 0.03 < alone.sd < 0.075
-    assert paired.sd == pytest.approx(math.sqrt(2) * alone.sd, rel=0.5)
+    setting = ("code", "small", "64", "-", "-", "1")
+    paired = source.noise(("mean", "all", "loss"), True, setting)
+    alone = source.noise(("mean", "within", "loss"), False, setting)
+    assert paired.df == 11 * 2 and 2 <= alone.df <= 12 * 2
+    assert 0.03 < paired.sd < 0.075 and 0.03 < alone.sd < 0.075
     assert not SeedNoiseSource(lm[lm["seed"] == 0], windows)  # one seed: no source
+    assert table_variance(np.array([[0.0, 1.0], [1.0, 2.0]]), paired=False)[1] == 1  # two seeds: ν 1
 
 
 def test_seeds_to_decide_follows_the_power_rule():
-    iv = Interval(0.05, -0.01, 0.11, "1 seed + seed noise from x", 1, 32, unit_sd=0.04)
+    noise = SeedNoise(0.04, 6, "grid")
+    t975, t80 = 2.446912, 0.905703  # Student's t, ν 6
+    iv = Interval(0.05, -0.01, 0.11, "paired t", 1, 32, unit_sd=0.04, seed_noise=noise)
     n, text = seeds_to_decide(iv, side=1, confirm=0.02, refute=0.0)
-    assert n == math.ceil(((1.959964 + 0.841621) * 0.04 / 0.03) ** 2) == 14 and text == "14 (towards CONFIRMED)"
-    n, text = seeds_to_decide(Interval(-0.05, -0.1, 0.0, "x", 1, 32, unit_sd=0.04), side=1, confirm=0.02, refute=0.0)
-    assert n == math.ceil(((1.959964 + 0.841621) * 0.04 / 0.05) ** 2) and "REFUTED" in text
+    assert n == math.ceil(((t975 + t80) * 0.04 / 0.03) ** 2) == 20 and text == "20 (towards CONFIRMED)"
+    n, text = seeds_to_decide(Interval(-0.05, -0.1, 0.0, "x", 1, 32, unit_sd=0.04, seed_noise=noise), side=1,
+                              confirm=0.02, refute=0.0)
+    assert n == math.ceil(((t975 + t80) * 0.04 / 0.05) ** 2) and "REFUTED" in text
     n, text = seeds_to_decide(Interval(0.01, -0.05, 0.07, "x", 1, 32, unit_sd=0.04), side=1, confirm=0.02,
                               refute=0.0)
     assert n is None and text.startswith("none")  # between 0 and the margin: no number of seeds decides it
@@ -212,32 +267,38 @@ def test_an_open_claim_says_what_would_decide_it_and_what_it_costs():
     lm, windows = five_percent_then_reversed()
     lm, windows = with_source(lm[lm["seed"] == 0], windows[windows["seed"] == 0])
     lm = lm.assign(train_wall_s=360.0, train_threads=1, flops_per_token=1e9, steps=100, batch_size=10,
-                   grad_accum=1)
+                   grad_accum=1, n_layer=2)
     record = evaluate_claims(lm, windows=windows, claim_ids=["naive_dape_degrades_rope"],
                              gpu_tflops=100, utilisation=0.5).iloc[0]
     n = int(record["seeds_to_decide"].split()[0])
     assert record["seeds_to_decide"] == f"{n} (towards CONFIRMED)" and n >= 2
     assert record["extra_jobs"] == 2 * 2 * (n - 1)  # two runs, a training and an evaluation job per extra seed
     assert record["extra_cpu_hours"] == pytest.approx(2 * (n - 1) * 0.1)
-    assert record["extra_gpu_hours"] == pytest.approx(2 * (n - 1) * 1e9 * 100 * 10 * 64 / 50e12 / 3600, rel=1e-2)
+    flop_hours = 1e9 * 100 * 10 * 64 / 50e12 / 3600  # one training job's FLOP time
+    per_job = {run: row_gpu_hours(rows.iloc[0].to_dict(), 100, 0.5)
+               for run, rows in lm[lm["method"].isin(["RoPE", "DAPE-RoPE"])].groupby("run")}
+    assert all(hours >= flop_hours for hours, _ in per_job.values())  # the larger of FLOP and dispatch time
+    assert record["extra_gpu_hours"] == pytest.approx((n - 1) * sum(h for h, _ in per_job.values()), rel=1e-2)
+    assert record["gpu_bound"] == "/".join(sorted({b for _, b in per_job.values()}))
     md = claims_markdown(evaluate_claims(lm, windows=windows))
     assert "## What would decide the open claims" in md and f"| `naive_dape_degrades_rope` | {n} (towards" in md
 
 
-def test_without_per_window_losses_the_seeds_alone_are_resampled():
-    lm, windows = synthetic({"RoPE": GAIN_20, "DAPE-RoPE": 0.0}, seeds=(0, 1, 2))
+def test_without_per_window_losses_the_seeds_give_the_same_interval():
+    lm, windows = with_source(*synthetic({"RoPE": GAIN_20, "DAPE-RoPE": 0.0}, seeds=(0, 1)))
     with_windows, seeds_only = check("naive_dape_degrades_rope", lm, windows), check("naive_dape_degrades_rope", lm, None)
-    assert with_windows["basis"] == "seeds × windows" and seeds_only["basis"] == "seeds only (no per-window data)"
+    assert not with_windows["basis"].endswith("(no per-window data)")
+    assert seeds_only["basis"].endswith("(no per-window data)")
     assert with_windows["verdict"] == seeds_only["verdict"] == CONFIRMED
     assert first_check(with_windows)["gain"] == pytest.approx(first_check(seeds_only)["gain"], abs=1e-9)
 
 
 def test_windows_pair_by_id_only():
-    """Windows of the two methods share no id: nothing to pair, so each seed counts by its mean (seeds only)."""
+    """Windows of the two methods share no id: nothing to pair, so each seed counts by its mean."""
     lm, windows = synthetic({"RoPE": GAIN_20, "DAPE-RoPE": 0.0},
                             ids={"RoPE": np.arange(32), "DAPE-RoPE": np.arange(100, 132)})
     record = check("naive_dape_degrades_rope", lm, windows)
-    assert record["basis"] == "seeds only (no per-window data)"
+    assert record["basis"].endswith("(no per-window data)")
 
 
 def test_a_claim_of_several_checks_combines_all_confirmed_any_refuted():
@@ -246,7 +307,7 @@ def test_a_claim_of_several_checks_combines_all_confirmed_any_refuted():
              (0.0, -GAIN_20): REFUTED}
     for (d3_over_dape, dape_over_kerple), expected in cases.items():
         offsets = {"Kerple": 0.0, "DAPE-Kerple": dape_over_kerple, "DAPE1x3-Kerple": dape_over_kerple + d3_over_dape}
-        record = check(cid, *synthetic(offsets, role="central"))
+        record = check(cid, *with_source(*synthetic(offsets, role="central"), methods=SOURCE[1:]))
         verdicts = [c["verdict"] for c in record["numbers"].values()]
         assert len(verdicts) == 2 and record["verdict"] == expected, (offsets, record["summary"])
     assert combine([]) == NOT_RUN
@@ -268,7 +329,7 @@ def test_a_diverged_run_loses_whatever_the_noise():
 # ------------------------------------------------------------------------------------------ the interval rules
 def test_decide_reads_the_whole_interval():
     def iv(low, high):
-        return Interval((low + high) / 2, low, high, "seeds × windows", 2, 32)
+        return Interval((low + high) / 2, low, high, "paired t", 2, 32)
 
     rule = {"side": 1, "confirm": 0.02, "refute": 0.0}
     assert decide(iv(0.03, 0.2), **rule) == CONFIRMED
@@ -283,11 +344,11 @@ def test_decide_reads_the_whole_interval():
     assert decide(iv(0.0, 0.0), **no_margin) == UNDECIDED  # a tie confirms nothing
 
 
-def test_the_interval_is_reproducible_and_point_data_stay_points():
+def test_the_interval_is_deterministic_and_point_data_stay_points():
     units = [np.random.default_rng(s).normal(0.1, 0.05, (32, 1)) for s in range(3)]
     a = interval(units, lambda m: m[:, 0], "key")
-    assert a == interval(units, lambda m: m[:, 0], "key")  # seeded from the check's key
-    assert a.low < a.estimate < a.high and a.basis == "seeds × windows"
+    assert a == interval(units, lambda m: m[:, 0], "other key")  # no resampling: the data decide
+    assert a.low < a.estimate < a.high and a.basis == "paired t on the seeds' own spread"
     p = interval([np.array([[0.1]])], lambda m: m[:, 0], "key", point=True)
     assert p.low == p.estimate == p.high == 0.1 and p.basis == POINT
 
@@ -383,7 +444,7 @@ def test_report_lm_collects_windows_and_report_claims_reads_them(tmp_path):
                  "--out-csv", str(reports / "claims.csv")]) == 0
     table = pd.read_csv(reports / "claims.csv").set_index("claim_id")
     assert table.loc["dape_ordering_beyond", "verdict"] == CONFIRMED
-    assert table.loc["dape_ordering_beyond", "basis"] == "seeds × windows"
+    assert table.loc["dape_ordering_beyond", "basis"] == "paired t, seed noise of code, T 64, small (3 runs × 2 seeds)"
     md = (reports / "claims.md").read_text()
     assert "**CONFIRMED**" in md and "| central | code, train 64, small |" in md  # ρ against Table 2 etc.
 

@@ -1,5 +1,6 @@
-"""``python -m dape_core.config CONFIG``: validate, then print jobs per family and the estimate (per training
-shape, with a calibration CSV: measured, scaled from a measured shape, or the FLOP estimate)."""
+"""``python -m dape_core.config CONFIG``: validate, then print jobs per family with their training GPU-hours and
+the bound that decides them (flops, dispatch or measured), and the estimate (per training shape, with a calibration
+CSV: measured, scaled from a measured shape, or the FLOP estimate)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import argparse
 import sys
 
 from dape_core.config import build_plan, estimate, estimate_line, load_yaml
-from dape_core.config.estimate import estimate_details
+from dape_core.config.estimate import estimate_details, family_hours_text
 from dape_core.errors import ConfigError
 
 
@@ -27,7 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     for family, counts in plan.job_counts().items():
         spec = plan.families[family]
         role = f" ({spec['role']})" if spec.get("role") else ""
-        print(f"{family + role:<34} {spec['stage']:<8} " + ", ".join(f"{n} {rule}" for rule, n in counts.items()))
+        print(f"{family + role:<34} {spec['stage']:<8} " + ", ".join(f"{n} {rule}" for rule, n in counts.items())
+              + family_hours_text(figures, family))
     print(estimate_line(plan, figures))
     if figures["calibrated"] or figures["finetune_shapes"]:  # which figure each training shape used
         print("\n".join(estimate_details(figures)))

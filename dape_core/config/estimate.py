@@ -1,5 +1,5 @@
 """Jobs per rule and the GPU-hours of the training jobs: from measured throughput where there is one, otherwise
-from the decoder's own FLOP count.
+the larger of the FLOP time and the dispatch time (:mod:`dape_core.config.dispatch`).
 
 Each run's model is built on the meta device (no memory, no computation), so FLOP counts come from
 :meth:`dape_core.model.GPT.flops_per_token` — the formula the training summary reports — rather than a second one.
@@ -18,14 +18,23 @@ in tokens/s of one GPU, taken in this order:
 3. **FLOP estimate**: otherwise (no CSV, or no row of the method on that device) FLOPs / (``gpu_tflops`` ×
    ``utilisation``).
 
+Unless the row was measured (the bound ``measured``), a job's GPU-hours are the larger of that FLOP time (2. or 3.)
+and its **dispatch time**: operator calls per step (:func:`dape_core.config.dispatch.step_calls`, fitted from
+``benchmarks/results/step_op_counts.csv``) × the host cost of one call (the calibration's, else the one measured on
+a CPU in ``benchmarks/results/dispatch_cost.csv``) × steps, on each of the job's GPUs. Models this small are bound
+by dispatch: the 3-layer model's step makes about a thousand calls whatever its FLOPs. The bound that decides
+(``flops``, ``dispatch`` or ``measured``) is reported per job, shape and family; a missing or damaged count or cost
+CSV stops the estimate with one line naming the file.
+
 Rows whose status is not ``ok`` (a micro-batch that did not fit) are not used. ``estimate.calibration_device``
-picks the device when the CSV holds several. GPU-hours assume one GPU's throughput per GPU (a job on N GPUs
-takes 1/N of the time on each).
+picks the device when the CSV holds several. The FLOP time assumes one GPU's throughput per GPU (a job on N GPUs
+takes 1/N of the time on each); the dispatch time is paid on each of them.
 
 A ``finetune`` family's job (``dape finetune``, a Hugging Face decoder) always takes the **FLOP estimate**: the
-calibration CSV measures ``dape train``'s models only. Its model is the run's ``base_config`` (``model_type`` and
-transformers configuration fields, ``vocab_size`` the data's), the ``config.json`` of its ``base_model`` directory
-(with that model's vocabulary when it is larger than the data's), or, for a run of a family's ``base``
+calibration CSV measures ``dape train``'s models only, and the operator counts are the GPT's. Its model is the
+run's ``base_config`` (``model_type`` and transformers configuration fields, ``vocab_size`` the data's), the
+``config.json`` of its ``base_model`` directory (with that model's vocabulary when it is larger than the data's),
+or, for a run of a family's ``base``
 (``base_run``), the base run's model; the processor is the run's, or its base's when the run adds none. The model
 is built on the meta device (``AutoModelForCausalLM.from_config``, with :func:`dape_core.hf.add_processor` when it
 has a processor) and counted by :func:`dape_core.model.decoder_flops_per_token`, the formula of
@@ -40,6 +49,7 @@ import math
 from functools import lru_cache
 from pathlib import Path
 
+from dape_core.config import dispatch
 from dape_core.errors import ConfigError
 
 MEASURED, SCALED, FLOPS = "measured", "scaled", "FLOP estimate"
@@ -276,17 +286,24 @@ def _same(a, b) -> bool:
 # ----------------------------------------------------------------------------------------------- estimate
 def estimate(plan) -> dict:
     """Jobs per rule and GPU-hours of the training jobs, with the figure used for each training shape: ``dape train``
-    jobs by measured, scaled or FLOP throughput (as above), ``dape finetune`` jobs by the FLOP estimate (the
-    calibration describes ``dape train`` models only). ``gpu_hours`` is both together (``lm_gpu_hours`` +
-    ``finetune_gpu_hours``); ``finetune_note`` says why fine-tunes were left out (None: counted)."""
+    jobs by the measured throughput, else the larger of the FLOP time (scaled or FLOP throughput) and the dispatch
+    time (as above), ``dape finetune`` jobs by the FLOP estimate (the calibration and the operator counts describe
+    ``dape train`` models only). ``gpu_hours`` is both together (``lm_gpu_hours`` + ``finetune_gpu_hours``);
+    ``flop_gpu_hours`` the LM jobs' FLOP time alone; ``bounds`` counts the jobs each bound decides; ``family_hours``
+    family → {gpu_hours, bounds} (a job shared by families counts in each); ``finetune_note`` says why fine-tunes
+    were left out (None: counted)."""
     from dape_core.methods import method_label
 
     assumptions = plan.config["estimate"]
     rate = assumptions["gpu_tflops"] * 1e12 * assumptions["utilisation"]
     rows, note = load_calibration(assumptions)
-    flops, hours = 0.0, 0.0
+    cost = dispatch.per_call_cost(rows, device=assumptions.get("calibration_device"))
+    flops, hours, flop_hours = 0.0, 0.0, 0.0
     shapes: dict[tuple, dict] = {}
     sources = {MEASURED: 0, SCALED: 0, FLOPS: 0}
+    bounds = {dispatch.FLOPS: 0, dispatch.DISPATCH: 0, dispatch.MEASURED: 0}
+    per_job: dict[str, tuple[float, str]] = {}
+    uncounted = 0  # jobs without an operator count (a CPU path, or a method the count CSV lacks): the FLOP bound
     for name, seed in plan.train_jobs():
         settings = plan.lm_runs[name]["settings"]
         vocab = run_vocab(plan, settings)
@@ -294,24 +311,58 @@ def estimate(plan) -> dict:
         run_flops = per_token * training_tokens(settings)
         key = calibration_key(settings, vocab)
         tokens_per_s, source = throughput(key, per_token, rows)
-        run_hours = (run_flops / rate if tokens_per_s is None else training_tokens(settings) / tokens_per_s) / 3600
+        if name not in per_job:
+            per_job[name] = job_hours(plan, name, key, per_token, tokens_per_s, source, cost)
+        run_hours, bound = per_job[name]
+        uncounted += source != MEASURED and dispatch.method_calls(settings) is None
         flops += run_flops
         hours += run_hours
+        flop_hours += run_flops / rate / 3600
         sources[source.split(" from ")[0]] += 1
+        bounds[bound] += 1
         shape = shapes.setdefault(tuple(key.values()), {**key, "method": method_label(
             settings["encoding"], settings["processor"], settings["kernel_size"]), "jobs": 0, "gpu_hours": 0.0,
-            "source": source})
+            "source": source, "bound": bound})
         shape["jobs"] += 1
         shape["gpu_hours"] += run_hours
+    family_hours: dict[str, dict] = {}
+    for member in plan.lm_members:
+        if member["run"] in per_job:
+            entry = family_hours.setdefault(member["family"], {"gpu_hours": 0.0, "bounds": {}})
+            run_hours, bound = per_job[member["run"]]
+            entry["gpu_hours"] += run_hours
+            entry["bounds"][bound] = entry["bounds"].get(bound, 0) + 1
     finetunes = finetune_estimate(plan, rate)
     jobs = {"tokenize": len(plan.datasets), "train_lm": len(plan.train_jobs()),
             "finetune_lm": len(plan.finetune_jobs()), "evaluate_lm": len(plan.lm_jobs()),
-            "attention_maps": len(plan.attention_jobs()), "time_lm": len(plan.timing_runs), "che": len(plan.che_jobs())}
-    return {"jobs": jobs, "train_flops": flops, "lm_gpu_hours": hours, **finetunes,
+            "attention_maps": len(plan.attention_jobs()), "time_lm": len(plan.timing_jobs), "che": len(plan.che_jobs())}
+    return {"jobs": jobs, "train_flops": flops, "lm_gpu_hours": hours, "flop_gpu_hours": flop_hours, **finetunes,
             "gpu_hours": hours + finetunes["finetune_gpu_hours"], "gpu_tflops": assumptions["gpu_tflops"],
             "utilisation": assumptions["utilisation"], "calibration": note, "calibrated": rows is not None,
-            "sources": sources,
+            "sources": sources, "bounds": bounds, "uncounted": uncounted, "per_call": cost,
+            "family_hours": family_hours,
             "shapes": list(shapes.values())}
+
+
+def job_hours(plan, name: str, key: dict, per_token: float, tokens_per_s: float | None, source: str,
+              cost: dispatch.PerCallCost) -> tuple[float, str]:
+    """GPU-hours of one training job of LM run ``name`` and the bound that decides them
+    (:func:`dape_core.config.dispatch.job_gpu_hours`): a measured row's tokens/s; otherwise the larger of the FLOP
+    time (at a scaled row's FLOP/s, or ``gpu_tflops`` × ``utilisation``) and the dispatch time of its steps on each
+    of its GPUs (``resources.train_lm.gpu``), a micro-batch in the pieces the memory model chose."""
+    settings = {**plan.lm_runs[name]["settings"], "n_layer": key["n_layer"]}
+    if source == MEASURED:
+        return dispatch.job_gpu_hours(settings, flops_per_token=per_token, gpu_tflops=0.0, utilisation=0.0,
+                                      tokens_per_s=tokens_per_s)
+    assumptions = plan.config["estimate"]
+    tflops, utilisation = assumptions["gpu_tflops"], assumptions["utilisation"]
+    if tokens_per_s is not None:  # scaled: the measured row's FLOP/s
+        tflops, utilisation = tokens_per_s * per_token / 1e12, 1.0
+    processes = max(1, int(plan.resources("train_lm", settings["size"]).get("gpu") or 0))
+    micro = plan.micro_batch_size(name)
+    pieces = max(1, settings["batch_size"] // processes // micro) if micro else 1
+    return dispatch.job_gpu_hours(settings, flops_per_token=per_token, gpu_tflops=tflops, utilisation=utilisation,
+                                  cost=cost, pieces=pieces, gpus=processes)
 
 
 def finetune_estimate(plan, rate: float) -> dict:
@@ -357,37 +408,58 @@ def _hours(value: float) -> str:
     return f"{value:.1f}" if value == 0 or value >= 0.1 else f"{value:.2g}"
 
 
+def bound_text(bounds: dict) -> str:
+    """Which bound decided how many jobs, e.g. ``dispatch for 180 jobs, flops for 20``."""
+    parts = [f"{bound} for {n} job{'s' if n != 1 else ''}" for bound, n in sorted(bounds.items(), key=lambda x: -x[1])
+             if n]
+    return ", ".join(parts) or "no jobs"
+
+
 def estimate_line(plan, e: dict | None = None) -> str:
-    """One line: jobs per rule, training FLOPs and GPU-hours of the LM runs and of the fine-tunes, and which
-    throughput figures they rest on."""
+    """One line: jobs per rule, training FLOPs and GPU-hours of the LM runs (which bound decides: flops, dispatch or
+    measured) and of the fine-tunes, and which figures they rest on."""
     e = e or estimate(plan)
     jobs = ", ".join(f"{n} {rule}" for rule, n in e["jobs"].items() if n)
     flop_rate = f"{e['gpu_tflops']:g} TFLOP/s × {e['utilisation']:g} utilisation"
     if e["sources"][MEASURED] or e["sources"][SCALED]:
-        basis = (f"tokens/s measured for {e['sources'][MEASURED]} jobs, scaled by FLOPs for {e['sources'][SCALED]}, "
-                 f"FLOP estimate at {flop_rate} for {e['sources'][FLOPS]}; {e['calibration']}")
+        flop_basis = (f"tokens/s measured for {e['sources'][MEASURED]} jobs, scaled by FLOPs for "
+                      f"{e['sources'][SCALED]}, FLOP estimate at {flop_rate} for {e['sources'][FLOPS]}")
     else:
-        basis = f"at {flop_rate}; {e['calibration']}"
+        flop_basis = f"FLOPs at {flop_rate}"
     line = (f"plan: {jobs}; training the LM runs ≈ {e['train_flops']:.3g} FLOPs ≈ {_hours(e['lm_gpu_hours'])} "
-            f"GPU-hours ({basis})")
+            f"GPU-hours, each job the larger of its FLOP and dispatch time (bound: {bound_text(e['bounds'])}; "
+            f"{flop_basis}: ≈ {_hours(e['flop_gpu_hours'])} GPU-hours alone; dispatch at {e['per_call'].source}; "
+            f"{e['calibration']})")
+    if e.get("uncounted"):
+        line += (f"; no operator count for {e['uncounted']} jobs (attention_impl fast/plain, or a method not in "
+                 f"{dispatch.STEP_COUNTS.name}: `{dispatch.STEP_COUNTS_COMMAND}`), the FLOP bound")
     if e["finetune_note"]:
         line += f"; {e['finetune_note']}"
     elif e["jobs"]["finetune_lm"]:
         line += (f"; fine-tunes ≈ {e['finetune_flops']:.3g} FLOPs ≈ {_hours(e['finetune_gpu_hours'])} GPU-hours "
-                 f"({FLOPS} at {flop_rate}: the calibration measures `dape train` models only); "
-                 f"≈ {_hours(e['gpu_hours'])} GPU-hours in all")
+                 f"({FLOPS} at {flop_rate}, bound flops: the calibration and the operator counts describe `dape "
+                 f"train` models only); ≈ {_hours(e['gpu_hours'])} GPU-hours in all")
     return line + "; evaluation, timing and CHE jobs not included"
 
 
+def family_hours_text(e: dict, family: str) -> str:
+    """A family's training GPU-hours and the bounds deciding them (empty for a family without LM training)."""
+    entry = e.get("family_hours", {}).get(family)
+    if not entry:
+        return ""
+    return f"; ≈ {_hours(entry['gpu_hours'])} GPU-hours (bound: {bound_text(entry['bounds'])})"
+
+
 def estimate_details(e: dict) -> list[str]:
-    """One line per training shape: its jobs, GPU-hours and the figure used (measured / scaled from … / FLOP
-    estimate); then one per fine-tune shape (model_type, hidden size, layers, method, always the FLOP estimate)."""
+    """One line per training shape: its jobs, GPU-hours, the bound that decides them and the throughput figure
+    used (measured / scaled from … / FLOP estimate); then one per fine-tune shape (model_type, hidden size, layers,
+    method, always the FLOP estimate)."""
     lines = []
     for s in e["shapes"]:
         width = "" if s["processor"] == "none" else f" D={s['dape_width']}"
         lines.append(f"  {s['size']} {s['method']}{width} T={s['train_len']} B={s['micro_batch']} {s['precision']} "
-                     f"{s['attention_impl']}/{s['dape_dtype']}: {s['jobs']} jobs, {s['gpu_hours']:.4g} GPU-hours, "
-                     f"{s['source']}")
+                     f"{s['attention_impl']}/{s['dape_dtype']}: {s['jobs']} jobs, {s['gpu_hours']:.4g} GPU-hours "
+                     f"(bound {s['bound']}), {s['source']}")
     for s in e.get("finetune_shapes", []):
         width = "" if s["dape_width"] is None else f" D={s['dape_width']}"
         lines.append(f"  {s['model_type']} d={s['hidden_size']} L={s['n_layer']} {s['method']}{width} "

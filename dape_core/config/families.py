@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from dape_core.config.names import FINETUNE_NAME_SETTINGS, LM_NAME_SETTINGS, che_cell_name, lm_run_name, timing_run_name
+from dape_core.config.names import (FINETUNE_NAME_SETTINGS, LM_NAME_SETTINGS, che_cell_name, lm_run_name,
+                                    timing_job_name, timing_run_name)
 from dape_core.config.schema import SCHEMA_PATH, validate_schema
 from dape_core.errors import ConfigError, require_choice, require_positive
 from dape_core.methods import parse_method
@@ -75,6 +76,8 @@ class Plan:
     leakage_pairs: dict[str, list[dict]] = field(default_factory=dict)  # family → [{"run", "twin"}]
     timing_runs: dict[str, dict] = field(default_factory=dict)
     timing_members: list[dict] = field(default_factory=list)  # {"family", "run"}
+    # timing job → {"settings": what its runs share, "runs": the methods timed together, interleaved}
+    timing_jobs: dict[str, dict] = field(default_factory=dict)
     che_cells: dict[str, dict] = field(default_factory=dict)  # name → {"settings", "seeds"}
     che_members: list[dict] = field(default_factory=list)  # {"family", "cell", "seed"}
     families: dict[str, dict] = field(default_factory=dict)  # name → family spec plus its run names
@@ -139,7 +142,8 @@ class Plan:
                 pairs = {(m["run"], m["seed"]) for m in self.lm_members if m["family"] == name}
                 counts[name] = {"finetune_lm": len(pairs), "evaluate_lm": len(pairs)}
             elif fam["stage"] == "timing":
-                counts[name] = {"time_lm": sum(1 for m in self.timing_members if m["family"] == name)}
+                runs = {m["run"] for m in self.timing_members if m["family"] == name}
+                counts[name] = {"time_lm": sum(1 for job in self.timing_jobs.values() if runs & set(job["runs"]))}
             else:
                 counts[name] = {"che": sum(1 for m in self.che_members if m["family"] == name)}
         return counts
@@ -181,6 +185,7 @@ def build_plan(config: dict, *, check_schema: bool = True, schema_path: str | Pa
                 else:
                     _add_che(plan, family, grid_spec, settings, grid_where)
     _apply_run_overrides(plan, config.get("run_overrides") or {})
+    plan.timing_jobs = timing_jobs(plan.timing_runs, defaults["timing"])
     for run in [*plan.lm_runs.values(), *plan.finetune_runs.values()]:
         run["eval"]["eval_lens"] = sorted(set(run["eval"]["eval_lens"]))
         run["seeds"] = sorted(set(run["seeds"]))
@@ -438,6 +443,30 @@ def _add_timing(plan: Plan, family: str, settings: dict, where: str) -> None:
         _require_same(name, family, {"settings": old, "families": _families_listing(plan, name)}, "settings", settings)
     plan.timing_members.append({"family": family, "run": name})
     plan.families[family]["runs"].append(name)
+
+
+def timing_jobs(timing_runs: dict[str, dict], defaults: dict) -> dict[str, dict]:
+    """Timing runs grouped into jobs: the runs that differ only in their attention settings (the methods a cell
+    compares, Table 7 App. H, §4.2) are timed in one job, in interleaved repeats. A job is named by what its runs
+    share (``forward-small-B1``); groups that share that name but differ elsewhere (warmup, vocab_size, …) get
+    ``-2``, ``-3``, … in the order of the configuration."""
+    from dape_core.settings import AttentionSettings, field_names
+
+    attention = set(field_names(AttentionSettings))
+    groups: dict[str, dict] = {}
+    for run, settings in timing_runs.items():
+        shared = {k: v for k, v in settings.items() if k not in attention}
+        groups.setdefault(json.dumps(shared, sort_keys=True, default=str), {"settings": shared, "runs": []})[
+            "runs"].append(run)
+    jobs: dict[str, dict] = {}
+    for group in groups.values():
+        base = timing_job_name(group["settings"], defaults)
+        name, n = base, 1
+        while name in jobs:
+            n += 1
+            name = f"{base}-{n}"
+        jobs[name] = group
+    return jobs
 
 
 def _add_che(plan: Plan, family: str, spec: dict, settings: dict, where: str) -> None:

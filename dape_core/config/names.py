@@ -26,6 +26,7 @@ LM_NAME_SUFFIXES = ("size", "n_layer", "n_head", "d_model", "tril", "padding", "
                     "tie_embeddings", "encoding_shared", "tag")
 LM_NAME_SETTINGS = ("dataset", "train_len", "encoding", "processor", "kernel_size", "dape_width", *LM_NAME_SUFFIXES)
 TIMING_NAME_SUFFIXES = ("n_layer", "tril", "padding", "encoding_shared", "attention_impl", "dape_dtype", "precision")
+TIMING_JOB_NAME_SUFFIXES = ("n_layer", "precision")  # a timing job's: the timing run suffixes that are no attention setting
 FINETUNE_NAME_SUFFIXES = ("tril", "padding", "batch_size", "grad_accum", "steps", "encoding_shared", "tag")
 # a fine-tune's model (its base run, directory or configuration) is part of its name as well
 FINETUNE_NAME_SETTINGS = ("dataset", "train_len", "base_run", "base_model", "base_config", "encoding", "processor",
@@ -68,6 +69,13 @@ def timing_run_name(s: dict, defaults: dict) -> str:
     """``forward-small-kerple-none-B1`` (``-N4096`` at equal tokens) plus suffixes."""
     batch = f"N{s['equal_tokens']}" if s["equal_tokens"] is not None else f"B{s['batch_size']}"
     return f"{s['mode']}-{s['size']}-{_method(s)}-{batch}" + suffixes(s, defaults, TIMING_NAME_SUFFIXES)
+
+
+def timing_job_name(s: dict, defaults: dict) -> str:
+    """``forward-small-B1``: a timing job, the methods of one shape timed together (a timing run's name without its
+    method and attention suffixes)."""
+    batch = f"N{s['equal_tokens']}" if s["equal_tokens"] is not None else f"B{s['batch_size']}"
+    return f"{s['mode']}-{s['size']}-{batch}" + suffixes(s, defaults, TIMING_JOB_NAME_SUFFIXES)
 
 
 def che_cell_name(s: dict, defaults: dict) -> str:

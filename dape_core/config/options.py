@@ -20,6 +20,8 @@ from dape_core.settings import TRISTATE_NAMES
 # Job-level options that a rule passes itself (wildcards, resources, paths), never from a run's settings.
 JOB_OPTIONS = ("seed", "threads", "distributed", "micro_batch_size")
 TRISTATE_SETTINGS = ("encoding_shared", "recompute_scores")  # bool | None, spelled default / true / false
+# EvalSettings fields that only an attention-map job passes (from the run's length and ``attention`` block).
+ATTENTION_MAP_OPTIONS = ("heatmap_len", "sink_sequences")
 
 
 class CliOptions(dict):
@@ -74,7 +76,7 @@ def _groups():
         "attention": attention,
         "shape": tuple(f for f in field_names(GPTConfig) if f not in attention and f not in NOT_TRAIN_OPTIONS),
         "training": tuple(f for f in field_names(TrainSettings) if f not in JOB_OPTIONS),
-        "evaluation": tuple(f for f in field_names(EvalSettings) if f not in (*JOB_OPTIONS, "heatmap_len")
+        "evaluation": tuple(f for f in field_names(EvalSettings) if f not in (*JOB_OPTIONS, *ATTENTION_MAP_OPTIONS)
                             ) + ("seed",),
         "timing": tuple(f for f in field_names(TimingSettings) if f not in attention and f not in JOB_OPTIONS),
         "che_attention": tuple(f for f in attention if f not in NOT_CHE_OPTIONS),
@@ -114,10 +116,13 @@ def eval_options(evaluation: dict) -> CliOptions:
 
 
 def attention_map_options(evaluation: dict, attention: dict, heatmap_len: int) -> CliOptions:
-    """The side evaluation of an attention-map job: a few windows at the heat-map length, sink and maps there."""
+    """The side evaluation of an attention-map job: a few windows at the heat-map length, sink and maps there (the
+    sink on ``sink_sequences`` sequences, App. K). The attention block is no LM run setting: it names no run and
+    enters no training hash."""
     values = {**evaluation, "eval_lens": [heatmap_len], "min_scored_tokens": 1,
-              "max_windows": attention["max_windows"], "batch_size": 1, "heatmap_len": heatmap_len}
-    return select(values, (*group("evaluation"), "heatmap_len"))
+              "max_windows": attention["max_windows"], "batch_size": 1, "heatmap_len": heatmap_len,
+              "sink_sequences": attention["sink_sequences"]}
+    return select(values, (*group("evaluation"), *ATTENTION_MAP_OPTIONS))
 
 
 def finetune_options(settings: dict, base_model: str | None = None) -> dict[str, CliOptions]:
@@ -135,6 +140,25 @@ def timing_options(settings: dict) -> dict[str, CliOptions]:
     """``attention`` and ``timing`` of one timing run."""
     s = tristate(settings, TRISTATE_SETTINGS)
     return {"attention": select(s, group("attention")), "timing": select(s, group("timing"))}
+
+
+class MethodsOption(dict):
+    """Run name → attention settings of the methods of one timing job: a plain mapping (Snakemake's params trigger
+    compares it) that formats as one quoted JSON argument of ``dape time --methods``."""
+
+    def __str__(self) -> str:
+        return shlex.quote(json.dumps(self, separators=(",", ":")))
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
+def timing_job_options(job: dict, timing_runs: dict[str, dict]) -> dict:
+    """``timing`` (what the job's runs share) and ``methods`` (each run's attention settings, from ``timing_runs``)
+    of one timing job (``Plan.timing_jobs``): its methods are timed in the same cells, interleaved."""
+    methods = MethodsOption((run, {name: timing_runs[run][name] for name in group("attention")})
+                            for run in job["runs"])
+    return {"timing": select(job["settings"], group("timing")), "methods": methods}
 
 
 def che_options(settings: dict) -> dict[str, CliOptions]:

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 import dape_core
+from dape_core.errors import ConfigError
 
 #: role → what the reports read a family of that role as (the roles of the configuration schema)
 ROLES = {"central": "the central comparison", "every_encoding": "DAPE1x3 on every encoding",
@@ -133,7 +134,9 @@ def lm_windows(window_paths: list[str]) -> pd.DataFrame:
 
 
 def sink_results(plan: dict, sink_paths: list[str]) -> pd.DataFrame:
-    """Attention-sink mass per run × seed × length × layer; a diverged run keeps one row with status diverged."""
+    """Attention-sink mass (App. K) per run × seed × length × sequence × layer; a diverged run keeps one row with
+    status diverged. ``sequence`` (with its ``document`` and ``start``) is the same window for every run of a
+    dataset at one length, so runs pair by (``heatmap_len``, ``sequence``)."""
     families: dict[tuple[str, int], list[str]] = {}
     attention_families = {f for f, spec in plan["families"].items() if spec.get("attention_maps")}
     roles = family_roles(plan)
@@ -145,11 +148,15 @@ def sink_results(plan: dict, sink_paths: list[str]) -> pd.DataFrame:
         run, seed = run_and_seed(path, levels_up=3)
         length = int(Path(path).parent.name.removeprefix("L"))
         frame = pd.read_csv(path)
+        if len(frame) and "sequence" not in frame:
+            raise ConfigError(f"{path}: no 'sequence' column (written before the sink had one row per sequence); "
+                              "allowed values: a sink.csv of `dape evaluate --sink-out`; redo it with "
+                              "`snakemake --forcerun attention_maps`")
         side = pd.read_csv(Path(path).with_name("eval.csv"))
         status = str(side["status"].iloc[0]) if len(side) else "diverged"
         if frame.empty:
             frame = pd.DataFrame([{"method": side["method"].iloc[0] if "method" in side and len(side) else "",
-                                   "eval_len": length, "layer": np.nan, "sink_mass": np.nan}])
+                                   "eval_len": length, "layer": np.nan, "sequence": np.nan, "sink_mass": np.nan}])
         frame["run"], frame["seed"], frame["heatmap_len"], frame["status"] = run, seed, length, status
         for key in ("encoding", "processor", "kernel_size", "dape_width", "train_len", "dataset", "size"):
             frame[key] = plan["lm_runs"][run]["settings"][key]
@@ -159,7 +166,7 @@ def sink_results(plan: dict, sink_paths: list[str]) -> pd.DataFrame:
         frames.append(frame)
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run", "seed", "sink_mass"])
     df["dape_core_version"], df["report_git_commit"] = dape_core.__version__, report_commit()
-    lead = ["run", "seed", "families", "roles", "method", "heatmap_len", "layer", "sink_mass", "status"]
+    lead = ["run", "seed", "families", "roles", "method", "heatmap_len", "sequence", "layer", "sink_mass", "status"]
     return df[[c for c in lead if c in df] + [c for c in df if c not in lead]]
 
 
@@ -182,11 +189,55 @@ def _labelled(paths: list[str], label, families: dict, name: str, roles: dict[st
 
 
 def timing_results(plan: dict, timing_paths: list[str]) -> pd.DataFrame:
-    """The timing CSVs with their run name, families and roles."""
+    """The timing CSVs (one row per method × length; a job's file names each row's ``run``, a file without that
+    column is one run's) with their run name, families and roles."""
+    return _by_run(plan, timing_paths)
+
+
+def _by_run(plan: dict, paths: list[str]) -> pd.DataFrame:
     families: dict[str, list[str]] = {}
     for m in plan["timing_members"]:
         families.setdefault(m["run"], []).append(m["family"])
-    return _labelled(timing_paths, lambda path: (path.stem, path.stem), families, "run", family_roles(plan))
+    roles, frames = family_roles(plan), []
+    for path in paths:
+        frame = pd.read_csv(path)
+        if "run" not in frame:
+            frame.insert(0, "run", Path(path).stem)
+        joined = frame["run"].map(lambda run: _join(families.get(run, [])))
+        frame = frame[["run"] + [c for c in frame if c != "run"]]
+        frame.insert(1, "families", joined)
+        frame.insert(2, "roles", joined.map(lambda fams: roles_of(fams, roles)))
+        frame["source_file"] = str(path)
+        frames.append(frame)
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run", "families", "roles"])
+    df["dape_core_version"], df["report_git_commit"] = dape_core.__version__, report_commit()
+    return df
+
+
+#: the per-repeat table's columns (``dape time --repeats-out``), each row one timed run of a method in its cell
+REPEAT_COLUMNS = ("run", "method", "size", "n_layer", "d_model", "seq_len", "batch_size", "mode", "precision",
+                  "device", "threads", "cell", "round", "position", "ms")
+
+
+def timing_repeats(plan: dict, repeat_paths: list[str], timing: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every interleaved repeat (one row per method × length × round: Table 7 App. H, §4.2) with its run's families
+    and roles. Each file is checked where it is read: the columns of :data:`REPEAT_COLUMNS` and, against the
+    summary rows of ``timing`` (timing.csv's), ``repeats`` rows for every method × length timed ``ok``."""
+    df = _by_run(plan, repeat_paths)
+    missing = [c for c in REPEAT_COLUMNS if c not in df]
+    if len(df) and missing:
+        raise ConfigError(f"{df['source_file'].iloc[0]}: no column {', '.join(missing)}; allowed values: a repeats "
+                          "CSV of `dape time --repeats-out`; redo it with `snakemake --forcerun time_lm`")
+    if timing is not None and len(timing) and "cell" in timing:
+        counts = df.groupby(["run", "cell"]).size() if len(df) else pd.Series(dtype=int)
+        for row in timing[timing["status"] == "ok"].itertuples():
+            found = int(counts.get((row.run, row.cell), 0))
+            if found != row.repeats:
+                raise ConfigError(f"{row.source_file}: run {row.run} in cell {row.cell} has {found} repeat rows in "
+                                  f"its .repeats.csv, expected {row.repeats}; redo it with `snakemake --forcerun "
+                                  f"{row.source_file}`")
+    lead = ["run", "families", "roles", *REPEAT_COLUMNS[1:]]
+    return df[[c for c in lead if c in df] + [c for c in df if c not in lead]].reset_index(drop=True)
 
 
 def che_results(plan: dict, cell_paths: list[str]) -> pd.DataFrame:

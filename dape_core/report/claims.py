@@ -10,25 +10,20 @@ Verdicts (the rules of ``claims.md``):
   and a real gain smaller than the margin is not a confirmation.
 - A claim of several checks is CONFIRMED when all its checks are, REFUTED when any is, UNDECIDED otherwise (no
   multiplicity correction: with k checks the chance that noise alone refutes one is up to k × 2.5 %).
-- Intervals of perplexity comparisons come from a paired bootstrap over seeds and, within each drawn seed, over
-  the evaluation windows (``lm_windows.csv``): seeds are resampled, then windows within each; both methods (and
-  every evaluation length) get the same windows. Without per-window losses the seeds alone are resampled.
-- No verdict without training-seed noise: a check resting on one trained model per method gets, in every draw of
-  its windows, a seed offset σ·t_ν, σ the between-seed SD of its own statistic estimated where the grid trains
-  runs with several seeds (:mod:`dape_core.report.seed_noise`: the method × seed interaction mean square of
-  paired comparisons, the within-run mean square of a run on its own, pooled over the multi-seed settings);
-  basis "1 seed + seed noise from <source>", σ and ν in the check's text. Without such a setting the interval is
-  (−∞, +∞), basis "1 seed (seed noise not estimated…)": UNDECIDED. Per check, the statistic whose seed noise is
-  used: the mean loss within (×1, also for a model evaluated below its training length) or beyond (×>1) or over
-  all multiples for perplexity comparisons, the explosion's growth for ``baselines_explode_bounded``, the ΔP
-  statistic for ``delta_p_sign``; CHE uses its own cells with several seeds (best accuracy), the sink its own
-  runs with several seeds (log sink mass); timing is a point rule on medians and takes none.
-- What would decide an UNDECIDED check: the seeds per method n = ⌈((z_0.975 + z_0.8)·s/δ)²⌉
-  (:func:`~dape_core.report.intervals.seeds_to_decide`: 80 % power at the observed effect, s one seed's SD,
-  δ the distance to the threshold the estimate lies beyond); a claim needs the largest n of its open checks, and
-  the extra training and evaluation jobs of its runs cost what this run measured (training CPU-hours:
-  ``train_wall_s`` × ``train_threads``) and what the FLOP estimate gives (GPU-hours: ``flops_per_token`` × tokens
-  / (``gpu_tflops`` × ``utilisation``), :mod:`dape_core.config.estimate`).
+- Intervals are Student's t on per-seed statistics (:mod:`dape_core.report.intervals`), σ the SD of one seed's
+  statistic pooled over the grid's methods in the check's own setting — dataset, size, training length and budget
+  (:mod:`dape_core.report.seed_noise`) —, or the grid's largest for that statistic where the setting has one seed
+  (named "borrowed" in the basis), or the seeds' own spread without any multi-seed setting; one seed and no
+  estimate: (−∞, +∞), UNDECIDED. The statistic whose σ a check uses: the mean loss within (×1, also for a model
+  evaluated below its training length), beyond (×>1) or over all multiples for perplexity comparisons, the
+  explosion's growth for ``baselines_explode_bounded``, the ΔP statistic for ``delta_p_sign``; CHE pools its own
+  cells with several seeds, the sink its DAPE1x3 / DAPE pairs with several seeds.
+- Runs are paired by seed (and window) only where they share initialisation and batch stream — the same setting
+  and seed —; otherwise unpaired (Welch), each side with its setting's within-run σ (seed main effect included).
+- The timing claim: per size, the ratio of medians of interleaved rounds (``timing_repeats.csv``), its rise between
+  sizes with a bootstrap over rounds, on the device each row names (the paper timed GPUs); a timing.csv without
+  per-repeat times gives no interval (UNDECIDED).
+- What would decide an UNDECIDED check, and its cost: :mod:`dape_core.report.claim_costs`.
 - The paper's own numbers (one value per cell, no seeds or windows) get point verdicts: the interval is the
   point, labelled "point (the paper's printed numbers)".
 - A diverged run (``status`` "diverged") has perplexity +∞ in every draw: it loses every comparison it should win
@@ -65,10 +60,12 @@ import numpy as np
 import pandas as pd
 
 from dape_core.report.aggregate import ROLES, in_role
-from dape_core.report.intervals import (CONFIRMED, LEVEL, MARKS, MAX_SEEDS, NOT_RUN, POINT, REFUTED, RESAMPLES,
-                                        UNDECIDED, Z_LEVEL, Z_POWER, Interval, SeedNoise, combine, decide, difference,
-                                        interval, seeds_to_decide)
-from dape_core.report.seed_noise import SeedNoiseSource, where_of
+from dape_core.report.claim_costs import run_costs, what_decides
+from dape_core.report.claims_markdown import claims_markdown
+from dape_core.report.intervals import (CONFIRMED, MARKS, NOT_RUN, POINT, REFUTED, UNDECIDED, Interval, SeedNoise,
+                                        combine, combine_noise, decide, difference, interval, median_ratio_draws,
+                                        percentile, rng_for, seeds_to_decide)
+from dape_core.report.seed_noise import SeedNoiseSource, setting_of, where_of
 
 __all__ = ["CLAIMS", "CONFIRMED", "CORE_CLAIMS", "NOT_RUN", "REFUTED", "UNDECIDED", "claims_markdown",
            "evaluate_claims", "evaluate_claims_on_paper"]
@@ -86,6 +83,8 @@ DELTA_P_MARGIN = 0.01
 TIMING_RISE = 0.02
 CHE_MARGIN = 0.01
 SINK_RATIO = 1.1
+TIMED = ("Kerple", "DAPE1x3-Kerple")  # the timing claim's ratio: ms(Kerple) / ms(DAPE1x3-Kerple)
+NO_REPEATS = "no per-repeat times (timing_repeats.csv): no interval"
 PERMUTATION_INVARIANT = ("parity_check", "cycle_navigation", "bucket_sort")
 SETTING = ["dataset", "train_len", "size"]
 #: per-window column → the lm_results column whose log stands in for it without per-window data
@@ -174,28 +173,32 @@ def _pct(x: float) -> str:
 
 class Context:
     """What the checks read: the aggregated tables, the per-window losses by (run, seed, evaluation length), the
-    multi-seed runs that give 1-seed checks their seed noise, and whether verdicts are point verdicts (the paper's
+    multi-seed settings that give checks their seed noise, and whether verdicts are point verdicts (the paper's
     numbers)."""
 
-    def __init__(self, lm=None, timing=None, che=None, sink=None, windows=None, point: bool = False):
+    def __init__(self, lm=None, timing=None, che=None, sink=None, windows=None, point: bool = False,
+                 timing_repeats=None):
         self.lm, self.timing, self.che, self.sink, self.point = lm, timing, che, sink, point
+        self.timing_repeats = timing_repeats
         self.windows: dict[tuple[str, int, int], pd.DataFrame] = {}
         if windows is not None and len(windows):
             for (run, seed, n), g in windows.groupby(["run", "seed", "eval_len"], sort=False):
                 self.windows[(str(run), int(seed), int(n))] = g.set_index(["document", "anchor"])
         self.seed_source = SeedNoiseSource(None if point else lm, windows)
 
-    def noise(self, stats, paired: bool = True) -> SeedNoise | None:
-        """The seed noise of a check whose per-run statistics are ``stats`` (see :mod:`~dape_core.report.seed_noise`)."""
-        return self.seed_source.noise(list(stats), paired)
+    def noise(self, stat, paired: bool, rows: pd.DataFrame) -> SeedNoise | None:
+        """σ of one seed's ``stat`` for the run(s) of ``rows`` (:mod:`~dape_core.report.seed_noise`): their
+        setting's, or the grid's largest where the setting has one seed."""
+        return self.seed_source.noise(stat, paired, setting_of(rows))
 
-    def interval(self, units, statistic, key: str, inner: str = "windows",
-                 seed_noise: SeedNoise | None = None) -> Interval:
-        return interval(units, statistic, key, point=self.point, inner=inner, seed_noise=seed_noise)
+    def interval(self, units, statistic, key: str, inner: str = "windows", seed_noise: SeedNoise | None = None,
+                 kind: str = "paired t") -> Interval:
+        return interval(units, statistic, key, point=self.point, inner=inner, seed_noise=seed_noise, kind=kind)
 
     def difference(self, units_b, units_a, statistic, key: str, inner: str = "windows",
-                   seed_noise: SeedNoise | None = None) -> Interval:
-        return difference(units_b, units_a, statistic, key, point=self.point, inner=inner, seed_noise=seed_noise)
+                   noise_b: SeedNoise | None = None, noise_a: SeedNoise | None = None) -> Interval:
+        return difference(units_b, units_a, statistic, key, point=self.point, inner=inner, noise_b=noise_b,
+                          noise_a=noise_a)
 
     def piece(self, rows: pd.DataFrame, column: str = "loss") -> pd.Series | float:
         """One method × seed × evaluation length (one row per run): the per-window ``column`` indexed by window
@@ -241,24 +244,27 @@ def _seed_unit(ctx: Context, parts) -> np.ndarray:
 
 def _compare(ctx: Context, ra: pd.DataFrame, rb: pd.DataFrame, lengths_a, lengths_b, key: str,
              stats=(("mean", "all", "loss"),) * 2) -> Interval | None:
-    """log ppl_B − log ppl_A (each a mean over its lengths and the seeds), with its interval: paired by seed and
-    window when the two share seeds, each resampled on its own otherwise; with one seed, the seed noise of the
-    per-run statistics ``stats`` (A's, B's) is added. None when a side has no complete seed."""
+    """log ppl_B − log ppl_A (each a mean over its lengths and the seeds), with its t-interval. Paired by seed (and
+    window) only where the two share initialisation and batch stream — the same setting (dataset, size, training
+    length and budget) and seed —, with the interaction σ of the per-run statistics ``stats`` (A's, B's);
+    otherwise unpaired over all their seeds, each side with its setting's within-run σ. None when a side has no
+    complete seed."""
     sa, sb = _seeds(ra, lengths_a), _seeds(rb, lengths_b)
     if not sa or not sb:
         return None
-    shared = sorted(sa & sb)
+    setting = setting_of(ra)
+    shared = sorted(sa & sb) if setting is not None and setting == setting_of(rb) else []
     k = len(lengths_a)
     if shared:
         units = [_seed_unit(ctx, [(ra[ra["seed"] == s], lengths_a, "loss"), (rb[rb["seed"] == s], lengths_b, "loss")])
                  for s in shared]
-        return ctx.interval(units, lambda m: m[:, k:].mean(axis=1) - m[:, :k].mean(axis=1), key,
-                            seed_noise=ctx.noise(stats, paired=True) if len(units) == 1 else None)
+        parts = [ctx.noise(stat, True, ra) for stat in stats]
+        noise = combine_noise(parts) if all(p is not None for p in parts) else None
+        return ctx.interval(units, lambda m: m[:, k:].mean(axis=1) - m[:, :k].mean(axis=1), key, seed_noise=noise)
     units_a = [_seed_unit(ctx, [(ra[ra["seed"] == s], lengths_a, "loss")]) for s in sorted(sa)]
     units_b = [_seed_unit(ctx, [(rb[rb["seed"] == s], lengths_b, "loss")]) for s in sorted(sb)]
-    single = [stat for stat, units in zip(stats, (units_a, units_b)) if len(units) == 1]
     return ctx.difference(units_b, units_a, lambda m: m.mean(axis=1), key,
-                          seed_noise=ctx.noise(single, paired=False) if single else None)
+                          noise_b=ctx.noise(stats[1], False, rb), noise_a=ctx.noise(stats[0], False, ra))
 
 
 def _stat(where: str) -> tuple:
@@ -296,63 +302,12 @@ def _record(verdict: str, text: str, iv: Interval | None, rule: dict | None = No
     return record
 
 
-def _towards(check: dict) -> str | None:
-    """The verdict more seeds would reach at a check's observed effect (None: none)."""
-    text = check.get("seeds_needed_text") or ""
-    return CONFIRMED if f"towards {CONFIRMED}" in text else REFUTED if f"towards {REFUTED}" in text else None
-
-
 def _estimate_rate() -> tuple[float, float]:
     """The estimate block's defaults (workflow/schemas/config.schema.yaml): gpu_tflops, utilisation."""
     from dape_core.config.schema import SCHEMA_PATH, load_yaml
 
     props = load_yaml(SCHEMA_PATH)["properties"]["estimate"]["properties"]
     return float(props["gpu_tflops"]["default"]), float(props["utilisation"]["default"])
-
-
-def run_costs(lm: pd.DataFrame | None, gpu_tflops: float, utilisation: float) -> dict[str, dict]:
-    """Per LM run: its seeds, and one more seed's training CPU-hours as this run measured them (``train_wall_s``
-    × ``train_threads``, the median over its seeds) and GPU-hours by the FLOP estimate of
-    :mod:`dape_core.config.estimate` (``flops_per_token`` × steps × batch_size × grad_accum × train_len /
-    (gpu_tflops × utilisation))."""
-    if lm is None or lm.empty or "run" not in lm:
-        return {}
-    out = {}
-    for run, g in lm.drop_duplicates(["run", "seed"]).groupby("run"):
-        def col(name):
-            values = pd.to_numeric(g[name], errors="coerce") if name in g else pd.Series(np.nan, index=g.index)
-            return values.astype(float)
-
-        cpu = float(np.nanmedian((col("train_wall_s") * col("train_threads").fillna(1)).to_numpy())) / 3600 \
-            if col("train_wall_s").notna().any() else math.nan
-        tokens = col("steps") * col("batch_size") * col("grad_accum").fillna(1) * col("train_len")
-        flops = (col("flops_per_token") * tokens).to_numpy()
-        gpu = float(np.nanmedian(flops)) / (gpu_tflops * 1e12 * utilisation) / 3600 \
-            if np.isfinite(flops).any() else math.nan
-        out[str(run)] = {"seeds": int(g["seed"].nunique()), "cpu_hours": cpu, "gpu_hours": gpu}
-    return out
-
-
-def _decide_route(checks: list[dict]) -> tuple[int | None, str, list[str]]:
-    """For an UNDECIDED claim: the seeds per method that decide it at the observed effects — REFUTED through its
-    cheapest check heading there, or CONFIRMED when every open check heads there (the largest n) — the text, and
-    the runs to retrain."""
-    open_checks = [c for c in checks if c["verdict"] == UNDECIDED]
-    refute = [c for c in open_checks if _towards(c) == REFUTED and c.get("seeds_needed")]
-    confirm = (max((c for c in open_checks), key=lambda c: c["seeds_needed"])
-               if open_checks and all(_towards(c) == CONFIRMED and c.get("seeds_needed") for c in open_checks)
-               else None)
-    options = []
-    if refute:
-        best = min(refute, key=lambda c: c["seeds_needed"])
-        options.append((best["seeds_needed"], best["seeds_needed_text"], best.get("runs", [])))
-    if confirm is not None:
-        runs = sorted({r for c in open_checks for r in c.get("runs", [])})
-        options.append((confirm["seeds_needed"], confirm["seeds_needed_text"], runs))
-    if options:
-        return min(options, key=lambda o: o[0])
-    reasons = sorted({c.get("seeds_needed_text") or "unknown" for c in open_checks if not c.get("seeds_needed")})
-    return None, "; ".join(reasons) or "unknown", []
 
 
 def _runs(*frames: pd.DataFrame) -> list[str]:
@@ -424,9 +379,8 @@ def _explode_bounded(ctx: Context) -> list[dict]:
                 continue
             seen.add(method)
             units = [_seed_unit(ctx, [(rows[rows["seed"] == s], lengths, "loss")]) for s in seeds]
-            noise = ctx.noise([("growth", lo, hi)], paired=False) if len(units) == 1 else None
-            ratio = ctx.interval(units, lambda m: (m[:, 1:] - m[:, :1]).max(axis=1),
-                                 f"explode|{label}|{method}", seed_noise=noise).map(_exp)
+            ratio = ctx.interval(units, lambda m: (m[:, 1:] - m[:, :1]).max(axis=1), f"explode|{label}|{method}",
+                                 seed_noise=ctx.noise(("growth", lo, hi), False, rows), kind="t").map(_exp)
             text = (f"{label}: {method} {kind}? largest ppl(×{lo:g}–{hi:g}) / ppl(×1) {_f(ratio.estimate)}"
                     f"{_interval_text(ratio, _f)}")
             rule = (dict(side=1, confirm=EXPLODES, refute=BOUNDED) if kind == "explodes"
@@ -491,8 +445,8 @@ def _level(ctx: Context, rows: pd.DataFrame, lengths, key: str, stat=("mean", "w
     if not seeds:
         return None
     units = [_seed_unit(ctx, [(rows[rows["seed"] == s], lengths, "loss")]) for s in seeds]
-    noise = ctx.noise([stat], paired=False) if len(units) == 1 else None
-    return ctx.interval(units, lambda m: m.mean(axis=1), key, seed_noise=noise).map(_exp)
+    return ctx.interval(units, lambda m: m.mean(axis=1), key, seed_noise=ctx.noise(stat, False, rows),
+                        kind="t").map(_exp)
 
 
 def _leakage(ctx: Context) -> list[dict]:
@@ -639,9 +593,9 @@ def _delta_p(ctx: Context) -> list[dict]:
             k = len(lengths)
             units = [_seed_unit(ctx, [(rows[rows["seed"] == s], lengths, "loss_local"),
                                       (rows[rows["seed"] == s], lengths, "loss_dp")]) for s in seeds]
-            noise = ctx.noise([("delta_p",)], paired=False) if len(units) == 1 else None
             rel = ctx.interval(units, lambda m: m[:, :k].mean(axis=1) - m[:, k:].mean(axis=1),
-                               f"delta_p|{label}|{method}", seed_noise=noise).map(_gain)
+                               f"delta_p|{label}|{method}", seed_noise=ctx.noise(("delta_p",), False, rows),
+                               kind="t").map(_gain)
             rule = dict(side=sign, confirm=sign * DELTA_P_MARGIN, refute=0.0)
             verdict = decide(rel, **rule)
             text = (f"{label}: {method} ΔP / local ppl at ×≥2 {_pct(rel.estimate)}{_interval_text(rel)} "
@@ -653,26 +607,66 @@ def _delta_p(ctx: Context) -> list[dict]:
 
 
 def _timing(ctx: Context) -> list[dict]:
-    t = _of_role(ctx.timing, "forward_time")
-    if t is None or t.empty:
-        return []
-    t = t[(t["mode"] == "forward") & t["method"].isin(["Kerple", "DAPE1x3-Kerple"])].copy()
-    t["scale"] = t["n_layer"].astype(float) * t["d_model"].astype(float) ** 2
+    """Per device × seq_len × batch × threads with ≥ 2 sizes (ordered by n_layer · d_model²): the ratio of medians
+    ms(Kerple) / ms(DAPE1x3-Kerple) of each size's interleaved rounds, and the rise from each size to the next with
+    its interval (rounds resampled, paired by round; :func:`~dape_core.report.intervals.median_ratio_draws`)."""
+    summary = _of_role(ctx.timing, "forward_time")
+    if ctx.point:
+        return _timing_points(summary)
+    reps = _of_role(ctx.timing_repeats, "forward_time")
+    if reps is None or reps.empty:  # an older timing.csv: medians only, no interval
+        return [{"verdict": UNDECIDED, "basis": NO_REPEATS,
+                 "text": f"timing.csv without per-repeat times ({check['text'].split(':')[0]}) → {UNDECIDED}; "
+                         f"{NO_REPEATS}"} for check in _timing_points(summary, POINT)]
+    reps = reps[(reps["mode"] == "forward") & reps["method"].isin(TIMED)].copy()
+    reps["scale"] = reps["n_layer"].astype(float) * reps["d_model"].astype(float) ** 2
     out = []
     keys = ["device", "seq_len", "batch_size", "threads"]
-    for k, g in t.groupby(keys, dropna=False):
+    for k, g in reps.groupby(keys, dropna=False):
+        label = ", ".join(f"{a}={b}" for a, b in zip(keys, k))
+        sizes = []
+        for (scale, size), gs in g.groupby(["scale", "size"], sort=True):
+            rounds = gs.pivot_table(index=["cell", "round"], columns="method", values="ms", aggfunc="mean").dropna()
+            if rounds.shape[1] == 2 and len(rounds) >= 2:
+                kerple, dape = rounds[TIMED[0]].to_numpy(), rounds[TIMED[1]].to_numpy()
+                draws = median_ratio_draws(kerple, dape, rng_for(f"timing|{label}|{size}"))
+                sizes.append((size, float(np.median(kerple) / np.median(dape)), draws, len(rounds)))
+        if len(sizes) < 2:
+            continue
+        device, rounds_min = str(k[0]), min(n for *_, n in sizes)
+        basis = (f"ratio of medians of {rounds_min}+ interleaved rounds per size on {device} (rounds resampled; "
+                 "the paper timed GPUs)")
+        rises, verdicts = [], []
+        rule = dict(side=1, confirm=TIMING_RISE, refute=0.0)
+        for (s0, r0, d0, _), (s1, r1, d1, n1) in zip(sizes, sizes[1:]):
+            iv = percentile(r1 - r0, d1 - d0, basis, n1)
+            verdicts.append(decide(iv, **rule))
+            rises.append(f"{s0} → {s1} {r1 - r0:+.3f} [{iv.low:+.3f}, {iv.high:+.3f}]")
+        verdict = combine(verdicts)
+        text = (f"{label}: Kerple / DAPE1x3-Kerple ms by size " + " → ".join(f"{s} {r:.3f}" for s, r, *_ in sizes)
+                + f"; rise {'; '.join(rises)} (claimed ≥ {TIMING_RISE:g} at each step)")
+        out.append({"verdict": verdict, "text": f"{text} → {verdict}; {basis}", "basis": basis, "device": device,
+                    "ratio": {s: round(r, 4) for s, r, *_ in sizes}})
+    return out
+
+
+def _timing_points(t: pd.DataFrame | None, basis: str = POINT) -> list[dict]:
+    """The paper's printed times (one number per cell): the rise of ms(Kerple) / ms(DAPE1x3-Kerple) between sizes
+    as a point."""
+    if t is None or t.empty:
+        return []
+    t = t[(t["mode"] == "forward") & t["method"].isin(TIMED)].copy()
+    t["scale"] = t["n_layer"].astype(float) * t["d_model"].astype(float) ** 2
+    out = []
+    for k, g in t.groupby(["device", "seq_len", "batch_size"], dropna=False):
         ms = g.pivot_table(index=["scale", "size"], columns="method", values="median_ms", aggfunc="mean").dropna()
         if len(ms) < 2 or ms.shape[1] < 2:
             continue
-        ratio = (ms["Kerple"] / ms["DAPE1x3-Kerple"]).sort_index()
-        rises = np.diff(ratio.to_numpy())
-        verdict = CONFIRMED if (rises >= TIMING_RISE).all() else REFUTED if (rises < 0).any() else UNDECIDED
-        label = ", ".join(f"{a}={b}" for a, b in zip(keys, k))
-        text = (f"{label}: Kerple / DAPE1x3-Kerple ms by size "
-                + " → ".join(f"{size} {r:.3f}" for (_, size), r in ratio.items()))
-        out.append({"verdict": verdict, "text": f"{text} → {verdict}; point (medians of repeated timings)",
-                    "basis": "point (medians of repeated timings)",
-                    "ratio": {size: round(float(r), 4) for (_, size), r in ratio.items()}})
+        ratio = (ms[TIMED[0]] / ms[TIMED[1]]).sort_index().to_numpy()
+        verdict = combine([decide(Interval(r, r, r, POINT, 1, 1), side=1, confirm=TIMING_RISE, refute=0.0)
+                           for r in np.diff(ratio)])
+        text = f"seq_len={k[1]}: Kerple / DAPE1x3-Kerple ms by size " + " → ".join(f"{r:.3f}" for r in ratio)
+        out.append({"verdict": verdict, "text": f"{text} → {verdict}; {POINT}", "basis": POINT})
     return out
 
 
@@ -729,13 +723,12 @@ def _che(ctx: Context) -> list[dict]:
             units = [_unit(unit(task, "Kerple", x, lrs["Kerple"])
                            + unit(task, "DAPE1x3-Kerple", x, lrs["DAPE1x3-Kerple"])) for x in shared]
             diff = ctx.interval(units, lambda m: m[:, nk:].max(axis=1) - m[:, :nk].max(axis=1), key, inner="lengths",
-                                seed_noise=_scaled(noise, 2) if len(units) == 1 else None)
+                                seed_noise=_scaled(noise, 2))
         else:
-            n_sides = (len(seeds["DAPE1x3-Kerple"]) == 1) + (len(seeds["Kerple"]) == 1)
             diff = ctx.difference([_unit(unit(task, "DAPE1x3-Kerple", x, lrs["DAPE1x3-Kerple"]))
                                    for x in sorted(seeds["DAPE1x3-Kerple"])],
                                   [_unit(unit(task, "Kerple", x, lrs["Kerple"])) for x in sorted(seeds["Kerple"])],
-                                  lambda m: m.max(axis=1), key, inner="lengths", seed_noise=_scaled(noise, n_sides))
+                                  lambda m: m.max(axis=1), key, inner="lengths", noise_b=noise, noise_a=noise)
         rule = dict(side=1, confirm=CHE_MARGIN, refute=0.0)
         verdict = decide(diff, **rule)
         tasks.append(task)
@@ -753,7 +746,7 @@ def _che(ctx: Context) -> list[dict]:
     listed = "; ".join(wins + refuted + undecided)
     text = (f"DAPE1x3-Kerple − Kerple, best OOD accuracy over learning rates: won beyond the noise on {len(wins)} "
             f"of {n} permutation-variant tasks, lost on {len(refuted)} ({listed})")
-    seed_text = f"; {noise.text()}" if noise is not None and checks_basis.startswith("1 seed +") else ""
+    seed_text = f"; {noise.text()}" if noise is not None else ""
     record = {"verdict": verdict, "text": f"{text} → {verdict}; {checks_basis}{seed_text}", "basis": checks_basis,
               "wins": wins, "losses": refuted, "n_tasks": n}
     if noise is not None and seed_text:
@@ -808,63 +801,82 @@ def _che_seeds(needs: list, n_tasks: int, lower_bound: bool = False) -> dict:
 
 
 def _sink(ctx: Context) -> list[dict]:
-    """sink.csv's ``sink_mass``: per run, evaluation length and layer, the mean attention probability that
-    queries at positions ≥ 16 place on the first key (position 0), averaged over heads, queries and sequences
-    (App. K's "attention sink"). Runs are compared on the mean over layers, paired by seed where both methods
-    have the seed."""
+    """sink.csv's ``sink_mass``: per run, evaluation length, sequence and layer, the mean attention probability
+    that queries at positions ≥ 16 place on the first key (App. K's "attention sink"). A run × seed's statistic is
+    the mean over its sequences of the log layer-mean sink mass; DAPE1x3-X is compared with DAPE-X paired by seed
+    and sequence (the attention-map runs of one setting share initialisation, batch stream and sequences), with
+    the seed noise of those paired differences pooled over the encodings with several seeds at that length."""
     sink = _of_role(ctx.sink, "attention_maps")
     if sink is None or sink.empty:
         return []
+    sink = sink[pd.to_numeric(sink["sink_mass"], errors="coerce") > 0].copy()
     run = "run" if "run" in sink else "seed"
-    keys = ["method", run, "eval_len"] + (["seed"] if "seed" in sink and run != "seed" else [])
-    per_run = sink.groupby(keys)["sink_mass"].mean().dropna().reset_index()
-    if "seed" not in per_run:
-        per_run["seed"] = np.nan
-    noise = None if ctx.point else _sink_seed_noise(per_run, run)
-    out = []
-    for method in sorted(m for m in set(per_run["method"]) if str(m).startswith("DAPE1x3-")):
+    if "seed" not in sink:  # runs without seeds: each run counts as a seed of its method, unpaired
+        sink["seed"] = pd.factorize(sink[run])[0]
+    if "sequence" not in sink:
+        sink["sequence"] = 0
+    keys = ["method", run, "seed", "eval_len", "sequence"] if run != "seed" else ["method", "seed", "eval_len",
+                                                                                    "sequence"]
+    per_seq = sink.groupby(keys, dropna=False)["sink_mass"].mean().reset_index()
+    per_seq["log_mass"] = np.log(per_seq["sink_mass"].astype(float))
+
+    def units(rows_a, rows_b, seeds):
+        """Per shared seed: [sequences, 2] of log sink masses (DAPE1x3, DAPE) on the sequences both have."""
+        out = []
+        for seed in seeds:
+            a = rows_a[rows_a["seed"] == seed].groupby("sequence")["log_mass"].mean()
+            b = rows_b[rows_b["seed"] == seed].groupby("sequence")["log_mass"].mean()
+            both = a.index.intersection(b.index)
+            out.append(np.column_stack([a[both].to_numpy(), b[both].to_numpy()]))
+        return out
+
+    pairs = []
+    for method in sorted(m for m in set(per_seq["method"]) if str(m).startswith("DAPE1x3-")):
         base = "DAPE-" + method.split("-", 1)[1]
-        for length in sorted(set(per_run.loc[per_run["method"] == method, "eval_len"])):
-            a = per_run[(per_run["method"] == method) & (per_run["eval_len"] == length)]
-            b = per_run[(per_run["method"] == base) & (per_run["eval_len"] == length)]
-            if a.empty or b.empty:
-                continue
-            key = f"sink|{method}|{length}"
-            shared = sorted(set(a["seed"].dropna()) & set(b["seed"].dropna()))
-            if shared:
-                units = [[[np.log(a.loc[a["seed"] == s, "sink_mass"]).mean(),
-                           np.log(b.loc[b["seed"] == s, "sink_mass"]).mean()]] for s in shared]
-                d = ctx.interval(units, lambda m: m[:, 0] - m[:, 1], key, inner="sequences",
-                                 seed_noise=_scaled(noise, 2) if len(units) == 1 else None)
-            else:
-                d = ctx.difference([[[v]] for v in np.log(a["sink_mass"])], [[[v]] for v in np.log(b["sink_mass"])],
-                                   lambda m: m[:, 0], key, inner="sequences",
-                                   seed_noise=_scaled(noise, (len(a) == 1) + (len(b) == 1)))
-            ratio = d.map(_exp)
-            rule = dict(side=1, confirm=SINK_RATIO, refute=1.0)
-            verdict = decide(ratio, **rule)
-            text = (f"{method} vs {base} at {length}: sink mass {a['sink_mass'].mean():.3f} vs "
-                    f"{b['sink_mass'].mean():.3f}, ratio {ratio.estimate:.2f}"
-                    f"{_interval_text(ratio, lambda x: f'{x:.2f}')} ({len(a)} vs {len(b)} runs)")
-            runs = [str(r) for r in (*a[run], *b[run])] if run == "run" else []
-            out.append(_record(verdict, text, ratio, rule, runs, eval_len=int(length),
-                               dape1x3=float(a["sink_mass"].mean()),
-                               dape=float(b["sink_mass"].mean()), ratio=ratio.estimate))
+        for length in sorted(set(per_seq.loc[per_seq["method"] == method, "eval_len"])):
+            a = per_seq[(per_seq["method"] == method) & (per_seq["eval_len"] == length)]
+            b = per_seq[(per_seq["method"] == base) & (per_seq["eval_len"] == length)]
+            if not a.empty and not b.empty:
+                shared = sorted(set(a["seed"].dropna()) & set(b["seed"].dropna()))
+                pairs.append((method, base, length, a, b, shared, units(a, b, shared)))
+    out = []
+    for method, base, length, a, b, shared, paired_units in pairs:
+        key = f"sink|{method}|{length}"
+        if shared:
+            noise = None if ctx.point else _pooled_differences(
+                [u for m, _, n, *_, us in pairs if n == length for u in [us] if len(us) >= 2],
+                f"the DAPE1x3 / DAPE sink pairs with several seeds at length {length}")
+            d = ctx.interval(paired_units, lambda m: m[:, 0] - m[:, 1], key, inner="sequences", seed_noise=noise)
+        else:
+            d = ctx.difference([r.groupby("sequence")["log_mass"].mean().to_numpy()[:, None]
+                                for _, r in a.groupby("seed", dropna=False)],
+                               [r.groupby("sequence")["log_mass"].mean().to_numpy()[:, None]
+                                for _, r in b.groupby("seed", dropna=False)],
+                               lambda m: m[:, 0], key, inner="sequences")
+        ratio = d.map(_exp)
+        rule = dict(side=1, confirm=SINK_RATIO, refute=1.0)
+        verdict = decide(ratio, **rule)
+        n_a, n_b = a["seed"].nunique(dropna=False), b["seed"].nunique(dropna=False)
+        text = (f"{method} vs {base} at {length}: sink mass {a['sink_mass'].mean():.3f} vs "
+                f"{b['sink_mass'].mean():.3f}, ratio {ratio.estimate:.2f}"
+                f"{_interval_text(ratio, lambda x: f'{x:.2f}')} ({n_a} vs {n_b} runs)")
+        runs = [str(r) for r in (*a[run], *b[run])] if run == "run" else []
+        out.append(_record(verdict, text, ratio, rule, sorted(set(runs)), eval_len=int(length),
+                           dape1x3=float(a["sink_mass"].mean()), dape=float(b["sink_mass"].mean()),
+                           ratio=ratio.estimate, ratio_low=ratio.low, ratio_high=ratio.high))
     return out
 
 
-def _sink_seed_noise(per_run: pd.DataFrame, run: str) -> SeedNoise | None:
-    """Between-seed SD of one run's log layer-mean sink mass: the within-method mean square over the methods and
-    lengths with ≥ 2 runs, pooled (Montgomery §3.3); None when none has several."""
+def _pooled_differences(groups: list[list[np.ndarray]], source: str) -> SeedNoise | None:
+    """σ of one seed's paired difference (column 0 − column 1 of a unit's means), pooled over groups of ≥ 2 seeds
+    (Montgomery §3.3: Σ within-group sums of squares over Σ (n − 1)); None without degrees of freedom."""
     ss, df = 0.0, 0
-    for _, g in per_run.groupby(["method", "eval_len"]):
-        values = np.log(g["sink_mass"].astype(float))
-        if len(values) >= 2 and np.isfinite(values).all():
-            ss += float(((values - values.mean()) ** 2).sum())
-            df += len(values) - 1
-    if df == 0:
-        return None
-    return SeedNoise(float(np.sqrt(ss / df)), df, f"the sink runs with several seeds ({df} degrees of freedom)")
+    for group in groups:
+        d = np.array([u[:, 0].mean() - u[:, 1].mean() for u in group if len(u)])
+        if len(d) >= 2 and np.isfinite(d).all():
+            ss += float(((d - d.mean()) ** 2).sum())
+            df += len(d) - 1
+    return SeedNoise(math.sqrt(ss / df), df, f"{source} (ν {df})") if df else None
 
 
 _BEATS = ("'A beats B' = the relative gain 1 − ppl_A / ppl_B (geometric means over the shared seeds and "
@@ -949,11 +961,13 @@ CLAIMS: tuple[Claim, ...] = (
           _delta_p),
     Claim("timing_overhead_shrinks", "§4.9, Table 7",
           "The time overhead of DAPE1x3-Kerple relative to Kerple shrinks as the model grows.",
-          "timing.csv rows of role forward_time (the whole table when it has no roles), mode forward, per device × "
-          "seq_len × batch × threads with ≥ 2 sizes (ordered by n_layer · d_model²): the ratio ms(Kerple) / "
-          f"ms(DAPE1x3-Kerple). A point rule on the medians of repeated timings (timing.csv keeps no per-repeat "
-          f"times to resample): CONFIRMED when the ratio rises by ≥ {TIMING_RISE:g} from each size to the next, "
-          f"REFUTED when it falls at some step, UNDECIDED otherwise.",
+          "timing_repeats.csv rows of role forward_time (the whole table when it has no roles), mode forward, per "
+          "device × seq_len × batch × threads with ≥ 2 sizes (ordered by n_layer · d_model²): per size, the ratio "
+          "of medians ms(Kerple) / ms(DAPE1x3-Kerple) over the cell's interleaved rounds (methods alternated, "
+          "warm-up discarded), and its rise from each size to the next with a 95 % interval from a bootstrap of "
+          f"the rounds (paired by round): CONFIRMED when every rise's interval lies at or above {TIMING_RISE:g}, "
+          "REFUTED when some rise's interval lies below 0, UNDECIDED otherwise (also without per-repeat times). "
+          "The device is named in the check: the paper's claim is about GPUs.",
           _timing, core=True, needs=("timing",)),
     Claim("che_dape1x3_beats_kerple", "§4.8, Table 6",
           "On CHE, DAPE1x3-Kerple beats Kerple on most of the permutation-variant tasks.",
@@ -967,10 +981,11 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("sink_stronger_with_dape1x3", "App. K",
           "DAPE1x3 shows a stronger attention sink than DAPE.",
           "sink.csv rows of role attention_maps (sink_mass = mean attention probability on the first key from "
-          "queries at positions ≥ 16, one sequence per run), per encoding and evaluation length: the ratio of the "
-          "layer-mean sink mass of DAPE1x3 to DAPE (geometric mean over runs, paired by seed), its interval "
-          f"from the runs (seeds) alone: CONFIRMED when ≥ {SINK_RATIO:g}, REFUTED when < 1; one run per method "
-          "gives no interval (UNDECIDED).", _sink, needs=("sink",)),
+          "queries at positions ≥ 16, per sequence and layer), per encoding and evaluation length: the ratio of "
+          "the layer-mean sink mass of DAPE1x3 to DAPE (geometric mean over sequences and seeds), paired by seed "
+          "and sequence, a t-interval over seeds with σ pooled over the DAPE1x3 / DAPE pairs with several seeds "
+          f"at that length: CONFIRMED when ≥ {SINK_RATIO:g}, REFUTED when < 1; one seed without a pooled σ "
+"gives no interval (UNDECIDED).", _sink, needs=("sink",)),
     Claim("dape1x3_beats_dape_larger_models", "§4.3, Table 3",
           "DAPE1x3-Kerple outperforms DAPE-Kerple at larger model sizes too.",
           f"{_rows('model_size')}, per size: DAPE1x3-Kerple beats DAPE-Kerple at ×1 (margin "
@@ -988,17 +1003,18 @@ CORE_CLAIMS: tuple[str, ...] = tuple(c.claim_id for c in CLAIMS if c.core)
 def evaluate_claims(lm: pd.DataFrame | None, timing: pd.DataFrame | None = None, che: pd.DataFrame | None = None,
                     sink: pd.DataFrame | None = None, claim_ids=None, *, windows: pd.DataFrame | None = None,
                     point: bool = False, gpu_tflops: float | None = None,
-                    utilisation: float | None = None) -> pd.DataFrame:
+                    utilisation: float | None = None, timing_repeats: pd.DataFrame | None = None) -> pd.DataFrame:
     """One record per claim: verdict CONFIRMED / REFUTED / UNDECIDED / NOT-RUN, what its intervals saw, the seed
     noise they used, the rule, the numbers behind the verdict, and for an UNDECIDED claim the seeds per method
     that would decide it with what those runs cost (``gpu_tflops`` and ``utilisation``: the configuration's
     ``estimate`` block, its schema defaults when None).
 
-    ``lm``: lm_results.csv rows; ``windows``: lm_windows.csv (per-window losses; without them the intervals
-    resample seeds only); ``timing``: timing.csv; ``che``: che_results.csv; ``sink``: sink.csv, whose
+    ``lm``: lm_results.csv rows; ``windows``: lm_windows.csv (per-window losses; without them each seed's
+    statistic comes from its perplexities); ``timing``: timing.csv; ``timing_repeats``: timing_repeats.csv (each
+    interleaved repeat: the timing claim's interval); ``che``: che_results.csv; ``sink``: sink.csv, whose
     ``sink_mass`` is the mean attention probability placed on the first key by queries at positions ≥ 16.
     ``point``: point verdicts (the paper's numbers). ``claim_ids`` restricts the evaluation to some claims."""
-    ctx = Context(lm, timing, che, sink, windows, point)
+    ctx = Context(lm, timing, che, sink, windows, point, timing_repeats)
     default_tflops, default_utilisation = _estimate_rate()
     costs = run_costs(lm, gpu_tflops or default_tflops, utilisation or default_utilisation)
     rows = []
@@ -1020,34 +1036,11 @@ def evaluate_claims(lm: pd.DataFrame | None, timing: pd.DataFrame | None = None,
                   "rule": claim.rule, "core": claim.core, "informational": claim.informational,
                   "verdict": verdict, "basis": basis, "seed_noise": noise, "summary": summary,
                   "seeds_to_decide": "", "extra_jobs": None, "extra_cpu_hours": None, "extra_gpu_hours": None,
-                  "numbers": numbers}
+                  "gpu_bound": "", "numbers": numbers}
         if verdict == UNDECIDED:
-            record.update(_what_decides(checks, costs))
+            record.update(what_decides(checks, costs))
         rows.append(record)
     return pd.DataFrame(rows)
-
-
-def _what_decides(checks: list[dict], costs: dict[str, dict]) -> dict:
-    """seeds_to_decide and the cost of the extra seeds: per run max(0, n − its seeds) more seeds, each a training
-    and an evaluation job (a CHE cell's: one job; no CPU- or GPU-hours are recorded for CHE)."""
-    if any(c.get("basis", "").startswith("point (medians") for c in checks if c["verdict"] == UNDECIDED):
-        return {"seeds_to_decide": "– (a point rule on timing medians: repeat the timing, not the seeds)"}
-    n, text, runs = _decide_route(checks)
-    if n is None:
-        return {"seeds_to_decide": text}
-    jobs, cpu, gpu, lm_runs = 0, 0.0, 0.0, 0
-    for run in runs:
-        if run in costs:
-            extra = max(0, n - costs[run]["seeds"])
-            jobs += 2 * extra
-            cpu += extra * costs[run]["cpu_hours"]
-            gpu += extra * costs[run]["gpu_hours"]
-            lm_runs += 1
-        else:  # a CHE cell (one seed each in the grids of this project)
-            jobs += max(0, n - 1)
-    return {"seeds_to_decide": text, "extra_jobs": jobs,
-            "extra_cpu_hours": round(cpu, 3) if lm_runs and np.isfinite(cpu) else None,
-            "extra_gpu_hours": float(f"{gpu:.3g}") if lm_runs and np.isfinite(gpu) else None}
 
 
 def evaluate_claims_on_paper() -> pd.DataFrame:
@@ -1056,105 +1049,3 @@ def evaluate_claims_on_paper() -> pd.DataFrame:
     from dape_core.report.paper import as_che, as_lm_results, as_timing
 
     return evaluate_claims(as_lm_results(), timing=as_timing(), che=as_che(), point=True)
-
-
-HOW_TO_READ = (
-    f"Each check has a statistic and its {LEVEL:.0%} interval: CONFIRMED when the whole interval lies on the "
-    "claimed side beyond the claim's margin, REFUTED when it lies wholly on the opposite side of zero (for the "
-    "threshold claims, beyond the contrasting threshold their rule names), UNDECIDED otherwise — a difference "
-    "inside the noise is never a refutation, and a real gain below the margin is not a confirmation. A claim of "
-    "several checks is CONFIRMED when all are, REFUTED when any is, UNDECIDED otherwise (no multiplicity "
-    "correction); NOT-RUN when no setting has the rows it needs. Intervals of perplexity comparisons come from a "
-    f"paired bootstrap ({RESAMPLES} draws): seeds are resampled, then evaluation windows within each drawn seed, the "
-    "same windows for both methods and every length. No verdict without training-seed noise: a check with one "
-    "seed per method adds to each draw of its windows a seed offset σ·t_ν, σ the between-seed SD of its statistic "
-    "estimated from the runs the grid trains with several seeds (the method × seed interaction mean square of "
-    "the same statistic, pooled; ν its degrees of freedom), named in the basis and given per check (column seed "
-    "noise; σ on the scale of the log statistic). The basis says what an interval saw: \"seeds × windows\"; "
-    "\"1 seed + seed noise from …\"; \"1 seed (seed noise not estimated…)\" when no setting has several seeds "
-    "(interval (−∞, +∞), UNDECIDED); \"seeds only\" without per-window losses. The column on the paper's numbers "
-    "gives point verdicts (one printed number per cell: the interval is the point). A diverged run counts as "
-    "perplexity +∞ in every draw. Lengths are multiples of the training length (×1 = the training length); core "
-    "claims are marked ★. Marks: ✓ CONFIRMED, ✗ REFUTED, ? UNDECIDED.")
-
-
-def _rho_lines(rho: pd.DataFrame | None) -> list[str]:
-    if rho is None or rho.empty:
-        return ["No run setting shares methods with the paper's tables.", ""]
-    out = ["| role | run setting | paper setting | ρ by multiple | mean ρ |", "|---|---|---|---|---|"]
-    for _, r in rho.iterrows():
-        paper = (f"{r['paper_dataset']}, train {int(r['paper_train_len'])}, {r['paper_size']}"
-                 if pd.notna(r["paper_train_len"]) else "no printed numbers")
-        mean = "–" if pd.isna(r["mean_spearman"]) else f"{r['mean_spearman']:.2f}"
-        out.append(f"| {r['role']} | {r['dataset']}, train {r['train_len']}, {r['size']} | {paper} | "
-                   f"{r['spearman_by_multiple'] or '–'} | {mean} |")
-    return out + [""]
-
-
-POWER_RULE = (
-    f"Seeds per method that would decide a check at its observed effect: n = ⌈((z_0.975 + z_0.8) · s / δ)²⌉ "
-    f"(z_0.975 = {Z_LEVEL:.2f}, z_0.8 = {Z_POWER:.2f}: the {LEVEL:.0%} interval excludes the threshold with 80 % "
-    "power; the normal sample size of a paired comparison of means, Chow, Shao & Wang, Sample Size Calculations "
-    "in Clinical Research, §3.1), s the SD of one seed's statistic (its seed noise and window noise together), δ "
-    "the distance from the estimate to the threshold it lies beyond — CONFIRMED's margin, or REFUTED's on the other "
-    "side. An estimate between the two thresholds is decided by no number of seeds (\"none\"); more than "
-    f"{MAX_SEEDS} is written \"> {MAX_SEEDS}\"; \"≥ n\" when the seed noise is not estimated (window noise "
-    "only). A claim is decided REFUTED by its cheapest check heading there, or CONFIRMED when every open check "
-    "heads there (the largest n). Cost: each run of those checks retrained to n seeds — per extra seed a "
-    "training and an evaluation job (a CHE cell: one job) — in training CPU-hours as this run measured them "
-    "(train_wall_s × train_threads) and GPU-hours by the FLOP estimate (flops_per_token × tokens / (gpu_tflops × "
-    "utilisation), as `python -m dape_core.config` prints it).")
-
-
-def _open_lines(df: pd.DataFrame) -> list[str]:
-    """The section on what would decide each UNDECIDED claim."""
-    open_claims = df[df["verdict"] == UNDECIDED] if "seeds_to_decide" in df else df.iloc[0:0]
-    out = ["", "## What would decide the open claims", "", POWER_RULE, ""]
-    if open_claims.empty:
-        return out + ["No claim is UNDECIDED.", ""]
-    out += ["| claim | seeds per method | extra jobs | training CPU-hours | GPU-hours (FLOP estimate) |",
-            "|---|---|---|---|---|"]
-
-    def num(x, fmt):
-        return "–" if x is None or pd.isna(x) else format(x, fmt)
-
-    for _, r in open_claims.iterrows():
-        out.append(f"| `{r['claim_id']}` | {str(r['seeds_to_decide']).replace('|', '/')} | "
-                   f"{num(r['extra_jobs'], '.0f')} | {num(r['extra_cpu_hours'], '.2f')} | "
-                   f"{num(r['extra_gpu_hours'], '.2g')} |")
-    return out + [""]
-
-
-def claims_markdown(df: pd.DataFrame, paper: pd.DataFrame | None = None, rho: pd.DataFrame | None = None) -> str:
-    """A Markdown report: the verdict counts and how to read them, Spearman's ρ of each setting's method ordering
-    against the paper's (``rho``, from :func:`dape_core.report.compare.setting_correlations`), the verdicts with
-    the numbers behind them, then each claim's rule. With ``paper`` (from :func:`evaluate_claims_on_paper`) a
-    column gives each rule's point verdict on the paper's own numbers."""
-    def cell(x) -> str:
-        return str(x).replace("|", "\\|").replace("\n", " ")
-
-    on_paper = None if paper is None else paper.set_index("claim_id")["verdict"]
-    counts = df["verdict"].value_counts()
-    extra = "" if on_paper is None else " on the paper's numbers (point) |"
-    out = ["# Claims", "",
-           ", ".join(f"{counts.get(v, 0)} {v}" for v in (CONFIRMED, REFUTED, UNDECIDED, NOT_RUN)) + ".", "",
-           HOW_TO_READ, "",
-           "## Method orderings against the paper", "",
-           "Spearman's ρ between the run's and the paper's ordering of the methods both have, per role and run "
-           "setting, at each multiple (n = shared methods) and averaged over the multiples (see "
-           "paper_comparison.md).", ""]
-    out += _rho_lines(rho)
-    out += ["## Verdicts", "",
-            "| claim | section | statement | verdict | basis | seed noise |" + extra + " numbers |",
-            "|---|---|---|---|---|---|" + ("---|" if extra else "") + "---|"]
-    for _, r in df.iterrows():
-        star = " ★" if r["core"] else ""
-        info = " (informational)" if r["informational"] else ""
-        paper_cell = "" if on_paper is None else f" {on_paper.get(r['claim_id'], NOT_RUN)} |"
-        out.append(f"| `{r['claim_id']}`{star} | {cell(r['section'])} | {cell(r['statement'])} | "
-                   f"**{r['verdict']}**{info} | {cell(r['basis']) or '–'} | {cell(r.get('seed_noise', '')) or '–'} |"
-                   f"{paper_cell} {cell(r['summary'])} |")
-    out += _open_lines(df)
-    out += ["## Rules", ""]
-    out += [f"- `{r['claim_id']}` ({cell(r['section'])}): {r['rule']}" for _, r in df.iterrows()]
-    return "\n".join(out) + "\n"

@@ -39,15 +39,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--windows", nargs="+", default=[], help="results/lm/{run}/seed{seed}/windows.csv files")
     p.add_argument("--windows-out", help="lm_windows.csv: the per-window losses of --windows, with run and seed")
 
-    p = command("sink", "sink.csv: attention-sink mass per run × seed × length × layer")
+    p = command("sink", "sink.csv: attention-sink mass per run × seed × length × sequence × layer")
     p.add_argument("--plan", required=True)
     p.add_argument("--sinks", nargs="+", required=True)
     p.add_argument("--out", required=True)
 
-    p = command("timing", "timing.csv: every timing run, with its families")
+    p = command("timing", "timing.csv: every timing run × length, with its families (and timing_repeats.csv)")
     p.add_argument("--plan", required=True)
     p.add_argument("--timings", nargs="+", required=True)
     p.add_argument("--out", required=True)
+    p.add_argument("--repeats", nargs="+", default=[], help="results/timing/{job}.repeats.csv files")
+    p.add_argument("--repeats-out", help="timing_repeats.csv: every interleaved repeat of --repeats, with families")
 
     p = command("che", "che_results.csv: every CHE cell and seed, with its families")
     p.add_argument("--plan", required=True)
@@ -123,6 +125,8 @@ def _add_sources(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", required=True)
     p.add_argument("--lm", help="lm_results.csv")
     p.add_argument("--timing", help="timing.csv")
+    p.add_argument("--timing-repeats", "--timing_repeats", dest="timing_repeats",
+                   help="timing_repeats.csv: each interleaved repeat's time (the timing claim's interval)")
     p.add_argument("--che", help="che_results.csv")
     p.add_argument("--sink", help="sink.csv")
     p.add_argument("--leakage", help="leakage.csv")
@@ -148,6 +152,10 @@ def run(args) -> int:
             frame = aggregate.sink_results(plan, args.sinks)
         elif command == "timing":
             frame = aggregate.timing_results(plan, args.timings)
+            if args.repeats_out:
+                repeats = aggregate.timing_repeats(plan, args.repeats, frame)
+                io.write_csv(args.repeats_out, repeats)
+                print(f"{len(repeats)} rows → {args.repeats_out}")
         elif command == "che":
             frame = aggregate.che_results(plan, args.cells)
         else:
@@ -169,7 +177,7 @@ def run(args) -> int:
     elif command == "claims":
         write_claims(_read(args.lm), _read(args.timing), _read(args.che), _read(args.sink), args.out_md,
                      args.out_csv, windows=_read(args.windows), gpu_tflops=args.gpu_tflops,
-                     utilisation=args.utilisation)
+                     utilisation=args.utilisation, timing_repeats=_read(args.timing_repeats))
     else:
         from dape_core.report.compare import compare_markdown, ordering
 
@@ -240,7 +248,8 @@ def draw_figure(args) -> None:
 
 
 def write_claims(lm, timing, che, sink, out_md: str | Path, out_csv: str | Path, windows=None,
-                 gpu_tflops: float | None = None, utilisation: float | None = None) -> pd.DataFrame:
+                 gpu_tflops: float | None = None, utilisation: float | None = None,
+                 timing_repeats=None) -> pd.DataFrame:
     """The claim verdicts on this run, next to the same rules applied to the paper's own numbers, and the
     Spearman ρ of each setting's method ordering against the paper's; ``gpu_tflops`` and ``utilisation`` price
     the seeds that would decide the open claims."""
@@ -248,7 +257,7 @@ def write_claims(lm, timing, che, sink, out_md: str | Path, out_csv: str | Path,
     from dape_core.report.compare import setting_correlations
 
     verdicts = evaluate_claims(lm, timing=timing, che=che, sink=sink, windows=windows, gpu_tflops=gpu_tflops,
-                               utilisation=utilisation)
+                               utilisation=utilisation, timing_repeats=timing_repeats)
     rho = setting_correlations(lm) if lm is not None and len(lm) else None
     io.write_text(out_md, claims_markdown(verdicts, paper=evaluate_claims_on_paper(), rho=rho))
     table = verdicts.assign(numbers=verdicts["numbers"].map(lambda n: json.dumps(n, default=str, sort_keys=True)))

@@ -198,8 +198,12 @@ def attention_figure(maps_path: str | Path, out: str | Path) -> None:
 
 
 def sink_figure(sink: pd.DataFrame, out: str | Path) -> None:
-    """Attention-sink mass per layer and method (mean over seeds), one panel per heat-map length."""
+    """Attention-sink mass (App. K) per layer and method, one panel per heat-map length: each run × seed's mean over
+    its sequences, then the mean over seeds with their SD as the error bar."""
     df = sink.copy()
+    if "sequence" in df:  # one value per run × seed × length × layer: the mean over the sequences
+        keys = [c for c in ("run", "seed", "method", "heatmap_len", "layer", "status") if c in df]
+        df = df.groupby(keys, dropna=False, sort=False)["sink_mass"].mean().reset_index()
     lengths = sorted(df["heatmap_len"].dropna().unique())
     fig, axes = _grid(max(len(lengths), 1))
     for ax, length in zip(axes, lengths or [None]):

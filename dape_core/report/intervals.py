@@ -1,45 +1,45 @@
-"""Interval verdicts: a nested, paired bootstrap over seeds and evaluation windows, and three outcomes.
+"""Interval verdicts: a t-interval on per-seed statistics whose seed variance is pooled over the grid, and three
+outcomes.
 
-A comparison's data are *units*, one per seed (one trained model of each method compared), each a matrix
-[rows, k]: its rows are the evaluation windows both methods scored (the same windows for every method and length,
-so rows pair them), its k columns the quantities compared (e.g. the per-window loss of method A at each length, then
-of method B). A unit without per-window data has one row. One bootstrap draw resamples the units with replacement
-and, within each drawn unit, its rows with replacement (the same rows for every column); the per-seed statistic
-is computed from the column means of the drawn rows and averaged over the drawn units (the two-stage bootstrap
-of hierarchical data, Davison & Hinkley 1997, ch. 3). Resampling n seeds with replacement understates their
-spread by (n − 1)/n, which matters with the two or three seeds of a run: each seed's centre (its statistic on all
-its windows) is moved away from the mean of the centres by √(n/(n − 1)) before its windows are resampled. The
-interval is the 2.5 and 97.5 percentiles of the draws (conservative order statistics, so ±∞ from a diverged run
-pass through). Draws are seeded from the check's own key, so a verdict does not depend on which other claims were
-evaluated or in which order.
+A comparison's data are *units*, one per training seed, each a matrix [rows, k]: its rows are the evaluation
+windows (or CHE lengths, or attention sequences) the unit was scored on, its k columns the quantities compared.
+A unit's statistic is computed from its column means (``statistic`` maps [draws, k] column means to [draws]
+values), so each seed gives one number v_s, and the window noise of that number is part of its seed-to-seed
+spread.
 
-Calibration: with two seeds the seed level of any bootstrap sees only two values, so when the seed-to-seed noise
-of a difference is as large as its window noise (as it is at this project's default scale) the interval excludes
-0 more often than 5 % of the time for a method compared with itself; three seeds come close to the nominal rate
-(``tests/test_verdicts.py`` bounds both rates on synthetic losses at that noise). More seeds, not a looser rule,
-are the remedy.
+The interval of the mean v̄ of n seeds is v̄ ± t_{ν, 0.975} · σ / √n (Student's t, Gelman et al., *Bayesian Data
+Analysis*, 3rd ed., §3.2 — the predictive form with σ² estimated on ν degrees of freedom), where σ is the SD of one
+seed's statistic:
 
-One seed per method: the windows of one trained model say nothing about another training seed, so a 1-seed
-interval is never read from its windows alone. With a :class:`SeedNoise` (the between-seed SD σ of the check's
-statistic and its degrees of freedom ν, estimated where the grid trains methods with several seeds:
-:mod:`dape_core.report.seed_noise`) every bootstrap draw of the windows gets an independent seed offset σ·t_ν —
-the predictive distribution of one new seed's deviation when σ² is estimated with ν degrees of freedom (a normal
-seed effect with unknown variance: Student's t, Gelman et al., *Bayesian Data Analysis*, 3rd ed., §3.2), wider
-than Normal(0, σ) by exactly the uncertainty of the estimate. Without one the interval is (−∞, +∞): UNDECIDED.
+- with a :class:`SeedNoise` — σ pooled over the grid's methods in the check's own setting (dataset, size,
+  training length and budget), or the grid's largest for that statistic where the setting has one seed
+  (:mod:`dape_core.report.seed_noise`; Bouthillier et al., "Accounting for Variance in Machine Learning
+  Benchmarks", MLSys 2021, recommend exactly this pooling when seeds are few) — σ and ν are the estimate's;
+- otherwise, with n ≥ 2 seeds, the units' own sample SD and ν = n − 1 (exact under normality, wide with few
+  seeds);
+- with one seed and no estimate, (−∞, +∞): UNDECIDED.
 
-What the interval saw is its *basis*:
+Two methods trained on the same initialisation and batch stream (same setting, same seed) are compared by
+:func:`interval` on the per-seed differences ("paired"); otherwise by :func:`difference` ("unpaired"): v̄_B − v̄_A
+with σ_B²/n_B + σ_A²/n_A and the Welch–Satterthwaite degrees of freedom (Welch, *Biometrika* 34, 1947).
 
-- "seeds × windows": several seeds, and windows within each;
-- "1 seed + seed noise from <source>": one seed per method, its windows resampled and a seed offset σ·t_ν added
-  to each draw (σ and ν are in the check's text and numbers);
-- "1 seed (seed noise not estimated: no setting has several seeds)": one seed and no multi-seed source: the
-  interval is (−∞, +∞) and the verdict UNDECIDED (unless a divergence decides it);
-- "seeds only (no per-window data)": several seeds, their aggregate numbers only;
-- "1 seed + seed noise from <source> (no per-window data)": one seed without windows: the seed offset alone;
-- "point (the paper's printed numbers)": the paper's own numbers, one value each; the interval is the point.
+Calibration: :mod:`benchmarks.verdict_calibration` simulates two identically distributed methods (seed main
+effect, method × seed interaction, window effects and per-window noise, in a seed-dominated and a
+window-dominated regime) at every basis used here — 1 seed with the grid's σ, 2, 3, 5 and 8 seeds, paired and
+unpaired, with and without per-window data — and counts how often :func:`decide` calls them different at a zero
+margin (nominal 5 %); ``tests/test_verdict_calibration.py`` fails when a basis exceeds 7 %.
 
-An interval also carries ``unit_sd``, the SD of the statistic of one seed (seed noise and that seed's window
-noise together, on the statistic's scale), which :func:`seeds_to_decide` turns into the seeds a decision needs.
+A diverged run has statistic ±∞: when the estimate is infinite the interval is that point (a divergence is a fact,
+whatever the noise); when both sides diverged it is undefined, (−∞, +∞).
+
+What the interval saw is its *basis*, e.g. "paired t, seed noise of code, T 32, small, 1200 × 32 (7 runs × 2
+seeds)", "unpaired t, …", "t on the seeds' own spread", "1 seed (seed noise not estimated: …)", and "point (the
+paper's printed numbers)" for the paper's own numbers (one value each; the interval is the point). An interval
+also carries ``unit_sd``, the σ of one seed, which :func:`seeds_to_decide` turns into the seeds a decision needs.
+
+Timings are not seeds: :func:`median_ratio_draws` resamples the interleaved rounds of a timing cell (percentile
+bootstrap of the ratio of medians, Efron & Tibshirani 1993, ch. 13), with its own calibration in the same
+simulation.
 """
 
 from __future__ import annotations
@@ -50,35 +50,41 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
+from scipy import stats
 
 CONFIRMED, REFUTED, UNDECIDED, NOT_RUN = "CONFIRMED", "REFUTED", "UNDECIDED", "NOT-RUN"
 VERDICTS = (CONFIRMED, REFUTED, UNDECIDED, NOT_RUN)
 MARKS = {CONFIRMED: "✓", REFUTED: "✗", UNDECIDED: "?"}
 LEVEL = 0.95
+POWER = 0.8
 RESAMPLES = 2000
 SEED = 0
 POINT = "point (the paper's printed numbers)"
 NO_SEED_NOISE = "1 seed (seed noise not estimated: no setting has several seeds)"
-#: the power rule of :func:`seeds_to_decide`: z of the two-sided 95 % interval and of 80 % power
-Z_LEVEL, Z_POWER = 1.959964, 0.841621
+OWN_SPREAD = "the seeds' own spread"
 MAX_SEEDS = 100
 
-#: the per-seed statistic: column means of the drawn rows [draws, k] → one value per draw [draws]
+#: the per-seed statistic: column means [draws, k] → one value per row [draws]
 Statistic = Callable[[np.ndarray], np.ndarray]
+
+
+def t_quantile(df: float, q: float = 0.5 + LEVEL / 2) -> float:
+    """Student's t quantile (scipy.stats.t); the normal one for ν = ∞."""
+    return float(stats.norm.ppf(q) if not np.isfinite(df) else stats.t.ppf(q, df))
 
 
 @dataclass(frozen=True)
 class SeedNoise:
-    """The between-seed SD ``sd`` of a check's statistic (one seed per method), its degrees of freedom ``df`` and
-    where it was estimated (``source``)."""
+    """The SD ``sd`` of one seed's value of a statistic, its degrees of freedom ``df`` and where it was estimated
+    (``source``)."""
 
     sd: float
-    df: int
+    df: float
     source: str
 
     def text(self) -> str:
         """"seed noise σ 0.024 (ν 6)" for the text of a check."""
-        return f"seed noise σ {self.sd:.3g} (ν {self.df})"
+        return f"seed noise σ {self.sd:.3g} (ν {self.df:.3g})"
 
 
 @dataclass(frozen=True)
@@ -90,18 +96,18 @@ class Interval:
     high: float
     basis: str
     n_seeds: int
-    n_rows: int  # rows (windows, lengths) per seed, the fewest over seeds; 1 without per-row data
-    unit_sd: float = math.nan  # SD of one seed's statistic (seed + window noise); nan when unknown
-    seed_noise: SeedNoise | None = None  # the seed offset added to a 1-seed interval
+    n_rows: int  # rows (windows, lengths, sequences) per seed, the fewest over seeds; 1 without per-row data
+    unit_sd: float = math.nan  # σ: SD of one seed's statistic; nan when unknown
+    seed_noise: SeedNoise | None = None  # the σ the interval used (own spread included)
 
     def map(self, f: Callable[[float], float]) -> Interval:
         """The same interval through an increasing function (e.g. log-ratio → relative gain); ``unit_sd`` through
-        its slope at the estimate (the delta method); ``seed_noise`` stays on the scale it was added on."""
+        its slope at the estimate (the delta method); ``seed_noise`` stays on the scale it was estimated on."""
         return Interval(f(self.estimate), f(self.low), f(self.high), self.basis, self.n_seeds, self.n_rows,
                         self.unit_sd * _slope(f, self.estimate), self.seed_noise)
 
     def scope(self) -> str:
-        """"2 seeds × 32 windows" style counts for the text of a check."""
+        """"paired t, …: 2 seeds × 64 windows" for the text of a check."""
         return self.basis if self.basis == POINT else f"{self.basis}: {self.n_seeds} × {self.n_rows}"
 
 
@@ -115,13 +121,15 @@ def _slope(f: Callable[[float], float], x: float) -> float:
     return float(slope) if np.isfinite(slope) else math.nan
 
 
-def basis(n_seeds: int, n_rows: int, inner: str = "windows", noise: SeedNoise | None = None) -> str:
-    """What an interval over ``n_seeds`` units of ``n_rows`` rows each saw (see the module docstring)."""
-    if n_seeds >= 2:
-        return f"seeds × {inner}" if n_rows >= 2 else f"seeds only (no per-{inner[:-1]} data)"
+def basis(kind: str, noise: SeedNoise | None, n_rows: int, inner: str = "windows") -> str:
+    """What an interval saw (module docstring): ``kind`` "paired t", "unpaired t" or "t"; the σ's source."""
     if noise is None:
-        return NO_SEED_NOISE
-    return f"1 seed + seed noise from {noise.source}" + ("" if n_rows >= 2 else f" (no per-{inner[:-1]} data)")
+        text = NO_SEED_NOISE
+    elif noise.source == OWN_SPREAD:
+        text = f"{kind} on {OWN_SPREAD}"
+    else:
+        text = f"{kind}, seed noise of {noise.source}"
+    return text if n_rows >= 2 else f"{text} (no per-{inner[:-1]} data)"
 
 
 def rng_for(key: str) -> np.random.Generator:
@@ -129,111 +137,116 @@ def rng_for(key: str) -> np.random.Generator:
     return np.random.default_rng([SEED, zlib.crc32(key.encode("utf-8"))])
 
 
-def _centres(units: Sequence[np.ndarray], statistic: Statistic) -> np.ndarray:
-    """Each unit's statistic on all its rows."""
+def per_seed(units: Sequence[np.ndarray], statistic: Statistic) -> np.ndarray:
+    """Each unit's statistic on all its rows: one value per seed."""
     with np.errstate(invalid="ignore"):
-        return np.array([statistic(values.mean(axis=0)[None])[0] for values in units])
+        return np.array([statistic(np.atleast_2d(np.asarray(u, dtype=float)).mean(axis=0)[None])[0]
+                         for u in units], dtype=float)
 
 
-def _draws(units: Sequence[np.ndarray], statistic: Statistic, rng: np.random.Generator, resamples: int) -> np.ndarray:
-    """Bootstrap draws of mean-over-units of statistic(column means of each unit's resampled rows), each unit's
-    centre moved away from the mean of the centres by √(n/(n−1)) (n ≥ 2 units, all finite)."""
-    n = len(units)
-    centres = _centres(units, statistic)
-    shift = np.zeros(n)
-    if n >= 2 and np.isfinite(centres).all():
-        shift = (math.sqrt(n / (n - 1)) - 1) * (centres - centres.mean())
-    pick = rng.integers(0, n, size=(resamples, n))
-    per_unit = np.empty((resamples, n))
-    for u, values in enumerate(units):
-        where = pick == u
-        count = int(where.sum())
-        if count == 0:
-            continue
-        rows = rng.integers(0, len(values), size=(count, len(values)))
-        with np.errstate(invalid="ignore"):
-            per_unit[where] = statistic(values[rows].mean(axis=1)) + shift[u]
+def own_noise(values: np.ndarray) -> SeedNoise | None:
+    """σ from the seeds' own spread (ν = n − 1), None with fewer than two finite values."""
+    finite = values[np.isfinite(values)]
+    if len(finite) < 2 or len(finite) < len(values):
+        return None
+    return SeedNoise(float(np.std(finite, ddof=1)), len(finite) - 1, OWN_SPREAD)
+
+
+def _t_interval(estimate: float, se: float, df: float) -> tuple[float, float]:
+    half = t_quantile(df) * se
+    return estimate - half, estimate + half
+
+
+def _n_rows(units) -> int:
+    return min(len(np.atleast_2d(np.asarray(u, dtype=float))) for u in units)
+
+
+def interval(units: Sequence[np.ndarray], statistic: Statistic, key: str = "", *, point: bool = False,
+             inner: str = "windows", seed_noise: SeedNoise | None = None, kind: str = "paired t") -> Interval:
+    """The mean over units (seeds) of ``statistic`` with its t-interval: ``seed_noise`` (σ of one seed, pooled over
+    the grid) when given, else the units' own spread with ≥ 2 seeds, else (−∞, +∞). ``kind`` names the pairing
+    ("paired t": a per-seed difference of two methods sharing initialisation and batch stream; "t": one run's
+    statistic)."""
+    values = per_seed(units, statistic)
+    n, n_rows = len(values), _n_rows(units)
     with np.errstate(invalid="ignore"):
-        return per_unit.mean(axis=1)
+        estimate = float(np.mean(values))
+    if point:
+        return Interval(estimate, estimate, estimate, POINT, n, n_rows)
+    noise = seed_noise if seed_noise is not None else own_noise(values)
+    label = basis(kind, noise, n_rows, inner)
+    if np.isinf(estimate):  # a divergence is a fact in every seed that had it, whatever the noise
+        return Interval(estimate, estimate, estimate, label, n, n_rows, math.nan, noise)
+    if noise is None or not np.isfinite(estimate) or not np.isfinite(noise.sd):
+        return Interval(estimate, -math.inf, math.inf, label, n, n_rows, math.nan, noise)
+    return Interval(estimate, *_t_interval(estimate, noise.sd / math.sqrt(n), noise.df), label, n, n_rows,
+                    noise.sd, noise)
 
 
-def _estimate(units: Sequence[np.ndarray], statistic: Statistic) -> float:
+def welch(noise_b: SeedNoise, n_b: int, noise_a: SeedNoise, n_a: int) -> tuple[float, float]:
+    """(standard error, degrees of freedom) of mean_B − mean_A: Welch–Satterthwaite's ν for two independent
+    estimates; one estimate serving both sides (the same source) keeps its own ν — it is not two."""
+    vb, va = noise_b.sd ** 2 / n_b, noise_a.sd ** 2 / n_a
+    se2 = vb + va
+    if se2 == 0:
+        return 0.0, math.inf
+    if noise_b.source == noise_a.source != OWN_SPREAD:
+        return math.sqrt(se2), min(noise_b.df, noise_a.df)
+    df = se2 ** 2 / ((vb ** 2 / noise_b.df if vb else 0.0) + (va ** 2 / noise_a.df if va else 0.0))
+    return math.sqrt(se2), df
+
+
+def difference(units_b: Sequence[np.ndarray], units_a: Sequence[np.ndarray], statistic: Statistic, key: str = "", *,
+               point: bool = False, inner: str = "windows", noise_b: SeedNoise | None = None,
+               noise_a: SeedNoise | None = None) -> Interval:
+    """mean statistic over B's units − over A's units, unpaired (no shared initialisation and batch stream):
+    SE² = σ_B²/n_B + σ_A²/n_A with Welch–Satterthwaite ν; each σ the side's ``noise`` (its setting's, pooled over
+    the grid) or its own spread with ≥ 2 seeds; (−∞, +∞) when a side has neither."""
+    vb, va = per_seed(units_b, statistic), per_seed(units_a, statistic)
+    n_rows = min(_n_rows(units_b), _n_rows(units_a))
+    n_seeds = min(len(vb), len(va))
     with np.errstate(invalid="ignore"):
-        return float(np.mean(_centres(units, statistic)))
-
-
-def _bounds(draws: np.ndarray) -> tuple[float, float]:
-    """The central ``LEVEL`` percentile interval; (−∞, +∞) when a draw is undefined (both sides diverged)."""
-    if np.isnan(draws).any():
-        return float("-inf"), float("inf")
-    alpha = (1 - LEVEL) / 2
-    return float(np.quantile(draws, alpha, method="lower")), float(np.quantile(draws, 1 - alpha, method="higher"))
-
-
-def _spread(draws: np.ndarray | None) -> float:
-    """The variance of finite draws (0 without draws; nan when a draw is not finite)."""
-    if draws is None:
-        return 0.0
-    return float(np.var(draws)) if np.isfinite(draws).all() else math.nan
-
-
-def _finish(estimate: float, draws: np.ndarray | None, n_seeds: int, n_rows: int, inner: str, point: bool,
-            noise: SeedNoise | None = None, rng: np.random.Generator | None = None,
-            resamples: int = RESAMPLES) -> Interval:
-    """The interval of ``draws``; with one seed, the draws plus a seed offset σ·t_ν each (``noise``), or (−∞, +∞)
-    without a seed-noise estimate. ``unit_sd``: one seed's SD (n_seeds × the draws' variance with several seeds;
-    the windows' variance plus σ² with one)."""
+        estimate = float(np.mean(vb) - np.mean(va))
     if point:
         return Interval(estimate, estimate, estimate, POINT, n_seeds, n_rows)
-    label = basis(n_seeds, n_rows, inner, noise)
-    if n_seeds >= 2:
-        if draws is None:
-            return Interval(estimate, float("-inf"), float("inf"), label, n_seeds, n_rows)
-        return Interval(estimate, *_bounds(draws), label, n_seeds, n_rows, math.sqrt(n_seeds * _spread(draws)))
-    if np.isinf(estimate):  # a divergence (±∞) is a fact in every draw, whatever the noise
-        return Interval(estimate, estimate, estimate, label, n_seeds, n_rows, math.nan, noise)
-    window_var = _spread(draws)
-    if noise is None:
-        return Interval(estimate, float("-inf"), float("inf"), label, n_seeds, n_rows,
-                        math.nan if draws is None else math.sqrt(window_var))
-    base = draws if draws is not None else np.full(resamples, estimate)
-    rng = rng if rng is not None else np.random.default_rng(SEED)
-    with np.errstate(invalid="ignore"):
-        noisy = base + noise.sd * rng.standard_t(noise.df, size=len(base))
-    return Interval(estimate, *_bounds(noisy), label, n_seeds, n_rows, math.sqrt(window_var + noise.sd ** 2),
-                    noise)
+    nb = noise_b if noise_b is not None else own_noise(vb)
+    na = noise_a if noise_a is not None else own_noise(va)
+    combined = None
+    if nb is not None and na is not None:
+        se, df = welch(nb, len(vb), na, len(va))
+        sources = list(dict.fromkeys([nb.source, na.source]))
+        combined = SeedNoise(math.sqrt(nb.sd ** 2 + na.sd ** 2), df, " and ".join(sources))
+    label = basis("unpaired t", combined, n_rows, inner)
+    if np.isinf(estimate):
+        return Interval(estimate, estimate, estimate, label, n_seeds, n_rows, math.nan, combined)
+    if combined is None or not np.isfinite(estimate):
+        return Interval(estimate, -math.inf, math.inf, label, n_seeds, n_rows, math.nan, combined)
+    return Interval(estimate, *_t_interval(estimate, se, df), label, n_seeds, n_rows, combined.sd, combined)
 
 
-def interval(units: Sequence[np.ndarray], statistic: Statistic, key: str, *, point: bool = False,
-             inner: str = "windows", resamples: int = RESAMPLES, seed_noise: SeedNoise | None = None) -> Interval:
-    """The mean over units (seeds) of ``statistic``, with its nested bootstrap interval (paired: every column of a
-    unit is resampled with the same rows); one unit gets ``seed_noise`` added to its draws (module docstring)."""
-    units = [np.atleast_2d(np.asarray(u, dtype=float)) for u in units]
-    n_rows = min(len(u) for u in units)
-    estimate = _estimate(units, statistic)
-    resamplable = len(units) >= 2 or n_rows >= 2
-    rng = rng_for(key)
-    draws = _draws(units, statistic, rng, resamples) if resamplable and not point else None
-    return _finish(estimate, draws, len(units), n_rows, inner, point, seed_noise, rng, resamples)
+def combine_noise(parts: Sequence[SeedNoise]) -> SeedNoise | None:
+    """The σ of a sum or difference of independent per-seed statistics: √Σσ², the fewest degrees of freedom."""
+    if not parts:
+        return None
+    sources = list(dict.fromkeys(p.source for p in parts))
+    return SeedNoise(math.sqrt(sum(p.sd ** 2 for p in parts)), min(p.df for p in parts), "; ".join(sources))
 
 
-def difference(units_b: Sequence[np.ndarray], units_a: Sequence[np.ndarray], statistic: Statistic, key: str, *,
-               point: bool = False, inner: str = "windows", resamples: int = RESAMPLES,
-               seed_noise: SeedNoise | None = None) -> Interval:
-    """mean statistic over B's units − over A's units, each side resampled on its own (unpaired: the methods share
-    no seed); when a side has one seed, ``seed_noise`` (the unpaired between-seed SD) is added to the draws."""
-    units_a = [np.atleast_2d(np.asarray(u, dtype=float)) for u in units_a]
-    units_b = [np.atleast_2d(np.asarray(u, dtype=float)) for u in units_b]
-    n_seeds = min(len(units_a), len(units_b))
-    n_rows = min(len(u) for u in [*units_a, *units_b])
-    with np.errstate(invalid="ignore"):
-        estimate = _estimate(units_b, statistic) - _estimate(units_a, statistic)
-    draws = None
-    rng = rng_for(key)
-    if not point and (n_seeds >= 2 or n_rows >= 2):
-        with np.errstate(invalid="ignore"):
-            draws = _draws(units_b, statistic, rng, resamples) - _draws(units_a, statistic, rng, resamples)
-    return _finish(estimate, draws, n_seeds, n_rows, inner, point, seed_noise, rng, resamples)
+def median_ratio_draws(a: np.ndarray, b: np.ndarray, rng: np.random.Generator,
+                       resamples: int = RESAMPLES) -> np.ndarray:
+    """Bootstrap draws of median(a) / median(b) over the rounds of an interleaved timing cell: rounds resampled
+    with replacement, both methods' times of a drawn round kept together (paired by round)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    pick = rng.integers(0, len(a), size=(resamples, len(a)))
+    return np.median(a[pick], axis=1) / np.median(b[pick], axis=1)
+
+
+def percentile(estimate: float, draws: np.ndarray, label: str, n: int, n_rows: int = 1) -> Interval:
+    """The central ``LEVEL`` percentile interval of bootstrap ``draws`` (conservative order statistics)."""
+    alpha = (1 - LEVEL) / 2
+    low = float(np.quantile(draws, alpha, method="lower"))
+    high = float(np.quantile(draws, 1 - alpha, method="higher"))
+    return Interval(estimate, low, high, label, n, n_rows, float(np.std(draws)) * math.sqrt(max(n, 1)))
 
 
 def decide(iv: Interval, *, side: int, confirm: float, refute: float) -> str:
@@ -249,19 +262,20 @@ def decide(iv: Interval, *, side: int, confirm: float, refute: float) -> str:
 
 
 def seeds_to_decide(iv: Interval, *, side: int, confirm: float, refute: float) -> tuple[int | None, str]:
-    """Seeds per method at which :func:`decide` would reach a verdict at the observed effect, by the normal power
-    rule of a paired comparison of means (Chow, Shao & Wang, *Sample Size Calculations in Clinical Research*,
-    2nd ed., §3.1): n = ⌈((z_0.975 + z_0.8) · s / δ)²⌉, with s = ``unit_sd`` (one seed's SD: seed and window noise)
-    and δ the distance from the estimate to the threshold it lies beyond (CONFIRMED's, or REFUTED's on the other
-    side); 80 % power. (None, why) when no number of seeds decides: an estimate between the two thresholds stays
-    UNDECIDED however many seeds, and without ``unit_sd`` there is nothing to scale; "> MAX_SEEDS" is capped."""
+    """Seeds per method at which :func:`decide` would reach a verdict at the observed effect with 80 % power, by
+    the sample size of a comparison of means (Chow, Shao & Wang, *Sample Size Calculations in Clinical Research*,
+    2nd ed., §3.1) with t quantiles: n = ⌈((t_{ν,0.975} + t_{ν,0.8}) · σ / δ)²⌉, σ = ``unit_sd`` (one seed's SD),
+    ν its degrees of freedom (normal quantiles when σ is the seeds' own spread: ν grows with n), δ the distance
+    from the estimate to the threshold it lies beyond (CONFIRMED's, or REFUTED's on the other side). (None, why)
+    when no number of seeds decides: an estimate between the two thresholds stays UNDECIDED however many seeds,
+    and without σ there is nothing to scale; "> MAX_SEEDS" is capped."""
     est, s = iv.estimate, iv.unit_sd
     if iv.basis == POINT:
         return None, "point verdict: no seeds"
     if not np.isfinite(est):
         return None, "diverged or undefined"
     if not np.isfinite(s) or s <= 0:
-        return None, "unknown (no per-seed SD)"
+        return None, "unknown (no seed-noise estimate)"
     confirm_at = max(confirm, refute) if side > 0 else min(confirm, refute)
     if side * (est - confirm_at) > 0:
         delta, towards = abs(est - confirm_at), CONFIRMED
@@ -269,12 +283,11 @@ def seeds_to_decide(iv: Interval, *, side: int, confirm: float, refute: float) -
         delta, towards = abs(est - refute), REFUTED
     else:
         return None, "none: the estimate lies between the thresholds"
-    n = math.ceil(((Z_LEVEL + Z_POWER) * s / delta) ** 2)
+    df = math.inf if iv.seed_noise is None or iv.seed_noise.source == OWN_SPREAD else iv.seed_noise.df
+    n = math.ceil(((t_quantile(df) + t_quantile(df, POWER)) * s / delta) ** 2)
     n = max(n, iv.n_seeds + 1, 2)
     if n > MAX_SEEDS:
         return None, f"> {MAX_SEEDS} (towards {towards})"
-    if iv.basis == NO_SEED_NOISE:  # s is the window noise alone: a lower bound
-        return n, f"≥ {n} (towards {towards}; window noise only, the seed noise is not estimated)"
     return n, f"{n} (towards {towards})"
 
 

@@ -1,34 +1,28 @@
-"""Between-seed noise of a check's statistic, estimated where the grid trains runs with several seeds.
+"""Between-seed noise of a per-run statistic, estimated per setting where the grid trains runs with several seeds.
 
-A comparison of two trained models with one seed each sees the noise of its evaluation windows, not the noise of
-training: another seed moves each model's loss by an amount the windows cannot show. That amount is measured
-where the grid has it — every setting (dataset × training length × size) of ``lm_results.csv`` in which runs were
-trained with the same two or more seeds (in ``config.yaml`` the central comparison on the code corpus: seven
-methods × seeds 0 and 1) — and lent to the 1-seed checks (:mod:`dape_core.report.intervals`).
+A *setting* is what fixes a run's initialisation and batch stream apart from its method: dataset, size, training
+length and budget (steps, batch_size, grad_accum) — ``SETTING``. Two runs of one setting trained with the same seed
+share the seed's data order (``dape_core.train.batch_starts`` draws from (seed, step, micro) over the same tokens,
+train_len and batch) and its initialisation of the shared shapes; runs of different settings share neither.
 
-The estimator. For a per-run statistic f (e.g. the mean window loss at ×1, or over the multiples beyond ×1), each
-source setting gives a table V[r, s] = f(run r, seed s) over its R multi-seed runs and their S shared seeds. Read
-as a two-way layout with one observation per cell (Montgomery, *Design and Analysis of Experiments*, 9th ed.,
-§5.3.5), V = μ_r + β_s + u_rs, where β_s is what a seed does to every run alike (the order of the training data)
-and u_rs what it does to one run:
+For a per-run statistic f (e.g. the mean window loss at ×1, or over the multiples beyond ×1), each setting whose
+runs have two or more shared seeds gives a table V[r, s] = f(run r, seed s) over its R multi-seed runs and S
+seeds. Read as a two-way layout with one observation per cell (Montgomery, *Design and Analysis of Experiments*,
+9th ed., §5.3.5), V = μ_r + β_s + u_rs, β_s what a seed does to every run alike, u_rs what it does to one run
+(each V is a mean over the same finite windows, so u_rs holds that seed's window noise too):
 
-- a *paired* comparison (both methods trained with the same seed, the usual case) has seed variance
-  τ²(f_A) + τ²(f_B), each τ² the method × seed interaction mean square
-  Σ (V − V̄_r· − V̄_·s + V̄)² / ((R − 1)(S − 1)) of that side's statistic — β_s cancels in the difference;
-- a run on its own (an explosion, a ΔP, an absolute perplexity) or an unpaired comparison has seed variance
-  s²_w(f) (+ s²_w of the other side), the within-run mean square Σ (V − V̄_r·)² / (R(S − 1)).
+- a *paired* comparison (both methods of one setting and seed) sees u only: the interaction mean square
+  Σ (V − V̄_r· − V̄_·s + V̄)² / ((R − 1)(S − 1)) estimates Var(u) per method, pooled over the setting's methods;
+- a run on its own or an *unpaired* comparison sees β + u: Var(β) + Var(u) from the seed and interaction mean
+  squares on S − 1 degrees of freedom (:func:`table_variance`): all runs of a setting share β_s, so the
+  within-run spread of R runs is not R independent estimates of it.
 
-Sums of squares and degrees of freedom are pooled over the source settings; the degrees of freedom ν travel with
-σ (the seed offset is σ·t_ν). Why this source and estimator: the seeds of the central comparison are the only
-place the grid retrains the same models, its runs are scored on the same windows as every other run of their
-dataset, and the interaction mean square is the between-seed variance of exactly the differences the claims
-compute, with (R − 1)(S − 1) degrees of freedom rather than one per pair of methods (the pairs share their seeds
-and are not independent). Two caveats, both on the conservative side or stated: each V is the mean over the same
-finite windows, so σ includes the part of the window noise that differs between seeds (the 1-seed bootstrap
-counts it again); and σ is measured at the source's training budget — a family trained on fewer tokens may vary
-more between seeds, which ``make robustness`` (a second run with shifted seeds) checks.
+:func:`table_variance` is that arithmetic; :class:`SeedNoiseSource` applies it to ``lm_results.csv`` (with
+``lm_windows.csv``). A check reads σ of its own setting; where its setting has one seed, the largest σ the grid
+measured for that statistic (any setting), named in the basis as borrowed — never silently. Without any
+multi-seed setting there is no estimate (the check's own spread, or UNDECIDED with one seed).
 
-Statistics (the argument ``stat`` below):
+Statistics (the argument ``stat``):
 
 - ``("mean", where, column)``: the mean of ``column`` (loss, loss_dp, loss_local) over the multiples of
   ``where`` — "within" (×1; also used for a model evaluated at or below its training length), "beyond" (every
@@ -50,8 +44,64 @@ import pandas as pd
 
 from dape_core.report.intervals import SeedNoise
 
-GROUP = ["dataset", "train_len", "size"]
+SETTING = ["dataset", "size", "train_len", "steps", "batch_size", "grad_accum"]
 COLUMNS = {"loss": "ppl", "loss_dp": "ppl_dp", "loss_local": "ppl_local"}
+
+
+def setting_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with the ``SETTING`` columns filled in a comparable form (missing → "-", grad_accum 1)."""
+    df = df.copy()
+    for column in SETTING:
+        if column not in df:
+            df[column] = 1 if column == "grad_accum" else "-"
+    df["grad_accum"] = pd.to_numeric(df["grad_accum"], errors="coerce").fillna(1).astype(int)
+    for column in ("train_len", "steps", "batch_size"):
+        numeric = pd.to_numeric(df[column], errors="coerce")
+        df[column] = numeric.astype("Int64").astype(str).where(numeric.notna(), "-")
+    df["size"] = df["size"].fillna("-").astype(str)
+    df["dataset"] = df["dataset"].fillna("-").astype(str)
+    return df
+
+
+def setting_of(rows: pd.DataFrame) -> tuple | None:
+    """The one setting of some rows of ``lm_results.csv``; None when they span several."""
+    keys = {tuple(str(v) for v in key) for key in setting_frame(rows)[SETTING].itertuples(index=False)}
+    return next(iter(keys)) if len(keys) == 1 else None
+
+
+def setting_label(key: tuple) -> str:
+    """"code, T 32, small, 1200 steps × batch 32" (× grad_accum when > 1)."""
+    dataset, size, train_len, steps, batch, accum = (str(k) for k in key)
+    budget = " × ".join(part for part, value in ((f"{steps} steps", steps), (f"batch {batch}", batch),
+                                                 (accum, accum if accum != "1" else "-")) if value != "-")
+    return f"{dataset}, T {train_len}, {size}" + (f", {budget}" if budget else "")
+
+
+def table_variance(table: np.ndarray, paired: bool) -> tuple[float, float] | None:
+    """(variance, degrees of freedom) of one seed's value of a statistic from an R × S table of it (runs × seeds;
+    rows with a non-finite value dropped). ``paired``: the interaction mean square MS_int on (R − 1)(S − 1) degrees
+    of freedom. Unpaired: Var(β) + Var(u) = (MS_seed + (R − 1) MS_int) / R, the seed main effect's mean square
+    MS_seed = R Σ_s (V̄_·s − V̄)² / (S − 1) included, on S − 1 degrees of freedom — the fewest of its two parts
+    (all runs share β, which the table sees S times). Satterthwaite's ν (*Biometrics Bulletin* 2, 1946) would be
+    larger, but from mean squares of 1–4 degrees of freedom it decides two identical runs up to 11 % of the time
+    where β dominates (benchmarks/verdict_calibration.py); S − 1 is conservative. None without degrees of freedom
+    (a single run: its own spread, S − 1)."""
+    table = np.asarray(table, dtype=float)
+    if table.ndim != 2 or table.shape[1] < 2:
+        return None
+    table = table[np.isfinite(table).all(axis=1)]
+    r, s = table.shape
+    if r == 0:
+        return None
+    row_means = table.mean(axis=1, keepdims=True)
+    if r == 1:
+        return (None if paired else (float(((table - row_means) ** 2).sum()) / (s - 1), s - 1))
+    resid = table - row_means - table.mean(axis=0, keepdims=True) + table.mean()
+    ms_int = float((resid ** 2).sum()) / ((r - 1) * (s - 1))
+    if paired:
+        return ms_int, (r - 1) * (s - 1)
+    ms_seed = r * float(((table.mean(axis=0) - table.mean()) ** 2).sum()) / (s - 1)
+    return (ms_seed + (r - 1) * ms_int) / r, s - 1
 
 
 def _statistic(stat: tuple, values: dict[float, dict[str, float]]) -> float:
@@ -77,28 +127,31 @@ def _statistic(stat: tuple, values: dict[float, dict[str, float]]) -> float:
 
 @dataclass
 class _Setting:
-    label: str
+    key: tuple
     seeds: list
     runs: dict = field(default_factory=dict)  # run → seed → multiple → column → mean
 
+    def label(self) -> str:
+        return f"{setting_label(self.key)} ({len(self.runs)} runs × {len(self.seeds)} seeds)"
+
 
 class SeedNoiseSource:
-    """The multi-seed settings of an ``lm_results.csv`` (with its ``lm_windows.csv``), and the pooled between-seed
-    variance of any statistic over them."""
+    """The multi-seed settings of an ``lm_results.csv`` (with its ``lm_windows.csv``), and the between-seed SD of
+    any statistic in each."""
 
     def __init__(self, lm: pd.DataFrame | None, windows: pd.DataFrame | None = None):
-        self.settings: list[_Setting] = []
-        self._cache: dict[tuple, tuple[float, int] | None] = {}
+        self.settings: dict[tuple, _Setting] = {}
+        self._cache: dict[tuple, tuple[float, float] | None] = {}
         if lm is None or lm.empty or "seed" not in lm:
             return
-        df = lm[lm["train_len"].notna() & lm["eval_len"].notna()].copy()
+        df = lm[lm["train_len"].notna() & lm["eval_len"].notna()]
         if "status" in df:
             df = df[df["status"].eq("ok")]
-        df["size"] = df["size"].fillna("-").astype(str) if "size" in df else "-"
+        df = setting_frame(df)
         df["multiple"] = (df["eval_len"].astype(float) / df["train_len"].astype(float)).round(4)
         df = df.drop_duplicates(["run", "seed", "eval_len"])
         means = _window_means(windows)
-        for key, g in df.groupby(GROUP, sort=True):
+        for key, g in df.groupby(SETTING, sort=True):
             seeds_of = g.groupby("run")["seed"].agg(lambda s: set(s))
             multi = [run for run, seeds in seeds_of.items() if len(seeds) >= 2]
             if not multi:
@@ -106,11 +159,7 @@ class SeedNoiseSource:
             shared = sorted(set.intersection(*[seeds_of[run] for run in multi]))
             if len(shared) < 2:
                 continue
-            roles = sorted({r for x in g.loc[g["run"].isin(multi), "roles"].dropna().astype(str)
-                            for r in x.split(";") if r}) if "roles" in g else []
-            label = (f"{len(multi)} runs × {len(shared)} seeds of {key[0]}, T {key[1]}, {key[2]}"
-                     + (f" (role {', '.join(roles)})" if roles else ""))
-            setting = _Setting(label, shared)
+            setting = _Setting(tuple(str(k) for k in key), shared)
             for run in multi:
                 setting.runs[run] = {}
                 for seed in shared:
@@ -123,42 +172,35 @@ class SeedNoiseSource:
                                      if p in row and pd.notna(row[p]) and row[p] > 0}
                         per_multiple[float(row["multiple"])] = found
                     setting.runs[run][seed] = per_multiple
-            self.settings.append(setting)
+            self.settings[setting.key] = setting
 
     def __bool__(self) -> bool:
         return bool(self.settings)
 
-    def source(self) -> str:
-        """The settings the estimate pools, for a basis."""
-        return "; ".join(s.label for s in self.settings)
+    def _variance(self, key: tuple, stat: tuple, paired: bool) -> tuple[float, float] | None:
+        """(mean square, degrees of freedom) of ``stat`` in one setting, None without degrees of freedom."""
+        cache = (key, stat, paired)
+        if cache not in self._cache:
+            setting = self.settings[key]
+            table = np.array([[_statistic(stat, setting.runs[run][seed]) for seed in setting.seeds]
+                              for run in setting.runs])
+            self._cache[cache] = table_variance(table, paired)
+        return self._cache[cache]
 
-    def variance(self, stat: tuple, paired: bool) -> tuple[float, int] | None:
-        """(pooled mean square, degrees of freedom) of ``stat`` over the source settings: the method × seed
-        interaction (``paired``) or the within-run mean square (module docstring); None without degrees of
-        freedom."""
-        key = (stat, paired)
-        if key not in self._cache:
-            ss, df = 0.0, 0
-            for setting in self.settings:
-                table = np.array([[_statistic(stat, setting.runs[run][seed]) for seed in setting.seeds]
-                                  for run in setting.runs])
-                table = table[np.isfinite(table).all(axis=1)]
-                r, s = table.shape if table.size else (0, len(setting.seeds))
-                if paired and r >= 2:
-                    resid = table - table.mean(axis=1, keepdims=True) - table.mean(axis=0, keepdims=True) + table.mean()
-                    ss, df = ss + float((resid ** 2).sum()), df + (r - 1) * (s - 1)
-                elif not paired and r >= 1:
-                    ss, df = ss + float(((table - table.mean(axis=1, keepdims=True)) ** 2).sum()), df + r * (s - 1)
-            self._cache[key] = (ss / df, df) if df > 0 else None
-        return self._cache[key]
-
-    def noise(self, stats: list[tuple], paired: bool) -> SeedNoise | None:
-        """The seed noise of a check whose statistic is Σ ± the per-run statistics ``stats`` (one per side): σ² the
-        sum of their variances, ν the fewest degrees of freedom; None when one cannot be estimated."""
-        parts = [self.variance(stat, paired) for stat in stats]
-        if not parts or any(p is None for p in parts):
+    def noise(self, stat: tuple, paired: bool, setting: tuple | None) -> SeedNoise | None:
+        """σ of one seed's value of ``stat`` for a run of ``setting`` (``paired``: its interaction part): the
+        setting's own estimate, else the largest any setting gives (the basis says it is borrowed); None when no
+        setting gives one."""
+        if setting is not None and setting in self.settings:
+            own = self._variance(setting, stat, paired)
+            if own is not None:
+                return SeedNoise(math.sqrt(own[0]), own[1], self.settings[setting].label())
+        found = [(v, key) for key in self.settings if (v := self._variance(key, stat, paired)) is not None]
+        if not found:
             return None
-        return SeedNoise(math.sqrt(sum(v for v, _ in parts)), min(d for _, d in parts), self.source())
+        (variance, df), key = max(found, key=lambda x: x[0][0])
+        return SeedNoise(math.sqrt(variance), df, f"{self.settings[key].label()}, borrowed (the grid's largest for "
+                                                  "this statistic: this setting has one seed)")
 
 
 def _window_means(windows: pd.DataFrame | None) -> dict[tuple[str, int, int], dict[str, float]]:

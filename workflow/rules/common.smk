@@ -40,7 +40,7 @@ def alternatives(names):
 wildcard_constraints:
     dataset=alternatives(PLAN.datasets),
     run=alternatives([*PLAN.lm_runs, *PLAN.finetune_runs]),  # train_lm and finetune_lm narrow it to their own
-    timing_run=alternatives(PLAN.timing_runs),
+    timing_job=alternatives(PLAN.timing_jobs),
     cell=alternatives(PLAN.che_cells),
     seed=r"\d+",
     length=r"\d+",
@@ -231,12 +231,14 @@ def leakage_jobs():
 
 # ------------------------------------------------------------------------------------------------ timing, CHE
 def timing_options(group):
-    """attention or timing options of one timing run, as a params function."""
-    return lambda wildcards: grid.timing_options(PLAN.timing_runs[wildcards.timing_run])[group]
+    """timing (what its runs share) or methods (their attention settings) of one timing job, as a params
+    function."""
+    return lambda wildcards: grid.timing_job_options(PLAN.timing_jobs[wildcards.timing_job], PLAN.timing_runs)[group]
 
 
-def timing_files():
-    return [f"results/timing/{name}.csv" for name in PLAN.timing_runs]
+def timing_files(suffix="csv"):
+    """``results/timing/{job}.csv`` (one row per method × length) or ``….repeats.csv`` (per repeat) of every job."""
+    return [f"results/timing/{name}.{suffix}" for name in PLAN.timing_jobs]
 
 
 def che_options(group):
@@ -288,7 +290,7 @@ def figure_files():
 
 def aggregate_files():
     files = ["reports/lm_results.csv"] if PLAN.lm_jobs() else []
-    files += ["reports/timing.csv"] if PLAN.timing_runs else []
+    files += ["reports/timing.csv", "reports/timing_repeats.csv"] if PLAN.timing_runs else []
     files += ["reports/che_results.csv"] if PLAN.che_cells else []
     files += ["reports/sink.csv"] if PLAN.attention_jobs() else []
     files += ["reports/leakage.csv"] if PLAN.leakage_pairs else []
@@ -302,7 +304,8 @@ def all_targets():
 
 def report_inputs(wildcards):
     """The plan and the aggregated CSVs this configuration produces (as named inputs)."""
-    csvs = {"lm": "reports/lm_results.csv", "timing": "reports/timing.csv", "che": "reports/che_results.csv",
+    csvs = {"lm": "reports/lm_results.csv", "timing": "reports/timing.csv",
+            "timing_repeats": "reports/timing_repeats.csv", "che": "reports/che_results.csv",
             "sink": "reports/sink.csv", "leakage": "reports/leakage.csv"}
     present = aggregate_files()
     return {"plan": "results/plan.json", **{key: path for key, path in csvs.items() if path in present}}

@@ -56,10 +56,16 @@ rule aggregate_timing:
     input:
         plan="results/plan.json",
         timings=timing_files(),
+        repeats=timing_files("repeats.csv"),
     output:
         timing=report(
             "reports/timing.csv",
             caption="../report/timing_results.rst",
+            category="Data",
+        ),
+        repeats=report(
+            "reports/timing_repeats.csv",
+            caption="../report/timing_repeats.rst",
             category="Data",
         ),
     localrule: True
@@ -68,7 +74,8 @@ rule aggregate_timing:
     conda:
         "../../envs/report.yaml"
     shell:
-        "dape report timing --plan {input.plan} --timings {input.timings} --out {output.timing} > {log} 2>&1"
+        "dape report timing --plan {input.plan} --timings {input.timings} --out {output.timing}"
+        " --repeats {input.repeats} --repeats-out {output.repeats} > {log} 2>&1"
 
 
 rule aggregate_che:

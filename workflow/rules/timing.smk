@@ -1,22 +1,27 @@
-"""Forward and training-step times with peak memory (Table 7, §4.2): one `dape time` job per timing run, each
-length measured in a fresh process, on the job's GPU when it has one (resources.time_lm.gpu), in the run's
-`precision` (results/timing/{timing_run}.csv, each row naming its device)."""
+"""Forward and training-step times with peak memory (Table 7 App. H, §4.2): one `dape time` job per timing job —
+the runs that differ only in their attention settings, timed together at each length in interleaved repeats (one
+worker process per method, warm-up discarded, the order rotated each round) — on the job's GPU when it has one
+(resources.time_lm.gpu), in the runs' `precision`. results/timing/{timing_job}.csv has one row per method × length
+(with its run name and device), {timing_job}.repeats.csv one row per method × length × repeat. A changed setting of
+one method reruns its job: its methods are timed together."""
 
 
 rule time_lm:
     output:
-        timing="results/timing/{timing_run}.csv",
+        timing="results/timing/{timing_job}.csv",
+        repeats="results/timing/{timing_job}.repeats.csv",
     params:
-        attention=timing_options("attention"),
         timing=timing_options("timing"),
+        methods=timing_options("methods"),
     threads: threads_of("time_lm")
     resources:
         **job_resources("time_lm"),
     log:
-        "logs/timing/{timing_run}.log",
+        "logs/timing/{timing_job}.log",
     benchmark:
-        "logs/timing/{timing_run}.benchmark.tsv"
+        "logs/timing/{timing_job}.benchmark.tsv"
     conda:
         "../../envs/lm.yaml"
     shell:
-        "dape time {params.attention} {params.timing} --threads {threads} --out {output.timing} > {log} 2>&1"
+        "dape time {params.timing} --methods {params.methods} --threads {threads} --out {output.timing}"
+        " --repeats-out {output.repeats} > {log} 2>&1"

@@ -1,0 +1,212 @@
+"""How often the verdict rules call two identically distributed methods different, at every basis they meet.
+
+Per-window losses of a grid are simulated as L[r, s, w] = β_s + u_rs + γ_w + e_rsw: a seed main effect β_s shared
+by every method trained on the seed's batch stream (one setting), a method × seed interaction u_rs, a window
+effect γ_w shared by every model (the same evaluation windows), and per-window noise e_rsw; R = 7 methods per
+setting (the central comparison's size), W = 64 windows. Methods 0 and 1 are the pair compared; with ``effect``
+method 1 is shifted by that many SDs of one seed's statistic (the power column).
+
+Bases (those of :mod:`dape_core.report.intervals`, as the claims use them):
+
+- ``paired``: both methods in one setting, n seeds each; σ from the setting's R × n table (interaction mean
+  square) — for n = 1 the check's setting has one seed and σ is borrowed from another setting's 7 × 2 table;
+- ``unpaired``: the methods in two settings (different batch streams), n seeds each; each side's σ from its own
+  setting's R × n table (seed and interaction mean squares, Satterthwaite ν) — for n = 1 borrowed from a 7 × 2
+  table; Welch's combination;
+- ``one run``: one run's own statistic (an explosion, a ΔP) against its true value, n seeds, σ from its
+  setting's R × n table as unpaired (borrowed from a 7 × 2 table for n = 1);
+- ``own spread``: paired, n ≥ 2, no grid (σ from the pair's own per-seed differences, ν = n − 1);
+- each with per-window data (units of W rows) and without (one row: the seed's mean);
+- three regimes: seed noise dominating (interaction SD 2 × the windows' SE of a method's mean, seed main effect
+  3 ×), the seed main effect dominating (4 × and 0.5 ×) and window noise dominating (0.5 × and 0.25 ×);
+- ``timing``: the timing rule's ratio-of-medians rise between two sizes, from interleaved rounds of two identical
+  methods (round effects shared by the methods of a round, log-normal noise with 5 % outliers ×3).
+
+A trial is *decided* when :func:`dape_core.report.intervals.decide` at a zero margin is not UNDECIDED. The CSV holds
+each basis's false-decision rate (effect 0) and power (effect 2 seed-SDs; timing: a rise of 2 SDs of one cell's
+ratio), each with its Monte-Carlo SE √(p(1 − p)/trials).
+
+    python benchmarks/verdict_calibration.py [--trials 2000] [--out benchmarks/results/verdict_calibration.csv]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from dape_core.report.intervals import (UNDECIDED, SeedNoise, combine_noise, decide, difference, interval,  # noqa: E402
+                                        median_ratio_draws, percentile)
+from dape_core.report.seed_noise import table_variance  # noqa: E402
+
+R, W, NOISE_SD = 7, 64, 0.9
+WINDOW_SE = NOISE_SD / math.sqrt(W)  # SE of one method's mean over its windows
+REGIMES = {  # (seed main effect SD, interaction SD)
+    "seed noise dominates": (3 * WINDOW_SE, 2 * WINDOW_SE),
+    "seed main effect dominates": (4 * WINDOW_SE, 0.5 * WINDOW_SE),
+    "window noise dominates": (0.5 * WINDOW_SE, 0.25 * WINDOW_SE),
+}
+SEEDS = (1, 2, 3, 5, 8)
+OUT = ROOT / "benchmarks" / "results" / "verdict_calibration.csv"
+
+
+def grid(rng: np.random.Generator, n_seeds: int, main_sd: float, inter_sd: float, gamma: np.ndarray,
+         shift: float = 0.0, shifted: int = 1) -> np.ndarray:
+    """Per-window losses [R, n_seeds, W] of one setting; run ``shifted`` moved by ``shift``."""
+    beta = rng.normal(0.0, main_sd, n_seeds)
+    u = rng.normal(0.0, inter_sd, (R, n_seeds))
+    losses = beta[None, :, None] + u[:, :, None] + gamma[None, None, :] + rng.normal(0.0, NOISE_SD, (R, n_seeds, W))
+    losses[shifted] += shift
+    return losses
+
+
+def _noise(table: np.ndarray, paired: bool, source: str) -> SeedNoise | None:
+    found = table_variance(table, paired)
+    return None if found is None else SeedNoise(math.sqrt(found[0]), found[1], source)
+
+
+def _rows(x: np.ndarray, windows: bool) -> np.ndarray:
+    """A unit [W, k] with per-window data, or its one row of means without."""
+    return x if windows else x.mean(axis=0, keepdims=True)
+
+
+def paired_trial(rng, n, main_sd, inter_sd, windows, shift, own_spread=False) -> bool:
+    """Decided? Methods 0 and 1 of one setting, paired by seed."""
+    gamma = rng.normal(0.0, NOISE_SD, W)
+    losses = grid(rng, n, main_sd, inter_sd, gamma, shift)
+    units = [_rows(np.column_stack([losses[0, s], losses[1, s]]), windows) for s in range(n)]
+    if own_spread:
+        noise = None
+    else:
+        source = losses if n >= 2 else grid(rng, 2, main_sd, inter_sd, gamma)
+        one = _noise(source.mean(axis=2), True, "grid")
+        noise = combine_noise([one, one])
+    iv = interval(units, lambda m: m[:, 1] - m[:, 0], seed_noise=noise)
+    return decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
+
+
+def unpaired_trial(rng, n, main_sd, inter_sd, windows, shift) -> bool:
+    """Decided? Method 0 of one setting against method 1 of another (its own seeds and batch stream)."""
+    gamma = rng.normal(0.0, NOISE_SD, W)
+    first, second = (grid(rng, n, main_sd, inter_sd, gamma, shift) for _ in range(2))
+    units_a = [_rows(first[0, s][:, None], windows) for s in range(n)]
+    units_b = [_rows(second[1, s][:, None], windows) for s in range(n)]
+    if n >= 2:
+        noise_a, noise_b = _noise(first.mean(axis=2), False, "a"), _noise(second.mean(axis=2), False, "b")
+    else:
+        noise_a = noise_b = _noise(grid(rng, 2, main_sd, inter_sd, gamma).mean(axis=2), False, "borrowed")
+    iv = difference(units_b, units_a, lambda m: m[:, 0], noise_b=noise_b, noise_a=noise_a)
+    return decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
+
+
+def level_trial(rng, n, main_sd, inter_sd, windows, shift) -> bool:
+    """Decided? One run's own statistic (an explosion, a ΔP) against its true value: n seeds of method 1, σ from
+    its setting's R × n table (seed and interaction mean squares), or borrowed from a 7 × 2 table with one seed."""
+    gamma = rng.normal(0.0, NOISE_SD, W)
+    losses = grid(rng, n, main_sd, inter_sd, gamma, shift)
+    units = [_rows((losses[1, s] - gamma)[:, None], windows) for s in range(n)]
+    source = losses if n >= 2 else grid(rng, 2, main_sd, inter_sd, gamma)
+    iv = interval(units, lambda m: m[:, 0], seed_noise=_noise(source.mean(axis=2), False, "grid"), kind="t")
+    return decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
+
+
+def seed_sd(main_sd: float, inter_sd: float, paired: bool) -> float:
+    """SD of one seed's statistic of one method as the basis sees it (the unit of the power column)."""
+    return math.sqrt(inter_sd ** 2 + WINDOW_SE ** 2 + (0.0 if paired else main_sd ** 2))
+
+
+ROUND_SD, TIME_SD, OUTLIERS = 0.05, 0.04, 0.05
+
+
+def timing_cell(rng, rounds: int, ratio: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """ms of two methods over interleaved rounds: a shared round effect, log-normal noise, 5 % outliers × 3."""
+    shared = rng.normal(0.0, ROUND_SD, rounds)
+    a = np.exp(shared + rng.normal(0.0, TIME_SD, rounds)) * ratio * np.where(rng.random(rounds) < OUTLIERS, 3, 1)
+    b = np.exp(shared + rng.normal(0.0, TIME_SD, rounds)) * np.where(rng.random(rounds) < OUTLIERS, 3, 1)
+    return 10.0 * a, 10.0 * b
+
+
+def timing_trial(rng, rounds: int, rise: float) -> bool:
+    """Decided? The rise of ms(A)/ms(B) between two sizes (independent cells), as the timing claim computes it."""
+    (a0, b0), (a1, b1) = timing_cell(rng, rounds), timing_cell(rng, rounds, 1.0 + rise)
+    d0, d1 = median_ratio_draws(a0, b0, rng, 1000), median_ratio_draws(a1, b1, rng, 1000)
+    r0, r1 = np.median(a0) / np.median(b0), np.median(a1) / np.median(b1)
+    iv = percentile(r1 - r0, d1 - d0, "timing", rounds)
+    return decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
+
+
+def _rate(hits: int, trials: int) -> tuple[float, float]:
+    p = hits / trials
+    return p, math.sqrt(max(p * (1 - p), 1.0 / trials) / trials)
+
+
+def calibration(trials: int, seed: int = 0, seeds=SEEDS, regimes=tuple(REGIMES), power: bool = True,
+                timing_rounds=(10, 20)) -> pd.DataFrame:
+    """One row per basis × regime × seed count: false-decision rate and power with their Monte-Carlo SEs."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for regime in regimes:
+        main_sd, inter_sd = REGIMES[regime]
+        for n in seeds:
+            for kind in ("paired", "unpaired", "one run", "own spread"):
+                if kind == "own spread" and n < 2:
+                    continue
+                for windows in (True, False):
+                    paired = kind in ("paired", "own spread")
+                    unit = seed_sd(main_sd, inter_sd, paired)
+
+                    def once(shift):
+                        if kind == "unpaired":
+                            return unpaired_trial(rng, n, main_sd, inter_sd, windows, shift)
+                        if kind == "one run":
+                            return level_trial(rng, n, main_sd, inter_sd, windows, shift)
+                        return paired_trial(rng, n, main_sd, inter_sd, windows, shift, own_spread=kind != "paired")
+
+                    rate, se = _rate(sum(once(0.0) for _ in range(trials)), trials)
+                    row = {"basis": kind, "per_window_data": windows, "regime": regime, "seeds": n,
+                           "sigma_from": ("the pair's own seeds" if kind == "own spread" else
+                                          "a borrowed 7 × 2 grid" if n == 1 else f"its setting's 7 × {n} grid"),
+                           "trials": trials, "false_decisions": rate, "false_decisions_se": se}
+                    if power:
+                        row["power_at_2_sd"], row["power_se"] = _rate(
+                            sum(once(2 * unit) for _ in range(trials)), trials)
+                    rows.append(row)
+    for rounds in timing_rounds:
+        rate, se = _rate(sum(timing_trial(rng, rounds, 0.0) for _ in range(trials)), trials)
+        row = {"basis": "timing (ratio of medians, rounds resampled)", "per_window_data": False,
+               "regime": "interleaved rounds, 5 % outliers", "seeds": rounds, "sigma_from": "bootstrap of rounds",
+               "trials": trials, "false_decisions": rate, "false_decisions_se": se}
+        if power:
+            spread = np.std([np.median(a) / np.median(b) for a, b in (timing_cell(rng, rounds) for _ in range(400))])
+            row["power_at_2_sd"], row["power_se"] = _rate(
+                sum(timing_trial(rng, rounds, 2 * spread) for _ in range(trials)), trials)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--trials", type=int, default=2000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=str(OUT))
+    args = p.parse_args(argv)
+    df = calibration(args.trials, args.seed)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(args.out, index=False, float_format="%.4f")
+    worst = df.loc[df["false_decisions"].idxmax()]
+    with pd.option_context("display.width", 200, "display.max_rows", 200):
+        print(df.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    print(f"largest false-decision rate: {worst['false_decisions']:.3f} ± {worst['false_decisions_se']:.3f} "
+          f"({worst['basis']}, {worst['seeds']} seeds, {worst['regime']}); nominal 0.05")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""What would decide an UNDECIDED claim, and what it costs: the seeds per method at the observed effects (from
+:func:`dape_core.report.intervals.seeds_to_decide` per check), the extra training and evaluation jobs, their
+training CPU-hours as the run measured them and their GPU-hours (the larger of FLOP and dispatch time,
+:mod:`dape_core.config.dispatch`)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from dape_core.report.intervals import CONFIRMED, REFUTED, UNDECIDED
+
+def _towards(check: dict) -> str | None:
+    """The verdict more seeds would reach at a check's observed effect (None: none)."""
+    text = check.get("seeds_needed_text") or ""
+    return CONFIRMED if f"towards {CONFIRMED}" in text else REFUTED if f"towards {REFUTED}" in text else None
+
+
+def run_costs(lm: pd.DataFrame | None, gpu_tflops: float, utilisation: float) -> dict[str, dict]:
+    """Per LM run: its seeds, and one more seed's training CPU-hours as this run measured them (``train_wall_s``
+    × ``train_threads``, the median over its seeds) and GPU-hours: the larger of the FLOP time and the dispatch
+    time (operator calls per step × the per-call host cost measured on this CPU;
+    :func:`dape_core.config.dispatch.row_gpu_hours`), the median over its seeds, with the bound that decides."""
+    from dape_core.config.dispatch import row_gpu_hours
+
+    if lm is None or lm.empty or "run" not in lm:
+        return {}
+    out = {}
+    for run, g in lm.drop_duplicates(["run", "seed"]).groupby("run"):
+        def col(name):
+            values = pd.to_numeric(g[name], errors="coerce") if name in g else pd.Series(np.nan, index=g.index)
+            return values.astype(float)
+
+        cpu = float(np.nanmedian((col("train_wall_s") * col("train_threads").fillna(1)).to_numpy())) / 3600 \
+            if col("train_wall_s").notna().any() else math.nan
+        priced = [row_gpu_hours(row, gpu_tflops, utilisation) for row in g.to_dict("records")]
+        hours = [h for h, _ in priced if np.isfinite(h)]
+        bounds = sorted({b for h, b in priced if np.isfinite(h)})
+        out[str(run)] = {"seeds": int(g["seed"].nunique()), "cpu_hours": cpu,
+                         "gpu_hours": float(np.median(hours)) if hours else math.nan, "gpu_bound": "/".join(bounds)}
+    return out
+
+
+def decide_route(checks: list[dict]) -> tuple[int | None, str, list[str]]:
+    """For an UNDECIDED claim: the seeds per method that decide it at the observed effects — REFUTED through its
+    cheapest check heading there, or CONFIRMED when every open check heads there (the largest n) — the text, and
+    the runs to retrain."""
+    open_checks = [c for c in checks if c["verdict"] == UNDECIDED]
+    refute = [c for c in open_checks if _towards(c) == REFUTED and c.get("seeds_needed")]
+    confirm = (max((c for c in open_checks), key=lambda c: c["seeds_needed"])
+               if open_checks and all(_towards(c) == CONFIRMED and c.get("seeds_needed") for c in open_checks)
+               else None)
+    options = []
+    if refute:
+        best = min(refute, key=lambda c: c["seeds_needed"])
+        options.append((best["seeds_needed"], best["seeds_needed_text"], best.get("runs", [])))
+    if confirm is not None:
+        runs = sorted({r for c in open_checks for r in c.get("runs", [])})
+        options.append((confirm["seeds_needed"], confirm["seeds_needed_text"], runs))
+    if options:
+        return min(options, key=lambda o: o[0])
+    reasons = sorted({c.get("seeds_needed_text") or "unknown" for c in open_checks if not c.get("seeds_needed")})
+    return None, "; ".join(reasons) or "unknown", []
+
+
+def what_decides(checks: list[dict], costs: dict[str, dict]) -> dict:
+    """seeds_to_decide and the cost of the extra seeds: per run max(0, n − its seeds) more seeds, each a training
+    and an evaluation job (a CHE cell's: one job; no CPU- or GPU-hours are recorded for CHE)."""
+    if any(c.get("basis", "").startswith("point (medians") for c in checks if c["verdict"] == UNDECIDED):
+        return {"seeds_to_decide": "– (a point rule on timing medians: repeat the timing, not the seeds)"}
+    n, text, runs = decide_route(checks)
+    if n is None:
+        return {"seeds_to_decide": text}
+    jobs, cpu, gpu, lm_runs, bounds = 0, 0.0, 0.0, 0, set()
+    for run in runs:
+        if run in costs:
+            extra = max(0, n - costs[run]["seeds"])
+            jobs += 2 * extra
+            cpu += extra * costs[run]["cpu_hours"]
+            gpu += extra * costs[run]["gpu_hours"]
+            bounds.update(b for b in costs[run]["gpu_bound"].split("/") if b and extra)
+            lm_runs += 1
+        else:  # a CHE cell (one seed each in the grids of this project)
+            jobs += max(0, n - 1)
+    return {"seeds_to_decide": text, "extra_jobs": jobs,
+            "extra_cpu_hours": round(cpu, 3) if lm_runs and np.isfinite(cpu) else None,
+            "extra_gpu_hours": float(f"{gpu:.3g}") if lm_runs and np.isfinite(gpu) else None,
+            "gpu_bound": "/".join(sorted(bounds))}

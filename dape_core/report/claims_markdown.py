@@ -1,0 +1,112 @@
+"""claims.md: the verdict counts and how to read them, the method orderings against the paper, the verdicts with
+the numbers behind them, what would decide the open claims, and each claim's rule."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from dape_core.report.intervals import CONFIRMED, LEVEL, MAX_SEEDS, NOT_RUN, REFUTED, UNDECIDED
+
+HOW_TO_READ = (
+    f"Each check has a statistic and its {LEVEL:.0%} interval: CONFIRMED when the whole interval lies on the "
+    "claimed side beyond the claim's margin, REFUTED when it lies wholly on the opposite side of zero (for the "
+    "threshold claims, beyond the contrasting threshold their rule names), UNDECIDED otherwise — a difference "
+    "inside the noise is never a refutation, and a real gain below the margin is not a confirmation. A claim of "
+    "several checks is CONFIRMED when all are, REFUTED when any is, UNDECIDED otherwise (no multiplicity "
+    "correction); NOT-RUN when no setting has the rows it needs. Intervals are Student's t on per-seed statistics "
+    "(each seed's statistic from all its evaluation windows): estimate ± t_ν · σ / √n, σ the SD of one seed's "
+    "statistic pooled over the grid's methods in the check's own setting (dataset, size, training length and "
+    "budget: the method × seed interaction mean square for a paired comparison, the within-run mean square for a "
+    "run on its own or an unpaired comparison), ν its degrees of freedom; where the setting has one seed, the "
+    "grid's largest σ for that statistic, named \"borrowed\" in the basis; without any multi-seed setting, the "
+    "seeds' own spread (ν = n − 1), or (−∞, +∞) with one seed. Runs are paired by seed only where they share "
+    "initialisation and batch stream (the same setting); otherwise the comparison is unpaired (Welch). "
+    "benchmarks/verdict_calibration.py shows every basis decides two identical methods at most 5 % of the time "
+    "(benchmarks/results/verdict_calibration.csv). The timing claim's interval comes from interleaved repeats "
+    "(rounds resampled) on the device it names. The column on the paper's numbers gives point verdicts (one printed "
+    "number per cell: the interval is the point). A diverged run has perplexity +∞: it decides its comparison. "
+    "Lengths are multiples of the training length (×1 = the training length); core claims are marked ★. Marks: "
+    "✓ CONFIRMED, ✗ REFUTED, ? UNDECIDED.")
+
+
+def _rho_lines(rho: pd.DataFrame | None) -> list[str]:
+    if rho is None or rho.empty:
+        return ["No run setting shares methods with the paper's tables.", ""]
+    out = ["| role | run setting | paper setting | ρ by multiple | mean ρ |", "|---|---|---|---|---|"]
+    for _, r in rho.iterrows():
+        paper = (f"{r['paper_dataset']}, train {int(r['paper_train_len'])}, {r['paper_size']}"
+                 if pd.notna(r["paper_train_len"]) else "no printed numbers")
+        mean = "–" if pd.isna(r["mean_spearman"]) else f"{r['mean_spearman']:.2f}"
+        out.append(f"| {r['role']} | {r['dataset']}, train {r['train_len']}, {r['size']} | {paper} | "
+                   f"{r['spearman_by_multiple'] or '–'} | {mean} |")
+    return out + [""]
+
+
+POWER_RULE = (
+    "Seeds per method that would decide a check at its observed effect: n = ⌈((t_ν,0.975 + t_ν,0.8) · σ / δ)²⌉ "
+    f"(the {LEVEL:.0%} interval excludes the threshold with 80 % power; the sample size of a comparison of means, "
+    "Chow, Shao & Wang, Sample Size Calculations in Clinical Research, §3.1, with t quantiles on the seed noise's "
+    "ν), σ the SD of one seed's statistic, δ the distance from the estimate to the threshold it lies beyond — "
+    "CONFIRMED's margin, or REFUTED's on the other side. An estimate between the two thresholds is decided by no "
+    f"number of seeds (\"none\"); more than {MAX_SEEDS} is written \"> {MAX_SEEDS}\"; \"unknown\" without a "
+    "seed-noise estimate. A claim is decided REFUTED by its cheapest check heading there, or CONFIRMED when every "
+    "open check heads there (the largest n). Cost: each run of those checks retrained to n seeds — per extra seed "
+    "a training and an evaluation job (a CHE cell: one job) — in training CPU-hours as this run measured them "
+    "(train_wall_s × train_threads) and GPU-hours, the larger of the FLOP time (flops_per_token × tokens / "
+    "(gpu_tflops × utilisation)) and the dispatch time (operator calls per step × the per-call host cost measured "
+    "on this CPU, benchmarks/results/dispatch_cost.csv), as `python -m dape_core.config` prints them; the column "
+    "bound says which decides.")
+
+
+def _open_lines(df: pd.DataFrame) -> list[str]:
+    """The section on what would decide each UNDECIDED claim."""
+    open_claims = df[df["verdict"] == UNDECIDED] if "seeds_to_decide" in df else df.iloc[0:0]
+    out = ["", "## What would decide the open claims", "", POWER_RULE, ""]
+    if open_claims.empty:
+        return out + ["No claim is UNDECIDED.", ""]
+    out += ["| claim | seeds per method | extra jobs | training CPU-hours | GPU-hours | bound |",
+            "|---|---|---|---|---|---|"]
+
+    def num(x, fmt):
+        return "–" if x is None or pd.isna(x) else format(x, fmt)
+
+    for _, r in open_claims.iterrows():
+        out.append(f"| `{r['claim_id']}` | {str(r['seeds_to_decide']).replace('|', '/')} | "
+                   f"{num(r['extra_jobs'], '.0f')} | {num(r['extra_cpu_hours'], '.2f')} | "
+                   f"{num(r['extra_gpu_hours'], '.2g')} | {r.get('gpu_bound') or '–'} |")
+    return out + [""]
+
+
+def claims_markdown(df: pd.DataFrame, paper: pd.DataFrame | None = None, rho: pd.DataFrame | None = None) -> str:
+    """A Markdown report: the verdict counts and how to read them, Spearman's ρ of each setting's method ordering
+    against the paper's (``rho``, from :func:`dape_core.report.compare.setting_correlations`), the verdicts with
+    the numbers behind them, then each claim's rule. With ``paper`` (from :func:`evaluate_claims_on_paper`) a
+    column gives each rule's point verdict on the paper's own numbers."""
+    def cell(x) -> str:
+        return str(x).replace("|", "\\|").replace("\n", " ")
+
+    on_paper = None if paper is None else paper.set_index("claim_id")["verdict"]
+    counts = df["verdict"].value_counts()
+    extra = "" if on_paper is None else " on the paper's numbers (point) |"
+    out = ["# Claims", "",
+           ", ".join(f"{counts.get(v, 0)} {v}" for v in (CONFIRMED, REFUTED, UNDECIDED, NOT_RUN)) + ".", "",
+           HOW_TO_READ, "",
+           "## Method orderings against the paper", "",
+           "Spearman's ρ between the run's and the paper's ordering of the methods both have, per role and run "
+           "setting, at each multiple (n = shared methods) and averaged over the multiples (see "
+           "paper_comparison.md).", ""]
+    out += _rho_lines(rho)
+    out += ["## Verdicts", "",
+            "| claim | section | statement | verdict | basis | seed noise |" + extra + " numbers |",
+            "|---|---|---|---|---|---|" + ("---|" if extra else "") + "---|"]
+    for _, r in df.iterrows():
+        star = " ★" if r["core"] else ""
+        info = " (informational)" if r["informational"] else ""
+        paper_cell = "" if on_paper is None else f" {on_paper.get(r['claim_id'], NOT_RUN)} |"
+        out.append(f"| `{r['claim_id']}`{star} | {cell(r['section'])} | {cell(r['statement'])} | "
+                   f"**{r['verdict']}**{info} | {cell(r['basis']) or '–'} | {cell(r.get('seed_noise', '')) or '–'} |"
+                   f"{paper_cell} {cell(r['summary'])} |")
+    out += _open_lines(df)
+    out += ["## Rules", ""]
+    out += [f"- `{r['claim_id']}` ({cell(r['section'])}): {r['rule']}" for _, r in df.iterrows()]
+    return "\n".join(out) + "\n"
