@@ -245,14 +245,19 @@ def test_the_seed_noise_estimate_recovers_the_planted_seed_sd():
 
 
 def test_seeds_to_decide_follows_the_power_rule():
+    from scipy import stats
+
+    def needed(ratio, df0):  # the smallest n with n ≥ ((t_ν,0.975 + t_ν,0.8) · ratio)², ν = max(df0, n − 1)
+        return next(n for n in range(2, 101)
+                    if n >= ((stats.t.ppf(0.975, max(df0, n - 1)) + stats.t.ppf(0.8, max(df0, n - 1))) * ratio) ** 2)
+
     noise = SeedNoise(0.04, 6, "grid")
-    t975, t80 = 2.446912, 0.905703  # Student's t, ν 6
     iv = Interval(0.05, -0.01, 0.11, "paired t", 1, 32, unit_sd=0.04, seed_noise=noise)
     n, text = seeds_to_decide(iv, side=1, confirm=0.02, refute=0.0)
-    assert n == math.ceil(((t975 + t80) * 0.04 / 0.03) ** 2) == 20 and text == "20 (towards CONFIRMED)"
+    assert n == needed(0.04 / 0.03, 6) == 16 and text == "16 (towards CONFIRMED)"
     n, text = seeds_to_decide(Interval(-0.05, -0.1, 0.0, "x", 1, 32, unit_sd=0.04, seed_noise=noise), side=1,
                               confirm=0.02, refute=0.0)
-    assert n == math.ceil(((t975 + t80) * 0.04 / 0.05) ** 2) and "REFUTED" in text
+    assert n == needed(0.04 / 0.05, 6) and "REFUTED" in text
     n, text = seeds_to_decide(Interval(0.01, -0.05, 0.07, "x", 1, 32, unit_sd=0.04), side=1, confirm=0.02,
                               refute=0.0)
     assert n is None and text.startswith("none")  # between 0 and the margin: no number of seeds decides it
@@ -260,7 +265,7 @@ def test_seeds_to_decide_follows_the_power_rule():
                               refute=0.0)
     assert n is None and text.startswith("> 100")
     n, _ = seeds_to_decide(Interval(1.2, 1.0, 1.4, "x", 2, 32, unit_sd=0.1), side=-1, confirm=1.5, refute=2.0)
-    assert n == 3  # already far beyond: at least one seed more than the two it has
+    assert n == needed(0.1 / 0.3, 0) == 4  # far beyond, but σ from its own seeds only: t on n − 1 degrees of freedom
 
 
 def test_an_open_claim_says_what_would_decide_it_and_what_it_costs():

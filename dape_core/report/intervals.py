@@ -264,8 +264,9 @@ def decide(iv: Interval, *, side: int, confirm: float, refute: float) -> str:
 def seeds_to_decide(iv: Interval, *, side: int, confirm: float, refute: float) -> tuple[int | None, str]:
     """Seeds per method at which :func:`decide` would reach a verdict at the observed effect with 80 % power, by
     the sample size of a comparison of means (Chow, Shao & Wang, *Sample Size Calculations in Clinical Research*,
-    2nd ed., §3.1) with t quantiles: n = ⌈((t_{ν,0.975} + t_{ν,0.8}) · σ / δ)²⌉, σ = ``unit_sd`` (one seed's SD),
-    ν its degrees of freedom (normal quantiles when σ is the seeds' own spread: ν grows with n), δ the distance
+    2nd ed., §3.1) with t quantiles: the smallest n ≥ ((t_{ν,0.975} + t_{ν,0.8}) · σ / δ)², σ = ``unit_sd`` (one
+    seed's SD), ν = max(the estimate's degrees of freedom, n − 1) (n seeds of the check's own runs give their
+    setting at least n − 1), δ the distance
     from the estimate to the threshold it lies beyond (CONFIRMED's, or REFUTED's on the other side). (None, why)
     when no number of seeds decides: an estimate between the two thresholds stays UNDECIDED however many seeds,
     and without σ there is nothing to scale; "> MAX_SEEDS" is capped."""
@@ -283,12 +284,12 @@ def seeds_to_decide(iv: Interval, *, side: int, confirm: float, refute: float) -
         delta, towards = abs(est - refute), REFUTED
     else:
         return None, "none: the estimate lies between the thresholds"
-    df = math.inf if iv.seed_noise is None or iv.seed_noise.source == OWN_SPREAD else iv.seed_noise.df
-    n = math.ceil(((t_quantile(df) + t_quantile(df, POWER)) * s / delta) ** 2)
-    n = max(n, iv.n_seeds + 1, 2)
-    if n > MAX_SEEDS:
-        return None, f"> {MAX_SEEDS} (towards {towards})"
-    return n, f"{n} (towards {towards})"
+    known = 0.0 if iv.seed_noise is None or iv.seed_noise.source == OWN_SPREAD else iv.seed_noise.df
+    for n in range(max(iv.n_seeds + 1, 2), MAX_SEEDS + 1):
+        df = max(known, n - 1)  # n seeds of the check's own runs estimate σ on at least n − 1 degrees of freedom
+        if n >= ((t_quantile(df) + t_quantile(df, POWER)) * s / delta) ** 2:
+            return n, f"{n} (towards {towards})"
+    return None, f"> {MAX_SEEDS} (towards {towards})"
 
 
 def combine(verdicts: Sequence[str]) -> str:
