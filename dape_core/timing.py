@@ -123,8 +123,8 @@ def cpu_model() -> str:
             for line in handle:
                 if line.startswith("model name"):
                     return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    except OSError:  # no /proc/cpuinfo (not Linux): the platform's own name below
+        return platform.processor() or platform.machine()
     return platform.processor() or platform.machine()
 
 
