@@ -1,5 +1,6 @@
 # The two commands of the README:
-#   make reproduce   install, then run the whole DAG on config.yaml into reports/ (and reports/report.html)
+#   make reproduce   install, then run the whole DAG on config.yaml into reports/ (and reports/report.html);
+#                    CONFIG=configs/x.yaml runs x.yaml into reports/x/
 #   make test        install with the test extras, then run the test suite (what .ci/run calls)
 #   make robustness  the grid rerun under a shifted configuration (other seeds, split seed and training length,
 #                    derived from $(CONFIG)'s `robustness` block) into robustness/, then reports/robustness.md
@@ -8,6 +9,10 @@ VENV ?= .venv
 CORES ?= all
 CONFIG ?= config.yaml
 BIN := $(VENV)/bin
+# config.yaml reports into reports/, any other configuration into reports/<its file's stem>/ (as
+# dape_core.config.names.reports_dir): the committed reference is never overwritten
+CONFIG_NAME = $(basename $(notdir $(CONFIG)))
+REPORTS = $(if $(filter config,$(CONFIG_NAME)),reports,reports/$(CONFIG_NAME))
 # The CPU build of torch is installed first; a GPU machine brings its own torch (pyproject keeps a lower bound).
 TORCH_SPEC ?= torch==2.13.0
 
@@ -34,12 +39,12 @@ SNAKEMAKE_ARGS = --profile profiles/default --cores $(CORES) --configfile $(CONF
 reproduce: install
 	$(BIN)/python -m dape_core.workflow_lock -- $(SNAKEMAKE_ARGS)
 	$(BIN)/snakemake $(SNAKEMAKE_ARGS)
-	$(BIN)/snakemake $(SNAKEMAKE_ARGS) --report reports/report.html
+	$(BIN)/snakemake $(SNAKEMAKE_ARGS) --report $(REPORTS)/report.html
 
 # Runs this configuration's grid too where its claims are missing: both runs' verdicts are needed.
 robustness: install
 	$(BIN)/python -m dape_core.workflow_lock -- $(SNAKEMAKE_ARGS)
-	$(BIN)/snakemake reports/robustness.md $(SNAKEMAKE_ARGS)
+	$(BIN)/snakemake $(REPORTS)/robustness.md $(SNAKEMAKE_ARGS)
 
 clean-results:
 	rm -rf results reports/*.csv reports/tables reports/figures reports/report.html

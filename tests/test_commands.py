@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 from snakemake.cli import get_argument_parser
 
+from dape_core import config as grid
+from dape_core.errors import ConfigError
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -36,3 +39,18 @@ def test_documented_snakemake_commands_name_only_configuration_files():
     for line in lines:
         args = parse(line)
         assert all(str(f).endswith((".yaml", ".yml")) for f in args.configfile or []), line
+
+
+@pytest.mark.parametrize("config, reports", [("config.yaml", "reports"), ("configs/smoke.yaml", "reports/smoke"),
+                                             ("configs/decisive.yaml", "reports/decisive")])
+def test_a_configuration_other_than_config_yaml_reports_into_its_own_folder(config, reports):
+    """make's REPORTS and the workflow's (dape_core.config.names) agree: the committed reports/ is config.yaml's."""
+    printed = subprocess.run(["make", "-n", "reproduce", "robustness", f"CONFIG={config}", "VENV=.venv-unused"],
+                             cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert f"--report {reports}/report.html" in printed and f"snakemake {reports}/robustness.md" in printed
+    assert grid.reports_dir(grid.configuration_name([config])) == reports
+
+
+def test_a_configuration_named_like_a_reports_folder_is_refused():
+    with pytest.raises(ConfigError, match="tables.yaml: its name 'tables' is a folder of reports/"):
+        grid.configuration_name(["configs/tables.yaml"])

@@ -107,7 +107,7 @@ def test_a_cluster_profile_without_cores_parses_the_workflow(tmp_path, profile):
     result = snakemake(tmp_path, CONFIGS["smoke"], "--summary", "--profile", str(REPO / "profiles" / profile),
                        "--workflow-profile", "none")
     out = result.stdout + result.stderr
-    assert result.returncode == 0 and "reports/claims.csv" in out, out[-3000:]
+    assert result.returncode == 0 and "reports/smoke/claims.csv" in out, out[-3000:]
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import yaml
 from dape_core.report import aggregate, figures, tables
 from dape_core.report.cli import write_tables
 from test_workflow import assert_valid_png
-from workflow_fixture import REPO, smoke_run  # noqa: F401
+from workflow_fixture import REPO, SMOKE_PLAN, smoke_run  # noqa: F401
 
 
 def lm_rows(rows: list[dict]) -> pd.DataFrame:
@@ -210,9 +210,9 @@ def test_write_tables_writes_every_family_table(tmp_path):
 @pytest.mark.slow
 def test_smoke_lm_results_are_tidy(smoke_run):
     assert smoke_run.returncode == 0, smoke_run.log_tail
-    lm = pd.read_csv(smoke_run.path("reports/lm_results.csv"))
+    lm = pd.read_csv(smoke_run.report("lm_results.csv"))
     assert not lm.duplicated(["run", "eval_len", "seed"]).any()
-    plan = json.loads(smoke_run.path("results/plan.json").read_text())
+    plan = json.loads(smoke_run.path(SMOKE_PLAN).read_text())
     expected = {(m["run"], m["seed"], n) for m in plan["lm_members"] for n in m["eval_lens"]}
     assert set(zip(lm["run"], lm["seed"], lm["eval_len"])) == expected
     for family in plan["families"]:
@@ -230,12 +230,12 @@ def test_smoke_lm_results_are_tidy(smoke_run):
 @pytest.mark.slow
 def test_smoke_che_timing_sink_results(smoke_run):
     assert smoke_run.returncode == 0, smoke_run.log_tail
-    che = pd.read_csv(smoke_run.path("reports/che_results.csv"))
+    che = pd.read_csv(smoke_run.report("che_results.csv"))
     assert set(che["row_type"]) == {"length", "summary"} and (che["families"] == "che").all()
     assert (che["roles"] == "che").all()
-    timing = pd.read_csv(smoke_run.path("reports/timing.csv"))
+    timing = pd.read_csv(smoke_run.report("timing.csv"))
     assert (timing["median_ms"] > 0).all() and set(timing["families"]) == {"forward_time"}
     assert set(timing["roles"]) == {"forward_time"}
-    sink = pd.read_csv(smoke_run.path("reports/sink.csv"))
+    sink = pd.read_csv(smoke_run.report("sink.csv"))
     assert sink["sink_mass"].between(0, 1).all() and (sink["families"] == "attention_maps").all()
     assert (sink["roles"] == "attention_maps").all()

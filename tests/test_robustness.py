@@ -14,7 +14,7 @@ from dape_core.config.shift import shifted_config, write_shifted_config
 from dape_core.errors import ConfigError
 from dape_core.report.robustness import FLIP, compare, counts, robustness_markdown
 
-from workflow_fixture import CONFIGS, smoke_run, snakemake  # noqa: F401
+from workflow_fixture import CONFIGS, SMOKE_REPORTS, smoke_run, snakemake  # noqa: F401
 
 
 def _multiples(plan) -> dict:
@@ -98,18 +98,18 @@ def test_make_robustness_on_the_smoke_configuration(smoke_run, tmp_path):
     assert smoke_run.returncode == 0, smoke_run.log_tail
     workdir = tmp_path / "smoke"
     shutil.copytree(smoke_run.workdir, workdir, symlinks=True)
-    before = (workdir / "reports/claims.csv").read_bytes()
-    result = snakemake(workdir, CONFIGS["smoke"], "--cores", "2", "reports/robustness.md")
+    before = (workdir / SMOKE_REPORTS / "claims.csv").read_bytes()
+    result = snakemake(workdir, CONFIGS["smoke"], "--cores", "2", f"{SMOKE_REPORTS}/robustness.md")
     out = result.stdout + result.stderr
     log = workdir / "logs/robustness/run.log"
     assert result.returncode == 0, out[-3000:] + (log.read_text()[-3000:] if log.exists() else "")
-    assert (workdir / "reports/claims.csv").read_bytes() == before
+    assert (workdir / SMOKE_REPORTS / "claims.csv").read_bytes() == before
     shifted = yaml.safe_load((workdir / "robustness/config.yaml").read_text())
     assert shifted["families"]["baselines"]["seeds"] == [5, 6] and shifted["defaults"]["lm"]["train_len"] == 40
     assert (workdir / "robustness/results/lm").is_dir() and (workdir / "robustness/reports/claims.md").exists()
-    md = (workdir / "reports/robustness.md").read_text()
+    md = (workdir / SMOKE_REPORTS / "robustness.md").read_text()
     assert md.startswith("# Robustness") and "training lengths [32] → [40]" in md
-    table = pd.read_csv(workdir / "reports/robustness.csv")
+    table = pd.read_csv(workdir / SMOKE_REPORTS / "robustness.csv")
     assert len(table) == 18 and set(table["change"]) <= {"agree", "flip", "to UNDECIDED", "from UNDECIDED",
                                                         "NOT-RUN"}
 
@@ -118,8 +118,8 @@ def test_make_robustness_on_the_smoke_configuration(smoke_run, tmp_path):
     locks.mkdir(parents=True, exist_ok=True)
     (locks / "0.output.lock").write_text("reports/claims.csv\nreports/claims.md\n")
     (workdir / "robustness/reports/claims.csv").unlink()
-    (workdir / "reports/robustness.md").unlink()  # the comparison is remade, so its missing input is too
-    again = snakemake(workdir, CONFIGS["smoke"], "--cores", "2", "reports/robustness.md")
+    (workdir / SMOKE_REPORTS / "robustness.md").unlink()  # the comparison is remade, so its missing input is too
+    again = snakemake(workdir, CONFIGS["smoke"], "--cores", "2", f"{SMOKE_REPORTS}/robustness.md")
     assert again.returncode == 0, (again.stdout + again.stderr)[-3000:] + log.read_text()[-3000:]
     assert "cleared a stale Snakemake lock" in log.read_text() and not list(locks.glob("*.lock"))
     assert "rule train_lm:" not in log.read_text()  # only the claims were remade: the shifted grid's results were kept

@@ -12,7 +12,7 @@ from dape_core.config import build_plan, load_yaml, write_report_spec
 from dape_core.report.claims import NOT_RUN, evaluate_claims
 from dape_core.report.compare import ordering
 
-from workflow_fixture import CONFIGS, smoke_run  # noqa: F401
+from workflow_fixture import CONFIGS, SMOKE_PLAN, smoke_run  # noqa: F401
 
 REPORTS = {"lm": "lm_results.csv", "timing": "timing.csv", "che": "che_results.csv", "sink": "sink.csv"}
 WINDOWS = "lm_windows.csv"  # per-window losses, written by `dape report lm` beside lm_results.csv
@@ -51,13 +51,13 @@ def test_renaming_every_family_changes_no_verdict(smoke_run, tmp_path):
     config = load_yaml(CONFIGS["smoke"])
     config["families"] = {f"x_{name}": spec for name, spec in config["families"].items()}
     plan = build_plan(config)
-    original = json.loads(smoke_run.path("results/plan.json").read_text())
+    original = json.loads(smoke_run.path(SMOKE_PLAN).read_text())
     assert sorted(plan.lm_runs) == sorted(original["lm_runs"])  # run names do not depend on family names
     spec_path = tmp_path / "plan.json"
     write_report_spec(spec_path, plan.report_spec())
     aggregate_under(plan, spec_path, smoke_run.workdir, tmp_path)
 
-    before, after = read_reports(smoke_run.path("reports")), read_reports(tmp_path)
+    before, after = read_reports(smoke_run.report()), read_reports(tmp_path)
     renamed = set(after["lm"]["families"].dropna().str.split(";").explode())
     assert renamed and all(name.startswith("x_") for name in renamed)
     for key in REPORTS:
@@ -66,12 +66,12 @@ def test_renaming_every_family_changes_no_verdict(smoke_run, tmp_path):
 
     expected = verdicts(before)
     assert verdicts(after) == expected
-    written = pd.read_csv(smoke_run.path("reports/claims.csv"))
+    written = pd.read_csv(smoke_run.report("claims.csv"))
     assert dict(zip(written["claim_id"], written["verdict"])) == expected  # the DAG's own claims.csv
     assert any(v != NOT_RUN for v in expected.values()), expected
     pd.testing.assert_frame_equal(after["windows"], before["windows"])
     assert len(after["windows"]) and after["windows"]["loss"].notna().all()
-    written_md = smoke_run.path("reports/claims.md").read_text()
+    written_md = smoke_run.report("claims.md").read_text()
     assert all(f"**{v}**" in written_md for v in expected.values())  # CONFIRMED / REFUTED / UNDECIDED / NOT-RUN
     assert "paired t, seed noise of" in written_md  # the central comparison's two seeds, paired
     pd.testing.assert_frame_equal(ordering(after["lm"]), ordering(before["lm"]))

@@ -38,6 +38,11 @@ def test_dry_run_builds_the_dag(tmp_path, name):
     assert counts["train_lm"] > 0 and counts["evaluate_lm"] == counts["train_lm"] + counts.get("finetune_lm", 0)
     for rule in ("tokenize", "time_lm", "che", "tables", "claims", "paper_comparison"):
         assert counts.get(rule, 0) > 0, (rule, counts)
+    # config.yaml reports into reports/ (the committed reference), any other configuration into reports/<name>/
+    reports = "reports" if name == "default" else f"reports/{name}"
+    assert job_outputs(out, "claims") == [f"{reports}/claims.md", f"{reports}/claims.csv"]
+    written = [p for rule in REPORT_RULES for p in job_outputs(out, rule)]
+    assert written and all(p.startswith(f"{reports}/") or p.startswith("results/plan") for p in written), written
     assert "GPU-hours" in out  # the printed estimate
     plan = build_plan(load_yaml(CONFIGS[name]))
     assert counts.get("finetune_lm", 0) == len(plan.finetune_jobs()) == (3 if name == "smoke" else 0), counts
@@ -48,27 +53,28 @@ def test_dry_run_builds_the_dag(tmp_path, name):
 def test_smoke_dag_produces_every_report_artefact(smoke_run):
     assert smoke_run.returncode == 0, smoke_run.log_tail
     assert smoke_run.report_returncode == 0, smoke_run.log_tail
-    check_report_artefacts(smoke_run.workdir)
+    check_report_artefacts(smoke_run.report())
 
 
-def check_report_artefacts(workdir) -> None:
-    """Every report artefact of a finished smoke run: CSV rows, non-empty tables, valid figures, report.html."""
+def check_report_artefacts(reports) -> None:
+    """Every report artefact of a finished smoke run (its reports folder): CSV rows, non-empty tables, valid figures,
+    report.html."""
     for name in ("lm_results.csv", "timing.csv", "che_results.csv", "sink.csv", "leakage.csv", "claims.csv",
                  "paper_comparison.csv"):
-        lines = (workdir / f"reports/{name}").read_text().splitlines()
+        lines = (reports / name).read_text().splitlines()
         assert len(lines) >= 2, name  # header and at least one row
-    tables = sorted((workdir / "reports/tables").iterdir())
+    tables = sorted((reports / "tables").iterdir())
     assert {t.suffix for t in tables} == {".md", ".tex"} and len(tables) >= 10
     for table in tables:
         text = table.read_text()
         assert ("|---|" in text) if table.suffix == ".md" else (r"\begin{tabular}" in text), table
-    figures = sorted((workdir / "reports/figures").rglob("*.png"))
+    figures = sorted((reports / "figures").rglob("*.png"))
     assert len(figures) >= 7
     for figure in figures:
         assert_valid_png(figure.read_bytes())
     for name in ("claims.md", "paper_comparison.md"):
-        assert (workdir / f"reports/{name}").read_text().startswith("# ")
-    html = (workdir / "reports/report.html").read_text(errors="replace")
+        assert (reports / name).read_text().startswith("# ")
+    html = (reports / "report.html").read_text(errors="replace")
     assert "<html" in html.lower() and len(html) > 10_000
 
 
@@ -85,9 +91,9 @@ def assert_valid_png(data: bytes) -> None:
 @pytest.mark.slow
 def test_smoke_shows_the_diverged_run(smoke_run):
     assert smoke_run.returncode == 0, smoke_run.log_tail
-    table = smoke_run.path("reports/tables/divergence_ppl.md").read_text()
+    table = smoke_run.report("tables/divergence_ppl.md").read_text()
     assert "diverged" in table
-    lm = smoke_run.path("reports/lm_results.csv").read_text()
+    lm = smoke_run.report("lm_results.csv").read_text()
     assert "diverged" in lm
 
 
@@ -99,13 +105,13 @@ def test_smoke_reports_the_finetune_family(smoke_run):
 
     assert smoke_run.returncode == 0, smoke_run.log_tail
     labels = ["Llama (base)", "Llama fine-tuned", "DAPE1x3-Llama fine-tuned"]
-    lm = pd.read_csv(smoke_run.path("reports/lm_results.csv"))
+    lm = pd.read_csv(smoke_run.report("lm_results.csv"))
     rows = lm[lm["roles"] == "hf_finetune"]
     assert sorted(set(rows["method"])) == sorted(labels) and len(rows) == 3 * 2  # 3 runs × eval_lens [32, 64]
     assert (rows["status"] == "ok").all() and rows["ppl"].between(1, 300).all()
-    header = smoke_run.path("reports/tables/hf_finetune_ppl.md").read_text().splitlines()[2]
+    header = smoke_run.report("tables/hf_finetune_ppl.md").read_text().splitlines()[2]
     assert header == "| eval_len | " + " | ".join(labels) + " |"
-    assert_valid_png(smoke_run.path("reports/figures/ppl_hf_finetune.png").read_bytes())
+    assert_valid_png(smoke_run.report("figures/ppl_hf_finetune.png").read_bytes())
     model = smoke_run.path(f"results/lm/{rows['run'].iloc[-1]}/seed0/model")
     assert (model / "config.json").is_file() and (model / "tokenizer.json").is_file()
 
@@ -113,7 +119,7 @@ def test_smoke_reports_the_finetune_family(smoke_run):
 def _modified_config(tmp_path, change) -> str:
     config = yaml.safe_load(CONFIGS["smoke"].read_text())
     change(config)
-    path = tmp_path / "config.yaml"
+    path = tmp_path / "smoke.yaml"  # the smoke configuration's name: its reports/smoke/ and plan
     path.write_text(yaml.safe_dump(config, sort_keys=False))  # family order is the order of tables
     return path
 

@@ -23,6 +23,9 @@ SNAKEFILE = REPO / "Snakefile"
 CONFIGS = {"default": REPO / "config.yaml", "smoke": REPO / "configs" / "smoke.yaml",
            "paper": REPO / "configs" / "paper.yaml"}
 SMOKE_TIMEOUT_S = 900
+# configs/smoke.yaml reports into reports/smoke/ and keeps its report spec in results/plan.smoke.json
+SMOKE_REPORTS = "reports/smoke"
+SMOKE_PLAN = "results/plan.smoke.json"
 
 
 def snakemake(workdir: Path, configfile: Path, *args: str, timeout: float = SMOKE_TIMEOUT_S):
@@ -70,6 +73,10 @@ class SmokeRun:
     def path(self, relative: str) -> Path:
         return self.workdir / relative
 
+    def report(self, relative: str = "") -> Path:
+        """A file of the smoke configuration's reports folder."""
+        return self.workdir / SMOKE_REPORTS / relative
+
 
 def _shared_root(tmp_path_factory) -> Path:
     """A directory shared by the xdist workers of this session (the session's own one without xdist)."""
@@ -88,7 +95,7 @@ def smoke_run(tmp_path_factory) -> SmokeRun:
             start = time.perf_counter()
             run = snakemake(workdir, CONFIGS["smoke"], "--cores", "2")
             wall = time.perf_counter() - start
-            report = snakemake(workdir, CONFIGS["smoke"], "--report", str(workdir / "reports" / "report.html"))
+            report = snakemake(workdir, CONFIGS["smoke"], "--report", str(workdir / SMOKE_REPORTS / "report.html"))
             tail = (run.stdout + run.stderr)[-6000:] + (report.stdout + report.stderr)[-2000:]
             state.write_text(json.dumps({"returncode": run.returncode, "report_returncode": report.returncode,
                                          "wall_s": wall, "log_tail": tail}))

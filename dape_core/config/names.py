@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from dape_core.errors import ConfigError
 from dape_core.methods import method_slug
 
 _SUFFIX = {
@@ -81,3 +82,29 @@ def timing_job_name(s: dict, defaults: dict) -> str:
 def che_cell_name(s: dict, defaults: dict) -> str:
     """``even_pairs-kerple-none-lr0.0005`` plus suffixes."""
     return f"{s['task']}-{_method(s)}-lr{s['lr']:g}" + suffixes(s, defaults, CHE_NAME_SUFFIXES)
+
+
+DEFAULT_CONFIGURATION = "config"  # config.yaml (the committed reference run) writes into reports/ itself
+RESERVED_REPORT_NAMES = frozenset({"tables", "figures"})  # reports/ folders of the reference run
+
+
+def configuration_name(configfiles) -> str:
+    """The name a run's outputs are filed under: the stem of its (last) configuration file; '' for config.yaml or
+    none (Snakemake's default configuration)."""
+    stem = Path(str(list(configfiles)[-1])).stem if configfiles else DEFAULT_CONFIGURATION
+    if stem in RESERVED_REPORT_NAMES:
+        raise ConfigError(f"configuration file {configfiles[-1]}: its name {stem!r} is a folder of reports/ already;"
+                          f" rename it (not one of {', '.join(sorted(RESERVED_REPORT_NAMES))})")
+    return "" if stem == DEFAULT_CONFIGURATION else stem
+
+
+def reports_dir(name: str) -> str:
+    """Where a configuration's reports go: reports/ for config.yaml, reports/<name>/ for any other, so no other
+    configuration overwrites the committed reference (the Makefile's REPORTS spells the same rule)."""
+    return f"reports/{name}" if name else "reports"
+
+
+def plan_path(name: str) -> str:
+    """The report spec of a configuration (results/plan.json for config.yaml): one per configuration, so switching
+    configurations in one checkout does not redo the other's reports."""
+    return f"results/plan.{name}.json" if name else "results/plan.json"

@@ -24,6 +24,10 @@ os.environ.update(PATH=os.pathsep.join([str(Path(sys.executable).parent), os.env
 os.environ.setdefault("DAPE_CORE_SRC", str(Path(workflow.basedir).resolve()))
 
 PLAN = grid.build_plan(config)
+# config.yaml reports into reports/ (the committed reference); any other configuration into reports/<its name>/
+CONFIGURATION = grid.configuration_name(workflow.overwrite_configfiles)
+REPORTS = grid.reports_dir(CONFIGURATION)
+PLAN_JSON = grid.plan_path(CONFIGURATION)
 if workflow.is_main_process:  # not again in every job step of a cluster run (it builds models on the meta device)
     logger.info(grid.estimate_line(PLAN))
 
@@ -272,43 +276,43 @@ def table_files():
     stems += [f"{family}_accuracy" for family in PLAN.families_of_stage("che")]
     stems += [f"{family}_time" for family in PLAN.families_of_stage("timing")]
     stems += [f"{family}_leakage" for family in PLAN.families_of_stage("leakage")]
-    return [f"reports/tables/{stem}.{ext}" for stem in stems for ext in ("md", "tex")]
+    return [f"{REPORTS}/tables/{stem}.{ext}" for stem in stems for ext in ("md", "tex")]
 
 
 def figure_files():
     """Every figure of the report (their rules caption them)."""
-    files = [f"reports/figures/ppl_{family}.png" for family in lm_families()]
-    files += [f"reports/figures/sweep_{family}.png" for family in lm_families() if PLAN.families[family]["sweep"]]
-    files += [f"reports/figures/timing_{family}.png" for family in PLAN.families_of_stage("timing")]
-    files += [f"reports/figures/che_{family}.png" for family in PLAN.families_of_stage("che")]
-    files += [f"reports/figures/attention/{run}-seed{seed}-L{length}.png"
+    files = [f"{REPORTS}/figures/ppl_{family}.png" for family in lm_families()]
+    files += [f"{REPORTS}/figures/sweep_{family}.png" for family in lm_families() if PLAN.families[family]["sweep"]]
+    files += [f"{REPORTS}/figures/timing_{family}.png" for family in PLAN.families_of_stage("timing")]
+    files += [f"{REPORTS}/figures/che_{family}.png" for family in PLAN.families_of_stage("che")]
+    files += [f"{REPORTS}/figures/attention/{run}-seed{seed}-L{length}.png"
               for run, seed, length in PLAN.attention_jobs()]
     if PLAN.attention_jobs():
-        files.append("reports/figures/sink.png")
+        files.append(f"{REPORTS}/figures/sink.png")
     return files
 
 
 def aggregate_files():
-    files = ["reports/lm_results.csv"] if PLAN.lm_jobs() else []
-    files += ["reports/timing.csv", "reports/timing_repeats.csv"] if PLAN.timing_runs else []
-    files += ["reports/che_results.csv"] if PLAN.che_cells else []
-    files += ["reports/sink.csv"] if PLAN.attention_jobs() else []
-    files += ["reports/leakage.csv"] if PLAN.leakage_pairs else []
+    files = [f"{REPORTS}/lm_results.csv"] if PLAN.lm_jobs() else []
+    files += [f"{REPORTS}/timing.csv", f"{REPORTS}/timing_repeats.csv"] if PLAN.timing_runs else []
+    files += [f"{REPORTS}/che_results.csv"] if PLAN.che_cells else []
+    files += [f"{REPORTS}/sink.csv"] if PLAN.attention_jobs() else []
+    files += [f"{REPORTS}/leakage.csv"] if PLAN.leakage_pairs else []
     return files
 
 
 def all_targets():
-    return [*aggregate_files(), *table_files(), *figure_files(), "reports/claims.md", "reports/claims.csv",
-            "reports/paper_comparison.md", "reports/paper_comparison.csv"]
+    return [*aggregate_files(), *table_files(), *figure_files(), f"{REPORTS}/claims.md", f"{REPORTS}/claims.csv",
+            f"{REPORTS}/paper_comparison.md", f"{REPORTS}/paper_comparison.csv"]
 
 
 def report_inputs(wildcards):
     """The plan and the aggregated CSVs this configuration produces (as named inputs)."""
-    csvs = {"lm": "reports/lm_results.csv", "timing": "reports/timing.csv",
-            "timing_repeats": "reports/timing_repeats.csv", "che": "reports/che_results.csv",
-            "sink": "reports/sink.csv", "leakage": "reports/leakage.csv"}
+    csvs = {"lm": f"{REPORTS}/lm_results.csv", "timing": f"{REPORTS}/timing.csv",
+            "timing_repeats": f"{REPORTS}/timing_repeats.csv", "che": f"{REPORTS}/che_results.csv",
+            "sink": f"{REPORTS}/sink.csv", "leakage": f"{REPORTS}/leakage.csv"}
     present = aggregate_files()
-    return {"plan": "results/plan.json", **{key: path for key, path in csvs.items() if path in present}}
+    return {"plan": PLAN_JSON, **{key: path for key, path in csvs.items() if path in present}}
 
 
 def report_sources(wildcards, input):

@@ -4,11 +4,11 @@ and seed (reports/leakage.csv). The runs themselves are trained and evaluated by
 
 rule leakage_table:
     input:
-        plan="results/plan.json",
+        plan=PLAN_JSON,
         evals=lm_files("eval.csv", leakage_jobs()),
     output:
         leakage=report(
-            "reports/leakage.csv",
+            f"{REPORTS}/leakage.csv",
             caption="../report/leakage_table.rst",
             category="Language models",
             subcategory="leakage",

@@ -4,7 +4,7 @@
 
 rule write_plan:
     output:
-        plan="results/plan.json",
+        plan=PLAN_JSON,
     params:
         digest=grid.spec_digest(report_spec()),
     log:
@@ -16,17 +16,17 @@ rule write_plan:
 
 rule aggregate_lm:
     input:
-        plan="results/plan.json",
+        plan=PLAN_JSON,
         evals=lm_files("eval.csv"),
         summaries=lm_files("summary.json"),
         windows=lm_files("windows.csv"),
     output:
         lm=report(
-            "reports/lm_results.csv",
+            f"{REPORTS}/lm_results.csv",
             caption="../report/lm_results.rst",
             category="Data",
         ),
-        windows="reports/lm_windows.csv",
+        windows=f"{REPORTS}/lm_windows.csv",
     localrule: True
     log:
         "logs/report/aggregate_lm.log",
@@ -39,10 +39,10 @@ rule aggregate_lm:
 
 rule aggregate_sink:
     input:
-        plan="results/plan.json",
+        plan=PLAN_JSON,
         sinks=attention_files("sink.csv"),
     output:
-        sink="reports/sink.csv",
+        sink=f"{REPORTS}/sink.csv",
     localrule: True
     log:
         "logs/report/aggregate_sink.log",
@@ -54,17 +54,17 @@ rule aggregate_sink:
 
 rule aggregate_timing:
     input:
-        plan="results/plan.json",
+        plan=PLAN_JSON,
         timings=timing_files(),
         repeats=timing_files("repeats.csv"),
     output:
         timing=report(
-            "reports/timing.csv",
+            f"{REPORTS}/timing.csv",
             caption="../report/timing_results.rst",
             category="Data",
         ),
         repeats=report(
-            "reports/timing_repeats.csv",
+            f"{REPORTS}/timing_repeats.csv",
             caption="../report/timing_repeats.rst",
             category="Data",
         ),
@@ -80,11 +80,11 @@ rule aggregate_timing:
 
 rule aggregate_che:
     input:
-        plan="results/plan.json",
+        plan=PLAN_JSON,
         cells=che_files(),
     output:
         che=report(
-            "reports/che_results.csv",
+            f"{REPORTS}/che_results.csv",
             caption="../report/che_results.rst",
             category="Data",
         ),
@@ -116,11 +116,11 @@ rule tables:
 
 rule ppl_figure:
     input:
-        plan="results/plan.json",
-        lm="reports/lm_results.csv",
+        plan=PLAN_JSON,
+        lm=f"{REPORTS}/lm_results.csv",
     output:
         figure=report(
-            "reports/figures/ppl_{family}.png",
+            f"{REPORTS}/figures/ppl_{{family}}.png",
             caption="../report/ppl.rst",
             category="Language models",
             subcategory="{family}",
@@ -143,11 +143,11 @@ rule ppl_figure:
 
 rule sweep_figure:
     input:
-        plan="results/plan.json",
-        lm="reports/lm_results.csv",
+        plan=PLAN_JSON,
+        lm=f"{REPORTS}/lm_results.csv",
     output:
         figure=report(
-            "reports/figures/sweep_{family}.png",
+            f"{REPORTS}/figures/sweep_{{family}}.png",
             caption="../report/sweep.rst",
             category="Language models",
             subcategory="{family}",
@@ -171,11 +171,11 @@ rule sweep_figure:
 
 rule timing_figure:
     input:
-        plan="results/plan.json",
-        timing="reports/timing.csv",
+        plan=PLAN_JSON,
+        timing=f"{REPORTS}/timing.csv",
     output:
         figure=report(
-            "reports/figures/timing_{family}.png",
+            f"{REPORTS}/figures/timing_{{family}}.png",
             caption="../report/timing.rst",
             category="Timing",
             subcategory="{family}",
@@ -198,11 +198,11 @@ rule timing_figure:
 
 rule che_figure:
     input:
-        plan="results/plan.json",
-        che="reports/che_results.csv",
+        plan=PLAN_JSON,
+        che=f"{REPORTS}/che_results.csv",
     output:
         figure=report(
-            "reports/figures/che_{family}.png",
+            f"{REPORTS}/figures/che_{{family}}.png",
             caption="../report/che.rst",
             category="CHE",
             subcategory="{family}",
@@ -229,7 +229,7 @@ rule attention_figure:
         maps="results/lm/{run}/seed{seed}/attention/L{length}/maps.npz",
     output:
         figure=report(
-            "reports/figures/attention/{run}-seed{seed}-L{length}.png",
+            f"{REPORTS}/figures/attention/{{run}}-seed{{seed}}-L{{length}}.png",
             caption="../report/attention.rst",
             category="Attention maps",
             subcategory="{run}",
@@ -246,10 +246,10 @@ rule attention_figure:
 
 rule sink_figure:
     input:
-        sink="reports/sink.csv",
+        sink=f"{REPORTS}/sink.csv",
     output:
         figure=report(
-            "reports/figures/sink.png",
+            f"{REPORTS}/figures/sink.png",
             caption="../report/sink.rst",
             category="Attention maps",
             subcategory="attention sink",
@@ -268,11 +268,11 @@ rule claims:
         # the report inputs and, with language models, their per-window losses (the claims' intervals)
         unpack(
             lambda wildcards: report_inputs(wildcards)
-            | ({"windows": "reports/lm_windows.csv"} if PLAN.lm_jobs() else {})
+            | ({"windows": f"{REPORTS}/lm_windows.csv"} if PLAN.lm_jobs() else {})
         ),
     output:
-        markdown=report("reports/claims.md", caption="../report/claims.rst", category="Claims"),
-        table="reports/claims.csv",
+        markdown=report(f"{REPORTS}/claims.md", caption="../report/claims.rst", category="Claims"),
+        table=f"{REPORTS}/claims.csv",
     params:
         sources=report_sources,
         gpu_tflops=config["estimate"]["gpu_tflops"],
@@ -289,11 +289,11 @@ rule claims:
 
 rule paper_comparison:
     input:
-        plan="results/plan.json",
-        lm="reports/lm_results.csv",
+        plan=PLAN_JSON,
+        lm=f"{REPORTS}/lm_results.csv",
     output:
-        markdown=report("reports/paper_comparison.md", caption="../report/paper_comparison.rst", category="Claims"),
-        table="reports/paper_comparison.csv",
+        markdown=report(f"{REPORTS}/paper_comparison.md", caption="../report/paper_comparison.rst", category="Claims"),
+        table=f"{REPORTS}/paper_comparison.csv",
     localrule: True
     log:
         "logs/report/paper_comparison.log",

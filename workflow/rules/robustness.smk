@@ -54,12 +54,12 @@ rule robustness_run:
 
 rule robustness:
     input:
-        claims="reports/claims.csv",
+        claims=f"{REPORTS}/claims.csv",
         shifted=f"{ROBUSTNESS_DIR}/reports/claims.csv",
         summary=f"{ROBUSTNESS_DIR}/shift.json",
     output:
-        markdown="reports/robustness.md",
-        table="reports/robustness.csv",
+        markdown=f"{REPORTS}/robustness.md",
+        table=f"{REPORTS}/robustness.csv",
     log:
         "logs/robustness/report.log",
     localrule: True
