@@ -3,6 +3,8 @@ CONFIRMED, REFUTED, UNDECIDED and NOT-RUN; claims find rows by role."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -11,6 +13,7 @@ from dape_core.report.claims import (CLAIMS, CONFIRMED, CORE_CLAIMS, NOT_RUN, RE
                                      evaluate_claims, evaluate_claims_on_paper)
 from dape_core.methods import parse_method
 from dape_core.report.compare import setting_correlations
+from dape_core.report.paper import as_che, as_lm_results, as_timing
 
 SEEDS = (0, 1, 2)
 
@@ -474,3 +477,21 @@ def test_a_one_seed_run_takes_the_seed_noise_of_the_multi_seed_runs():
     assert record["seed_noise"].startswith("σ ")
     assert verdict("dape1x3_improves_nope_rope", frame(source, rope, far)) == CONFIRMED
     assert verdict("dape1x3_improves_nope_rope", frame(rope, far)) == UNDECIDED
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=lambda c: c.claim_id)
+def test_each_claim_decides_against_the_thresholds_it_declares(claim):
+    """A claim is a declaration: its check reads the thresholds declared beside it and no other. Raised to an
+    unreachable value (a 1000 % margin, a 10⁹ explosion, a ratio of 0), a claim CONFIRMED on the paper's own
+    numbers is no longer CONFIRMED."""
+    tables = dict(timing=as_timing(), che=as_che(), point=True)
+    before = evaluate_claims(as_lm_results(), claim_ids={claim.claim_id}, **tables)["verdict"].iloc[0]
+    if before != CONFIRMED:
+        pytest.skip(f"{before} on the paper's numbers")
+    unreachable = {"explodes": 1e9, "bounded": 0.0, "ratio": 0.0 if claim.claim_id == "leakage_collapse" else 1e9,
+                   "absolute": 0.0, "tolerance": -1.0}
+    thresholds = {k: (v if isinstance(v, tuple) else unreachable.get(k, 10.0)) for k, v in claim.thresholds.items()}
+    assert thresholds, claim.claim_id
+    after = evaluate_claims(as_lm_results(), claim_ids={claim.claim_id}, claims=(replace(claim, thresholds=thresholds),),
+                            **tables)["verdict"].iloc[0]
+    assert after != CONFIRMED, (claim.claim_id, thresholds)

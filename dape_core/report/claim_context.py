@@ -1,0 +1,235 @@
+"""What the claims' checks read and how they report: the rows of a role with their multiples, the per-window
+losses of a run × seed × length (:class:`Context`), a seed's unit of values, the comparison of two methods'
+log-perplexities (paired by seed only within a setting, :func:`compare`), and one check's record with the seeds
+that would decide it. No claim is named here: the checks (:mod:`~dape_core.report.lm_checks`, ``timing_check``,
+``che_check``, ``sink_check``) and their declarations (:mod:`~dape_core.report.claims`) build on it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from dape_core.report.aggregate import ROLES, in_role
+from dape_core.report.intervals import (POINT, UNDECIDED, Interval, SeedNoise, combine_noise, difference, interval,
+                                        seeds_to_decide)
+from dape_core.report.seed_noise import SeedNoiseSource, setting_of
+
+SETTING = ["dataset", "train_len", "size"]  # a check's setting inside its role: one set of checks per value
+#: per-window column → the lm_results column whose log stands in for it without per-window data
+PPL_OF = {"loss": "ppl", "loss_dp": "ppl_dp", "loss_local": "ppl_local"}
+
+
+def exp(x: float) -> float:
+    with np.errstate(over="ignore"):
+        return float(np.exp(x))
+
+
+def gain_of(d: float) -> float:
+    """1 − exp(−d): the relative gain of a log-ratio d = log ppl_B − log ppl_A (+∞ → 1, −∞ → −∞)."""
+    with np.errstate(over="ignore"):
+        return float(-np.expm1(-d))
+
+
+# ----------------------------------------------------------------------------------------------- data access
+def lm_rows(lm: pd.DataFrame | None, role: str) -> pd.DataFrame:
+    """The rows of one role with ``multiple`` = eval_len / train_len and diverged runs at perplexity +∞."""
+    if lm is None or lm.empty:
+        return pd.DataFrame(columns=SETTING + ["run", "method", "seed", "eval_len", "multiple", "ppl"])
+    df = in_role(lm, role)
+    df = df[df["train_len"].notna() & df["eval_len"].notna()].copy()
+    df["size"] = df["size"].fillna("-").astype(str) if "size" in df else "-"
+    df["train_len"] = df["train_len"].astype(int)
+    df["eval_len"] = df["eval_len"].astype(int)
+    df["multiple"] = (df["eval_len"] / df["train_len"]).round(4)
+    df["run"] = df["run"].astype(str) if "run" in df else ""
+    ok = df["status"].eq("ok") if "status" in df else True
+    df["ppl"] = df["ppl"].astype(float).where(ok, np.inf)
+    if "ppl_local" in df and "delta_p" in df:  # the paper prints ΔP and the local perplexity only
+        dp = df["ppl_dp"].astype(float) if "ppl_dp" in df else pd.Series(np.nan, index=df.index)
+        df["ppl_dp"] = dp.fillna(df["ppl_local"].astype(float) - df["delta_p"].astype(float))
+    if "tril" in df:
+        df["tril"] = df["tril"].astype(str).str.lower().isin(["true", "1", "1.0"])
+    return df
+
+
+def of_role(df: pd.DataFrame | None, role: str) -> pd.DataFrame | None:
+    """The rows of ``role`` in a timing, CHE or sink table; the whole table when it has no ``roles`` column."""
+    if df is None or "roles" not in df:
+        return df
+    return in_role(df, role)
+
+
+def rows_text(role: str) -> str:
+    """How a rule names the rows it reads: "Rows of the central comparison (role central)"."""
+    return f"Rows of {ROLES[role]} (role {role})"
+
+
+def settings(df: pd.DataFrame, keys=SETTING):
+    if df.empty:
+        return
+    for key, g in df.groupby(keys, sort=True):
+        yield ", ".join(f"{k}={v}" for k, v in zip(keys, key)), g
+
+
+def pick(g: pd.DataFrame, spec) -> pd.DataFrame:
+    """Rows of one method ("Kerple") or one method at one hidden width (("DAPE-Kerple", 64))."""
+    if isinstance(spec, tuple):
+        method, width = spec
+        return g[(g["method"] == method) & (pd.to_numeric(g["dape_width"], errors="coerce") == width)]
+    return g[g["method"] == spec]
+
+
+def name_of(spec) -> str:
+    return f"{spec[0]} (D={spec[1]})" if isinstance(spec, tuple) else spec
+
+
+def in_range(where: str, m: pd.Series) -> pd.Series:
+    return {"within": m == 1, "beyond": m > 1, "all": m >= 1}[where]
+
+
+def fmt(x: float) -> str:
+    if np.isinf(x):
+        return "+∞" if x > 0 else "−∞"
+    return f"{x:.2f}" if abs(x) < 100 else f"{x:.4g}"
+
+
+def pct(x: float) -> str:
+    if np.isinf(x):
+        return "+∞" if x > 0 else "−∞"
+    return "nan" if np.isnan(x) else f"{100 * x:+.1f}%"
+
+
+class Context:
+    """What the checks read: the aggregated tables, the per-window losses by (run, seed, evaluation length), the
+    multi-seed settings that give checks their seed noise, and whether verdicts are point verdicts (the paper's
+    numbers)."""
+
+    def __init__(self, lm=None, timing=None, che=None, sink=None, windows=None, point: bool = False,
+                 timing_repeats=None):
+        self.lm, self.timing, self.che, self.sink, self.point = lm, timing, che, sink, point
+        self.timing_repeats = timing_repeats
+        self.windows: dict[tuple[str, int, int], pd.DataFrame] = {}
+        if windows is not None and len(windows):
+            for (run, seed, n), g in windows.groupby(["run", "seed", "eval_len"], sort=False):
+                self.windows[(str(run), int(seed), int(n))] = g.set_index(["document", "anchor"])
+        self.seed_source = SeedNoiseSource(None if point else lm, windows)
+
+    def noise(self, stat, paired: bool, rows: pd.DataFrame) -> SeedNoise | None:
+        """σ of one seed's ``stat`` for the run(s) of ``rows`` (:mod:`~dape_core.report.seed_noise`): their
+        setting's, or the grid's largest where the setting has one seed."""
+        return self.seed_source.noise(stat, paired, setting_of(rows))
+
+    def interval(self, units, statistic, key: str, inner: str = "windows", seed_noise: SeedNoise | None = None,
+                 kind: str = "paired t") -> Interval:
+        return interval(units, statistic, key, point=self.point, inner=inner, seed_noise=seed_noise, kind=kind)
+
+    def difference(self, units_b, units_a, statistic, key: str, inner: str = "windows",
+                   noise_b: SeedNoise | None = None, noise_a: SeedNoise | None = None) -> Interval:
+        return difference(units_b, units_a, statistic, key, point=self.point, inner=inner, noise_b=noise_b,
+                          noise_a=noise_a)
+
+    def piece(self, rows: pd.DataFrame, column: str = "loss") -> pd.Series | float:
+        """One method × seed × evaluation length (one row per run): the per-window ``column`` indexed by window
+        (runs of one method and seed averaged), or without per-window data the log of the row's perplexity;
+        +∞ when a run diverged."""
+        if np.isinf(rows["ppl"].to_numpy(dtype=float)).any():
+            return float("inf")
+        found = [self.windows.get((run, int(seed), int(n)))
+                 for run, seed, n in zip(rows["run"], rows["seed"], rows["eval_len"])]
+        if all(f is not None and len(f) and column in f for f in found):
+            series = pd.concat([f[column] for f in found], axis=1, join="inner").mean(axis=1)
+            if len(series):
+                return series
+        return float(np.log(rows[PPL_OF[column]].astype(float)).mean())
+
+
+def unit_of(pieces: list) -> np.ndarray:
+    """[rows, k]: the pieces' per-window values on the windows all share (a diverged piece is +∞ on each), or one
+    row of their means when a piece has no per-window data or fewer than two windows are shared."""
+    series = [p for p in pieces if isinstance(p, pd.Series)]
+    if series and all(isinstance(p, pd.Series) or np.isinf(p) for p in pieces):
+        common = series[0].index
+        for p in series[1:]:
+            common = common.intersection(p.index)
+        if len(common) >= 2:
+            return np.column_stack([p.reindex(common).to_numpy(dtype=float) if isinstance(p, pd.Series)
+                                    else np.full(len(common), p) for p in pieces])
+    return np.array([[p.mean() if isinstance(p, pd.Series) else p for p in pieces]], dtype=float)
+
+
+def seeds_with(rows: pd.DataFrame, lengths, columns=("loss",)) -> set:
+    """Seeds with a row at every one of ``lengths`` (with the perplexities ``columns`` stand for)."""
+    ok = rows[rows[[PPL_OF[c] for c in columns]].notna().all(axis=1)]
+    have = ok.groupby("seed")["eval_len"].agg(set)
+    return {seed for seed, lens in have.items() if set(lengths) <= lens}
+
+
+def seed_unit(ctx: Context, parts) -> np.ndarray:
+    """The unit of one seed: ``parts`` lists (rows of one method and seed, evaluation lengths, column)."""
+    return unit_of([ctx.piece(rows[rows["eval_len"] == n], column) for rows, lengths, column in parts
+                  for n in lengths])
+
+
+def compare(ctx: Context, ra: pd.DataFrame, rb: pd.DataFrame, lengths_a, lengths_b, key: str,
+             stats=(("mean", "all", "loss"),) * 2) -> Interval | None:
+    """log ppl_B − log ppl_A (each a mean over its lengths and the seeds), with its t-interval. Paired by seed (and
+    window) only where the two share initialisation and batch stream — the same setting (dataset, size, training
+    length and budget) and seed —, with the interaction σ of the per-run statistics ``stats`` (A's, B's);
+    otherwise unpaired over all their seeds, each side with its setting's within-run σ. None when a side has no
+    complete seed."""
+    sa, sb = seeds_with(ra, lengths_a), seeds_with(rb, lengths_b)
+    if not sa or not sb:
+        return None
+    setting = setting_of(ra)
+    shared = sorted(sa & sb) if setting is not None and setting == setting_of(rb) else []
+    k = len(lengths_a)
+    if shared:
+        units = [seed_unit(ctx, [(ra[ra["seed"] == s], lengths_a, "loss"), (rb[rb["seed"] == s], lengths_b, "loss")])
+                 for s in shared]
+        parts = [ctx.noise(stat, True, ra) for stat in stats]
+        noise = combine_noise(parts) if all(p is not None for p in parts) else None
+        return ctx.interval(units, lambda m: m[:, k:].mean(axis=1) - m[:, :k].mean(axis=1), key, seed_noise=noise)
+    units_a = [seed_unit(ctx, [(ra[ra["seed"] == s], lengths_a, "loss")]) for s in sorted(sa)]
+    units_b = [seed_unit(ctx, [(rb[rb["seed"] == s], lengths_b, "loss")]) for s in sorted(sb)]
+    return ctx.difference(units_b, units_a, lambda m: m.mean(axis=1), key,
+                          noise_b=ctx.noise(stats[1], False, rb), noise_a=ctx.noise(stats[0], False, ra))
+
+
+def stat_of(where: str) -> tuple:
+    """The per-run seed-noise statistic of a perplexity comparison at ``where`` (within, beyond, all)."""
+    return ("mean", where, "loss")
+
+
+def geometric_mean(rows: pd.DataFrame, lengths) -> float:
+    """Geometric mean of the perplexity over ``rows`` at ``lengths`` (+∞ with a diverged run)."""
+    values = rows.loc[rows["eval_len"].isin(lengths), "ppl"].astype(float)
+    with np.errstate(divide="ignore"):
+        return float(np.exp(np.log(values).mean())) if len(values) else float("nan")
+
+
+def interval_text(iv: Interval, show=pct) -> str:
+    """" [low, high]" (nothing for a point verdict, whose scope says so)."""
+    return "" if iv.basis == POINT else f" [{show(iv.low)}, {show(iv.high)}]"
+
+
+def record(verdict: str, text: str, iv: Interval | None, rule: dict | None = None, runs=(), **numbers) -> dict:
+    """One check: its verdict, its text (ending with the verdict, what the interval saw and the seed noise it
+    used) and its numbers; with ``rule`` (side, confirm, refute of :func:`decide`) an UNDECIDED check also gets
+    the seeds that would decide it (``seeds_needed``) and the ``runs`` they would retrain."""
+    scope = f"; {iv.scope()}" if iv is not None else ""
+    if iv is not None and iv.seed_noise is not None:
+        scope += f"; {iv.seed_noise.text()}"
+    record = {"verdict": verdict, "text": f"{text} → {verdict}{scope}", **numbers}
+    if iv is not None:
+        record.update(basis=iv.basis, n_seeds=iv.n_seeds, n_rows=iv.n_rows, unit_sd=iv.unit_sd)
+        if iv.seed_noise is not None:
+            record.update(seed_sd=iv.seed_noise.sd, seed_df=iv.seed_noise.df)
+    if rule is not None and iv is not None and verdict == UNDECIDED:
+        needed, why = seeds_to_decide(iv, **rule)
+        record.update(seeds_needed=needed, seeds_needed_text=why, runs=sorted({str(r) for r in runs}))
+    return record
+
+
+def runs_of(*frames: pd.DataFrame) -> list[str]:
+    """The runs of some rows (what more seeds would retrain)."""
+    return sorted({str(r) for f in frames for r in f["run"]}) if frames else []
