@@ -152,6 +152,6 @@ def write_heatmaps(path: str | Path, layers: list[dict], *, method: str, device:
     map, the method and the device."""
     arrays = {f"layer{i}_{name}": m[name] if m[name].ndim == 2 else m[name][:, -1, :]
               for i, m in enumerate(layers) for name in MAP_NAMES}
-    with io.atomic_path(Path(path)) as tmp:
+    with io.output_path(Path(path), seal=True) as tmp:
         with open(tmp, "wb") as handle:
             np.savez_compressed(handle, method=np.array(method), device=np.array(device), **arrays)

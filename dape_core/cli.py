@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-from dape_core.errors import ConfigError
+from dape_core.errors import ArtefactError, ConfigError
 
 # sub-command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown command {args.command!r}")
     try:
         result = args._module.run(args)
-    except ConfigError as err:
+    except (ConfigError, ArtefactError) as err:
         parser.exit(2, f"dape {args.command}: error: {err}\n")
     return int(result or 0)
 

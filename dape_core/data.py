@@ -42,8 +42,8 @@ from typing import Any, BinaryIO, Iterable, Iterator
 
 import numpy as np
 
-from dape_core.errors import ConfigError, require_choice, require_positive
-from dape_core.io import atomic_path
+from dape_core.errors import ArtefactError, ConfigError, require_choice, require_positive
+from dape_core.io import atomic_path, file_sha256
 
 SOURCES = ("builtin-code", "builtin-prose", "local", "hub")
 TOKENIZERS = ("bpe", "file")
@@ -446,14 +446,6 @@ def write_npy(path: Path, array: np.ndarray) -> str:
     return write_bytes(path, buffer.getvalue())
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def length_histogram(lengths: np.ndarray) -> dict[str, list[int]]:
     """Documents per log2 bin: bin k counts lengths in [2^k, 2^(k+1))."""
     if len(lengths) == 0:
@@ -581,18 +573,57 @@ def read_meta(data_dir: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"data_dir: {str(data_dir)!r} has no meta.json; "
                           "allowed values: an --out-dir of `dape tokenize`")
-    return json.loads(path.read_text(encoding="utf-8"))
+    redo = f"redo it: snakemake --forcerun {path} (rule tokenize)"
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ArtefactError(f"{path}: not valid JSON ({type(err).__name__}); {redo}") from None
+    if not (isinstance(meta, dict) and isinstance(meta.get("tokenizer"), dict) and "dtype" in meta["tokenizer"]
+            and isinstance(meta.get("splits"), dict) and all(split in meta["splits"] for split in SPLITS)):
+        raise ArtefactError(f"{path}: not the meta.json of `dape tokenize` (no tokenizer dtype or splits); {redo}")
+    return meta
+
+
+def verify_token_file(path: Path, wanted: str) -> None:
+    """``path`` against the sha256 meta.json recorded for it (a same-size overwrite changes no length). A file once
+    verified is not hashed again while its size, modification time and inode stay those of the verification (a
+    stamp ``.<name>.verified`` beside it; a read-only directory simply hashes every time)."""
+    try:
+        stat = path.stat()
+    except OSError as err:
+        raise ArtefactError(f"{path}: cannot be read ({err.strerror}); redo it: snakemake --forcerun "
+                            f"{path.with_name('meta.json')} (rule tokenize)") from None
+    key = f"{wanted} {stat.st_size} {stat.st_mtime_ns} {stat.st_ino}\n"
+    stamp = path.with_name(f".{path.name}.verified")
+    if stamp.is_file() and stamp.read_text(encoding="utf-8") == key:
+        return
+    if file_sha256(path) != wanted:
+        raise ArtefactError(f"{path}: its content does not match the sha256 meta.json recorded for it (overwritten or "
+                            f"damaged since `dape tokenize` wrote it); redo it: snakemake --forcerun "
+                            f"{path.with_name('meta.json')} (rule tokenize)")
+    try:
+        with atomic_path(stamp) as tmp:
+            tmp.write_text(key, encoding="utf-8")
+    except OSError:
+        pass
 
 
 def load_split(data_dir: str | Path, split: str) -> TokenSplit:
-    """The token memmap, document offsets, token byte lengths and metadata of one split."""
+    """The token memmap, document offsets, token byte lengths and metadata of one split, each file checked against
+    the sha256 meta.json recorded."""
     require_choice("split", split, SPLITS)
     data_dir = Path(data_dir)
     meta = read_meta(data_dir)
+    recorded = meta["splits"][split]
+    for name, key in ((f"{split}.bin", "tokens_sha256"), (f"{split}.docs.npy", "docs_sha256")):
+        if key in recorded:
+            verify_token_file(data_dir / name, recorded[key])
+    if "token_bytes_sha256" in meta["tokenizer"]:
+        verify_token_file(data_dir / "token_bytes.npy", meta["tokenizer"]["token_bytes_sha256"])
     dtype = np.dtype(meta["tokenizer"]["dtype"])
     tokens = np.memmap(data_dir / f"{split}.bin", dtype=dtype, mode="r")
     offsets = np.load(data_dir / f"{split}.docs.npy")
-    if len(tokens) != meta["splits"][split]["tokens"] or offsets[-1] != len(tokens):
+    if len(tokens) != recorded["tokens"] or offsets[-1] != len(tokens):
         raise ConfigError(f"data_dir: {split}.bin in {str(data_dir)!r} does not match meta.json; rerun `dape tokenize`")
     return TokenSplit(tokens=tokens, doc_offsets=offsets, token_bytes=np.load(data_dir / "token_bytes.npy"), meta=meta)
 

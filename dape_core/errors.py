@@ -30,3 +30,7 @@ def require_odd_kernel(field: str, value: Any) -> int:
     if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1 and value % 2 == 1):
         raise ConfigError(f"{field}: {value!r} is not allowed; allowed values: an odd positive integer (1, 3, 5, ...)")
     return value
+
+
+class ArtefactError(ValueError):
+    """A damaged, cut or foreign file: the message names the file, what is wrong and the command that redoes it."""

@@ -285,9 +285,9 @@ def run(args) -> int:
     frame["eval_device"] = device_name(device)
     frame["git_commit"] = git_commit()
     frame["data_dir"] = str(args.data_dir)
-    io.write_csv(args.out, frame)
+    io.write_csv(args.out, frame, seal=True)
     if args.windows_out:
-        io.write_csv(args.windows_out, windows)
+        io.write_csv(args.windows_out, windows, seal=True)
     if args.sink_out or args.heatmap_out:
         n = ev.heatmap_len or ts["train_len"]
         sequences = sink_sequences(split, n, ev.sink_sequences if args.sink_out else 1, seed=ev.seed)
@@ -312,7 +312,7 @@ def run(args) -> int:
             sink = pd.concat(frames, ignore_index=True)
             for key in ("encoding", "processor", "kernel_size", "train_len", "seed"):
                 sink[key] = settings[key]
-            io.write_csv(args.sink_out, sink)
+            io.write_csv(args.sink_out, sink, seal=True)
         if args.heatmap_out:
             write_heatmaps(args.heatmap_out, layers, method=ckpt["method"], device=device_name(device))
     return 0

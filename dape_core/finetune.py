@@ -36,7 +36,7 @@ import torch.nn.functional as F
 
 from dape_core import settings as fields
 from dape_core.checkpoints import checkpoints_for
-from dape_core.data import file_sha256
+from dape_core.io import file_sha256
 from dape_core.distributed import Distributed
 from dape_core.errors import ConfigError, require_choice
 from dape_core.hf.patch import ENCODINGS as HF_ENCODINGS, SUPPORTED_MODEL_TYPES, hf_settings

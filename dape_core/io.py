@@ -1,10 +1,14 @@
 """Atomic outputs: write under a temporary name in the destination directory, then rename.
 
-A killed job never leaves a file that looks finished (Snakemake judges completeness by existence).
+A killed job never leaves a file that looks finished (Snakemake judges completeness by existence). A job's
+result files are also *sealed* (``seal=True``): the sha256 of their content is written beside them first, as
+``<file>.sha256`` in ``sha256sum`` format, so the reader (:mod:`dape_core.artefacts`) can tell a damaged or
+overwritten file from the one the job wrote.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from contextlib import contextmanager
@@ -25,23 +29,52 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
-def write_text(path: str | Path, text: str) -> None:
+HASH_SUFFIX = ".sha256"
+
+
+def file_sha256(path: str | Path) -> str:
+    """The sha256 of a file's bytes (read in 1 MiB blocks)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def hash_path(path: str | Path) -> Path:
+    """Where a sealed file's recorded sha256 lives: ``<file>.sha256``."""
+    path = Path(path)
+    return path.with_name(path.name + HASH_SUFFIX)
+
+
+@contextmanager
+def output_path(path: str | Path, seal: bool = False) -> Iterator[Path]:
+    """:func:`atomic_path`; with ``seal`` the finished temporary file's sha256 is recorded beside ``path`` before the
+    file is renamed into place (a kill in between leaves a record without its file, which Snakemake redoes)."""
     with atomic_path(path) as tmp:
+        yield tmp
+        if seal:
+            with atomic_path(hash_path(path)) as record:
+                record.write_text(f"{file_sha256(tmp)}  {Path(path).name}\n", encoding="utf-8")
+
+
+def write_text(path: str | Path, text: str, seal: bool = False) -> None:
+    with output_path(path, seal) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
 
-def write_json(path: str | Path, data: Any) -> None:
-    write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+def write_json(path: str | Path, data: Any, seal: bool = False) -> None:
+    write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", seal)
 
 
-def write_csv(path: str | Path, frame) -> None:
+def write_csv(path: str | Path, frame, seal: bool = False) -> None:
     """A pandas DataFrame as CSV, atomically."""
-    with atomic_path(path) as tmp:
+    with output_path(path, seal) as tmp:
         frame.to_csv(tmp, index=False)
 
 
-def torch_save(path: str | Path, obj: Any) -> None:
+def torch_save(path: str | Path, obj: Any, seal: bool = False) -> None:
     import torch
 
-    with atomic_path(path) as tmp:
+    with output_path(path, seal) as tmp:
         torch.save(obj, tmp)

@@ -487,8 +487,9 @@ def run(args) -> int:
     except TimingWorkerError as err:
         print(f"dape time: error: {err}", file=sys.stderr)
         return 1
-    io.write_csv(args.repeats_out or repeats_path(args.out), pd.DataFrame(repeat_rows, columns=list(REPEAT_COLUMNS)))
-    io.write_csv(args.out, pd.DataFrame(rows))
+    io.write_csv(args.repeats_out or repeats_path(args.out), pd.DataFrame(repeat_rows, columns=list(REPEAT_COLUMNS)),
+                 seal=True)
+    io.write_csv(args.out, pd.DataFrame(rows), seal=True)
     for row in rows:
         print(f"{row['run']}: {row['method']} {row['mode']} T={row['seq_len']} B={row['batch_size']} on "
               f"{row['device']}: " + (f"{row['median_ms']:.1f} ms (median of {row['repeats']} interleaved), "

@@ -209,11 +209,28 @@ def hashed_model_config(model: GPT, device) -> dict:
     return config
 
 
+MODEL_KEYS = ("model", "model_config", "train_settings", "status", "config_hash", "method")  # model.pt's
+
+
 def load_model(path: str | Path, map_location: str = "cpu") -> tuple[GPT, dict]:
-    """Restore a ``model.pt`` written by ``dape train``: returns (model in eval mode, the checkpoint dict)."""
-    checkpoint = torch.load(path, map_location=map_location, weights_only=False)
-    model = GPT(GPTConfig(**checkpoint["model_config"]))
-    model.load_state_dict(checkpoint["model"])
+    """Restore a ``model.pt`` written by ``dape train``: returns (model in eval mode, the checkpoint dict). The file
+    is checked against the sha256 its job recorded; an unreadable or foreign file stops with one line naming it."""
+    from dape_core.artefacts import fail, verify_hash
+
+    verify_hash(path, "train_lm")
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=False)
+    except Exception as err:  # pickle, zip and torch each raise their own kinds on a damaged file
+        raise fail(path, f"not a readable model.pt of `dape train` ({type(err).__name__})", "train_lm") from None
+    missing = [k for k in MODEL_KEYS if not isinstance(checkpoint, dict) or k not in checkpoint]
+    if missing:
+        raise fail(path, f"not a model.pt of `dape train` (no {', '.join(missing)})", "train_lm")
+    try:
+        model = GPT(GPTConfig(**checkpoint["model_config"]))
+        model.load_state_dict(checkpoint["model"])
+    except (TypeError, ValueError, RuntimeError, KeyError) as err:
+        raise fail(path, f"its weights do not fit the model its model_config describes ({type(err).__name__}: "
+                         f"{str(err).splitlines()[0][:120]})", "train_lm") from None
     return model.eval(), checkpoint
 
 
@@ -327,7 +344,7 @@ def fit(
         save(status, summary)
         if dist.rank == 0:
             io.write_text(out_dir / "metrics.jsonl", "".join(json.dumps(h) + "\n" for h in history))
-            io.write_json(out_dir / "summary.json", summary)
+            io.write_json(out_dir / "summary.json", summary, seal=True)
         # the run is complete: a forced rerun (e.g. after a code change) must train from step 0, not resume
         checkpoints.remove()
     return summary
@@ -393,7 +410,7 @@ def train(
         if dist.rank == 0:
             io.torch_save(out_dir / "model.pt", {"model": state, "model_config": dataclasses.asdict(model_config),
                                                   "train_settings": dataclasses.asdict(settings), "status": status,
-                                                  "config_hash": chash, "method": method})
+                                                  "config_hash": chash, "method": method}, seal=True)
 
     summary = fit(model, optimizer, settings, train_split.tokens, loss_of, save=save, describe=describe,
                   config_hash=chash, out_dir=out_dir, checkpoints=checkpoints_for(checkpoint_dir, dist), dist=dist,

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from dape_core import cli
+from dape_core.artefacts import verify_hash
 from dape_core.che.runner import (
     CHESettings,
     aggregate_cells,
@@ -76,7 +77,8 @@ def test_cli_writes_the_csv_atomically_with_length_and_summary_rows(tmp_path):
         "--threads", str(torch.get_num_threads()), "--out", str(out),
     ]  # fmt: skip
     assert cli.main(argv) == 0
-    assert [p.name for p in out.parent.iterdir()] == ["che.csv"]  # no temporary file left behind
+    assert sorted(p.name for p in out.parent.iterdir()) == ["che.csv", "che.csv.sha256"]  # no temporary file left
+    assert verify_hash(out)  # sealed: the sha256 the job recorded matches what it wrote
     frame = pd.read_csv(out)
     assert list(frame.columns) == [
         "task", "encoding", "processor", "kernel_size", "dape_width", "method", "seed", "lr", "steps", "length",

@@ -19,7 +19,7 @@ import zstandard
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from dape_core import cli, data
-from dape_core.errors import ConfigError
+from dape_core.errors import ArtefactError, ConfigError
 
 HUB_FIXTURE = Path(__file__).parent / "data" / "hub_pile_like"
 OUTPUT_FILES = ("train.bin", "val.bin", "train.docs.npy", "val.docs.npy", "token_bytes.npy", "tokenizer.json", "meta.json")
@@ -420,9 +420,30 @@ def test_loader_errors_raise_config_error(tmp_path):
     out, _ = tokenize(tmp_path / "out", source="hub", dataset=str(HUB_FIXTURE))
     with pytest.raises(ConfigError, match="split: 'test' is not allowed; allowed values: train, val"):
         data.load_split(out, "test")
-    with open(out / "val.bin", "ab") as handle:
-        handle.write(b"\0\0")
-    with pytest.raises(ConfigError, match="data_dir: val.bin in .* does not match meta.json"):
-        data.load_split(out, "val")
     with pytest.raises(IndexError):
         data.load_split(out, "train").document(10_000)
+    with open(out / "val.bin", "ab") as handle:
+        handle.write(b"\0\0")
+    with pytest.raises(ArtefactError, match=r"val.bin: its content does not match the sha256 meta.json recorded.*"
+                                            r"snakemake --forcerun .*meta.json \(rule tokenize\)"):
+        data.load_split(out, "val")
+    meta = json.loads((out / "meta.json").read_text())  # a meta.json without hashes: the lengths still tell
+    del meta["splits"]["val"]["tokens_sha256"]
+    (out / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ConfigError, match="data_dir: val.bin in .* does not match meta.json"):
+        data.load_split(out, "val")
+    (out / "meta.json").write_text("{not json")
+    with pytest.raises(ArtefactError, match="meta.json: not valid JSON"):
+        data.load_split(out, "val")
+
+
+def test_a_same_size_overwrite_of_a_token_file_is_named(tmp_path):
+    """The length matches, the content does not: the sha256 meta.json recorded tells (the DAG's train.bin case)."""
+    out, _ = tokenize(tmp_path / "out", source="hub", dataset=str(HUB_FIXTURE))
+    data.load_split(out, "train")  # verified once: a stamp records size, time and inode
+    assert (out / ".train.bin.verified").is_file()
+    content = bytearray((out / "train.bin").read_bytes())
+    content[:4] = bytes(4) if content[:4] != bytes(4) else b"\1\1\1\1"
+    (out / "train.bin").write_bytes(bytes(content))  # same size, new time: hashed again
+    with pytest.raises(ArtefactError, match="train.bin: its content does not match the sha256 meta.json recorded"):
+        data.load_split(out, "train")

@@ -15,7 +15,7 @@ from dape_core import attention_maps
 from dape_core.cli import main
 from dape_core.config import SCHEMA_PATH, attention_map_options, build_plan, load_yaml, train_options
 from dape_core.data import load_split
-from dape_core.errors import ConfigError
+from dape_core.errors import ArtefactError, ConfigError
 from dape_core.evaluate import EvalSettings
 from dape_core.report import aggregate, figures
 from dape_core.settings import defaults
@@ -145,7 +145,8 @@ def _job_files(root: Path, run: str, seed: int, length: int, masses: np.ndarray)
     rows = [{"method": "m", "eval_len": length, "layer": layer, "sequence": s, "document": s, "start": 0,
              "sink_mass": m, "device": "cpu"} for (s, layer), m in np.ndenumerate(masses)]
     pd.DataFrame(rows).to_csv(job / "sink.csv", index=False)
-    pd.DataFrame([{"eval_len": length, "method": "m", "status": "ok"}]).to_csv(job / "eval.csv", index=False)
+    pd.DataFrame([{"eval_len": length, "method": "m", "status": "ok", "ppl": 9.0, "loss": np.log(9.0),
+                   "config_hash": "h", "data_dir": "d"}]).to_csv(job / "eval.csv", index=False)
     return str(job / "sink.csv")
 
 
@@ -168,7 +169,8 @@ def test_a_sink_file_without_sequences_is_named_with_the_command_that_redoes_it(
     run, seed, length = plan.attention_jobs()[0]
     path = _job_files(tmp_path, run, seed, length, np.full((1, 2), 0.3))
     pd.read_csv(path).drop(columns=["sequence"]).to_csv(path, index=False)
-    with pytest.raises(ConfigError, match="no 'sequence' column.*forcerun attention_maps"):
+    with pytest.raises(ArtefactError, match="sink.csv: no column sequence; expected the attention-sink table.*forcerun .*sink.csv "
+                                            r"\(rule attention_maps"):
         aggregate.sink_results(plan.report_spec(), [path])
 
 

@@ -215,7 +215,7 @@ def run(args) -> int:
     settings = fields.from_args(CHESettings, args)
     start = time.perf_counter()
     frame = run_cell(settings)
-    io.write_csv(args.out, frame)
+    io.write_csv(args.out, frame, seal=True)
     summary = frame[frame["row_type"] == "summary"].iloc[0]
     print(json.dumps({"method": summary["method"], "task": settings.task, "ood_accuracy": round(summary["accuracy"], 4),
                       "wall_s": round(time.perf_counter() - start, 1), "out": str(args.out)}))  # fmt: skip

@@ -531,7 +531,7 @@ def write_report_spec(path: str | Path, spec: dict, log: str | Path | None = Non
     """Write the report spec (``Plan.report_spec``) atomically; one summary line goes to ``log``."""
     from dape_core import io
 
-    io.write_json(path, spec)
+    io.write_json(path, spec, seal=True)
     if log is not None:
         io.write_text(log, f"{len(spec['families'])} families, {len(spec['lm_runs'])} LM runs → {path}\n")
 

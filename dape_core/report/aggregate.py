@@ -11,7 +11,6 @@ does not have (``size``, ``dropout``, …) empty.
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 import dape_core
+from dape_core import artefacts
 from dape_core.errors import ConfigError
 
 #: role → what the reports read a family of that role as (the roles of the configuration schema)
@@ -41,8 +41,8 @@ LEADING = ["run", "seed", "families", "roles", "method", "eval_len", "status", "
 
 
 def read_plan(path: str | Path) -> dict:
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+    """The report spec of rule write_plan, checked where it is read."""
+    return artefacts.read_json(path, artefacts.PLAN)
 
 
 def run_and_seed(path: str | Path, levels_up: int = 1) -> tuple[str, int]:
@@ -85,14 +85,15 @@ def roles_of(families: str, roles: dict[str, str]) -> str:
 def lm_results(plan: dict, eval_paths: list[str], summary_paths: list[str]) -> pd.DataFrame:
     """One row per run × evaluation length × seed, with settings, families, roles, training summary and
     provenance."""
-    summaries = {run_and_seed(p): json.loads(Path(p).read_text(encoding="utf-8")) for p in summary_paths}
+    summaries = {run_and_seed(p): artefacts.read_json(p, artefacts.SUMMARY) for p in summary_paths}
     members = _families_by_length(plan)
     roles = family_roles(plan)
     frames = []
     for path in eval_paths:
         run, seed = run_and_seed(path)
-        frame = pd.read_csv(path)
-        settings = (plan["lm_runs"].get(run) or plan.get("finetune_runs", {})[run])["settings"]
+        spec = plan["lm_runs"].get(run) or plan.get("finetune_runs", {})[run]
+        frame = artefacts.read_csv(path, artefacts.EVAL, rows=evaluated_lengths(spec))
+        settings = spec["settings"]
         frame["run"], frame["seed"] = run, seed
         for key in LM_SETTING_COLUMNS:
             if key not in frame or frame[key].isna().all():
@@ -119,13 +120,29 @@ def lm_results(plan: dict, eval_paths: list[str], summary_paths: list[str]) -> p
 WINDOW_LEADING = ["run", "seed", "eval_len", "document", "anchor"]
 
 
+def evaluated_lengths(spec: dict) -> int | None:
+    """Rows of a run's eval.csv: one per evaluation length the plan gives it (None when the plan does not say)."""
+    lengths = (spec.get("eval") or {}).get("eval_lens")
+    return len(set(lengths)) if lengths else None
+
+
+def scored_windows(eval_path: Path) -> int | None:
+    """Rows of a run's windows.csv: the windows its eval.csv says were scored (None without that eval.csv)."""
+    if not eval_path.is_file():
+        return None
+    evaluation = artefacts.read_csv(eval_path, artefacts.EVAL)
+    if "n_windows" not in evaluation:  # a diverged run scores no window; a table without counts says nothing
+        return 0 if not evaluation["status"].eq("ok").any() else None
+    return int(pd.to_numeric(evaluation["n_windows"], errors="coerce").fillna(0).sum())
+
+
 def lm_windows(window_paths: list[str]) -> pd.DataFrame:
     """Per-window losses of every run × seed × evaluation length (``results/lm/{run}/seed{seed}/windows.csv``),
     led by the run and seed: the units of the claims' paired bootstrap (a window is (``document``, ``anchor``),
     the same for every run evaluated on one split with the same settings)."""
     frames = []
     for path in window_paths:
-        frame = pd.read_csv(path)
+        frame = artefacts.read_csv(path, artefacts.WINDOWS, rows=scored_windows(Path(path).with_name("eval.csv")))
         frame["run"], frame["seed"] = run_and_seed(path)
         frames.append(frame)
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=WINDOW_LEADING)
@@ -147,12 +164,13 @@ def sink_results(plan: dict, sink_paths: list[str]) -> pd.DataFrame:
     for path in sink_paths:
         run, seed = run_and_seed(path, levels_up=3)
         length = int(Path(path).parent.name.removeprefix("L"))
-        frame = pd.read_csv(path)
-        if len(frame) and "sequence" not in frame:
-            raise ConfigError(f"{path}: no 'sequence' column (written before the sink had one row per sequence); "
-                              "allowed values: a sink.csv of `dape evaluate --sink-out`; redo it with "
-                              "`snakemake --forcerun attention_maps`")
-        side = pd.read_csv(Path(path).with_name("eval.csv"))
+        frame = artefacts.read_csv(path, artefacts.SINK)
+        layers = frame.groupby("sequence")["layer"].count() if len(frame) else pd.Series(dtype=int)
+        if len(layers) and (layers != layers.max()).any():  # every sequence has a row per layer
+            short = layers[layers != layers.max()]
+            raise artefacts.fail(path, f"sequence {short.index[0]:g} has {short.iloc[0]} layer rows where the others "
+                                       f"have {layers.max()} (a cut file)", "attention_maps")
+        side = artefacts.read_csv(Path(path).with_name("eval.csv"), artefacts.EVAL, rule="attention_maps")
         status = str(side["status"].iloc[0]) if len(side) else "diverged"
         if frame.empty:
             frame = pd.DataFrame([{"method": side["method"].iloc[0] if "method" in side and len(side) else "",
@@ -175,7 +193,7 @@ def _labelled(paths: list[str], label, families: dict, name: str, roles: dict[st
     roles."""
     frames = []
     for path in paths:
-        frame = pd.read_csv(path)
+        frame = artefacts.read_csv(path, artefacts.CHE)
         key, value = label(Path(path))
         joined = _join(families.get(key, []))
         frame.insert(0, name, value)
@@ -191,16 +209,16 @@ def _labelled(paths: list[str], label, families: dict, name: str, roles: dict[st
 def timing_results(plan: dict, timing_paths: list[str]) -> pd.DataFrame:
     """The timing CSVs (one row per method × length; a job's file names each row's ``run``, a file without that
     column is one run's) with their run name, families and roles."""
-    return _by_run(plan, timing_paths)
+    return _by_run(plan, timing_paths, artefacts.TIMING)
 
 
-def _by_run(plan: dict, paths: list[str]) -> pd.DataFrame:
+def _by_run(plan: dict, paths: list[str], kind: artefacts.Kind) -> pd.DataFrame:
     families: dict[str, list[str]] = {}
     for m in plan["timing_members"]:
         families.setdefault(m["run"], []).append(m["family"])
     roles, frames = family_roles(plan), []
     for path in paths:
-        frame = pd.read_csv(path)
+        frame = artefacts.read_csv(path, kind)
         if "run" not in frame:
             frame.insert(0, "run", Path(path).stem)
         joined = frame["run"].map(lambda run: _join(families.get(run, [])))
@@ -223,7 +241,7 @@ def timing_repeats(plan: dict, repeat_paths: list[str], timing: pd.DataFrame | N
     """Every interleaved repeat (one row per method × length × round: Table 7 App. H, §4.2) with its run's families
     and roles. Each file is checked where it is read: the columns of :data:`REPEAT_COLUMNS` and, against the
     summary rows of ``timing`` (timing.csv's), ``repeats`` rows for every method × length timed ``ok``."""
-    df = _by_run(plan, repeat_paths)
+    df = _by_run(plan, repeat_paths, artefacts.REPEATS)
     missing = [c for c in REPEAT_COLUMNS if c not in df]
     if len(df) and missing:
         raise ConfigError(f"{df['source_file'].iloc[0]}: no column {', '.join(missing)}; allowed values: a repeats "
@@ -256,7 +274,7 @@ def che_results(plan: dict, cell_paths: list[str]) -> pd.DataFrame:
 def leakage_results(plan: dict, eval_paths: list[str]) -> pd.DataFrame:
     """Each run without tril next to its tril twin: ppl of both and their ratio, per evaluation length and seed,
     with the family and its role."""
-    evals = {run_and_seed(p): pd.read_csv(p).set_index("eval_len") for p in eval_paths}
+    evals = {run_and_seed(p): artefacts.read_csv(p, artefacts.EVAL).set_index("eval_len") for p in eval_paths}
     roles = family_roles(plan)
     rows = []
     for family, pairs in plan["leakage_pairs"].items():

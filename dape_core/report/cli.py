@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from dape_core import io
+from dape_core import artefacts, io
 
 LM_STAGES = ("lm", "leakage", "finetune")  # stages whose runs have perplexity tables
 
@@ -133,7 +133,8 @@ def _add_sources(p: argparse.ArgumentParser) -> None:
 
 
 def _read(path: str | None) -> pd.DataFrame | None:
-    return pd.read_csv(path) if path else None
+    """An aggregated table, checked where it is read (dape_core.artefacts)."""
+    return artefacts.read_csv(path, artefacts.report_table(path)) if path else None
 
 
 def run(args) -> int:
@@ -146,7 +147,7 @@ def run(args) -> int:
             frame = aggregate.lm_results(plan, args.evals, args.summaries)
             if args.windows_out:
                 windows = aggregate.lm_windows(args.windows)
-                io.write_csv(args.windows_out, windows)
+                io.write_csv(args.windows_out, windows, seal=True)
                 print(f"{len(windows)} rows → {args.windows_out}")
         elif command == "sink":
             frame = aggregate.sink_results(plan, args.sinks)
@@ -154,13 +155,13 @@ def run(args) -> int:
             frame = aggregate.timing_results(plan, args.timings)
             if args.repeats_out:
                 repeats = aggregate.timing_repeats(plan, args.repeats, frame)
-                io.write_csv(args.repeats_out, repeats)
+                io.write_csv(args.repeats_out, repeats, seal=True)
                 print(f"{len(repeats)} rows → {args.repeats_out}")
         elif command == "che":
             frame = aggregate.che_results(plan, args.cells)
         else:
             frame = aggregate.leakage_results(plan, args.evals)
-        io.write_csv(args.out, frame)
+        io.write_csv(args.out, frame, seal=True)
         print(f"{len(frame)} rows → {args.out}")
     elif command == "tables":
         for path in write_tables(aggregate.read_plan(args.plan), _read(args.lm), _read(args.timing),
@@ -169,7 +170,7 @@ def run(args) -> int:
     elif command == "robustness":
         from dape_core.report.robustness import compare, read_summary, robustness_markdown
 
-        table = compare(pd.read_csv(args.claims), pd.read_csv(args.shifted_claims))
+        table = compare(_read(args.claims), _read(args.shifted_claims))
         io.write_text(args.out_md, robustness_markdown(table, read_summary(args.shift_summary)))
         io.write_csv(args.out_csv, table)
     elif command == "figure":
@@ -181,7 +182,7 @@ def run(args) -> int:
     else:
         from dape_core.report.compare import compare_markdown, ordering
 
-        lm = pd.read_csv(args.lm)
+        lm = _read(args.lm)
         plan = aggregate.read_plan(args.plan) if args.plan else None
         io.write_text(args.out_md, compare_markdown(lm, plan=plan))
         io.write_csv(args.out_csv, ordering(lm))
@@ -233,18 +234,18 @@ def draw_figure(args) -> None:
         figures.attention_figure(args.maps, args.out)
         return
     if args.kind == "sink":
-        figures.sink_figure(pd.read_csv(args.sink), args.out)
+        figures.sink_figure(_read(args.sink), args.out)
         return
     spec = aggregate.read_plan(args.plan)["families"][args.family]
     title = family_heading(args.family, spec)
     if args.kind == "ppl":
-        figures.ppl_figure(pd.read_csv(args.lm), args.family, spec.get("panel_by"), title, args.out, spec["runs"])
+        figures.ppl_figure(_read(args.lm), args.family, spec.get("panel_by"), title, args.out, spec["runs"])
     elif args.kind == "sweep":
-        figures.sweep_figure(pd.read_csv(args.lm), args.family, spec["sweep"], title, args.out)
+        figures.sweep_figure(_read(args.lm), args.family, spec["sweep"], title, args.out)
     elif args.kind == "timing":
-        figures.timing_figure(pd.read_csv(args.timing), args.family, title, args.out)
+        figures.timing_figure(_read(args.timing), args.family, title, args.out)
     else:
-        figures.che_figure(pd.read_csv(args.che), args.family, spec.get("aggregation", "max"), title, args.out)
+        figures.che_figure(_read(args.che), args.family, spec.get("aggregation", "max"), title, args.out)
 
 
 def write_claims(lm, timing, che, sink, out_md: str | Path, out_csv: str | Path, windows=None,
@@ -261,5 +262,5 @@ def write_claims(lm, timing, che, sink, out_md: str | Path, out_csv: str | Path,
     rho = setting_correlations(lm) if lm is not None and len(lm) else None
     io.write_text(out_md, claims_markdown(verdicts, paper=evaluate_claims_on_paper(), rho=rho))
     table = verdicts.assign(numbers=verdicts["numbers"].map(lambda n: json.dumps(n, default=str, sort_keys=True)))
-    io.write_csv(out_csv, table)
+    io.write_csv(out_csv, table, seal=True)
     return verdicts

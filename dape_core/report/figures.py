@@ -18,7 +18,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from dape_core import io  # noqa: E402
+from dape_core import artefacts, io  # noqa: E402
 from dape_core.report.aggregate import in_family  # noqa: E402
 from dape_core.report.tables import panels, with_labels  # noqa: E402
 
@@ -171,9 +171,9 @@ def che_figure(che: pd.DataFrame, family: str, aggregation: str, title: str, out
 def attention_figure(maps_path: str | Path, out: str | Path) -> None:
     """Appendix K: per layer, heads × keys of A = q·kᵀ/√d, the bias B, the DAPE term and the attention
     probabilities, for the last query row of one sequence."""
-    data = np.load(maps_path)
+    data = artefacts.load_npz(maps_path, ("method",))
     method = str(data["method"]) if "method" in data else ""
-    layers = sorted({int(k.split("_")[0].removeprefix("layer")) for k in data.files if k.startswith("layer")})
+    layers = sorted({int(k.split("_")[0].removeprefix("layer")) for k in data if k.startswith("layer")})
     names = [("A", "A = q·kᵀ/√d"), ("B", "B (bias)"), ("dape", "DAPE term"), ("probs", "probabilities")]
     fig, axes = plt.subplots(max(len(layers), 1), len(names), figsize=(4.2 * len(names), 2.4 * max(len(layers), 1)),
                              squeeze=False, layout="constrained")

@@ -1,0 +1,189 @@
+"""Every per-job output checked where it is read: the sha256 its job recorded (``<file>.sha256``, written by
+``dape_core.io`` with ``seal=True``), the columns and types its kind declares, and its row counts where the plan
+knows them. A damaged, cut or foreign file stops the reader with one line that names the file, what is wrong and
+the command that redoes it (:class:`~dape_core.errors.ArtefactError`); it never becomes a number in reports/.
+
+A file without a recorded hash (written before files were sealed) is read with the column and row checks alone.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dape_core import io
+from dape_core.errors import ArtefactError
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What a reader verifies of one kind of file: the ``columns`` (CSV) or ``keys`` (JSON) its readers need; of
+    the columns present, the ``numeric`` ones hold numbers and the ``filled`` ones no blank (``filled_when_ok``:
+    none in a row whose status is ok; the last column of a job's table is among them, so a cut row shows); and
+    the rule that writes it (for the redo command)."""
+
+    name: str
+    rule: str
+    columns: tuple[str, ...] = ()
+    numeric: tuple[str, ...] = ()
+    filled: tuple[str, ...] = ()
+    filled_when_ok: tuple[str, ...] = ()
+    keys: tuple[str, ...] = ()
+
+
+EVAL = Kind("evaluation table (dape evaluate --out)", "evaluate_lm",
+            columns=("eval_len", "status", "ppl"),
+            numeric=("eval_len", "ppl", "loss"), filled=("eval_len", "status", "method", "config_hash", "data_dir"),
+            filled_when_ok=("ppl", "loss"))
+WINDOWS = Kind("per-window losses (dape evaluate --windows-out)", "evaluate_lm",
+               columns=("eval_len", "document", "anchor", "tokens", "loss", "loss_dp", "loss_local"),
+               numeric=("eval_len", "document", "anchor", "tokens", "loss", "loss_dp", "loss_local"),
+               filled=("eval_len", "document", "anchor", "tokens", "loss", "loss_dp", "loss_local"))
+SINK = Kind("attention-sink table (dape evaluate --sink-out)", "attention_maps",
+            columns=("method", "eval_len", "layer", "sequence", "sink_mass"),
+            numeric=("eval_len", "layer", "sequence", "sink_mass"), filled=("method", "eval_len", "layer", "sink_mass"))
+TIMING = Kind("timing table (dape time --out)", "time_lm",
+              columns=("method", "seq_len", "batch_size", "mode", "status", "median_ms", "repeats"),
+              numeric=("seq_len", "batch_size", "repeats"), filled=("method", "seq_len", "mode", "status"))
+REPEATS = Kind("timing repeats (dape time --repeats-out)", "time_lm",
+               columns=("run", "method", "size", "n_layer", "d_model", "seq_len", "batch_size", "mode", "precision",
+                        "device", "threads", "cell", "round", "position", "ms"),
+               numeric=("n_layer", "d_model", "seq_len", "batch_size", "round", "position", "ms"),
+               filled=("run", "method", "cell", "round", "ms"))
+CHE = Kind("CHE results (dape che --out)", "che",
+           columns=("task", "method", "seed", "lr", "length", "accuracy", "n_samples", "row_type"),
+           numeric=("seed", "accuracy", "n_samples"), filled=("task", "method", "seed", "accuracy", "row_type"))
+SUMMARY = Kind("training summary (dape train)", "train_lm", keys=("status",))
+PLAN = Kind("report spec (rule write_plan)", "write_plan", keys=("families", "lm_runs", "lm_members"))
+
+#: the aggregated tables of reports/ (sealed by the rules that write them), by file name
+REPORT_TABLES = {
+    "lm_results.csv": Kind("aggregated language-model results", "aggregate_lm",
+                           columns=("run", "seed", "method", "eval_len", "status", "ppl"),
+                           numeric=("seed", "eval_len", "ppl"), filled=("run", "seed", "eval_len", "status")),
+    "lm_windows.csv": Kind("aggregated per-window losses", "aggregate_lm",
+                           columns=("run", "seed", "eval_len", "document", "anchor", "loss"),
+                           numeric=("seed", "eval_len", "document", "anchor", "loss"),
+                           filled=("run", "seed", "eval_len", "document", "anchor", "loss")),
+    "timing.csv": Kind("aggregated timing", "aggregate_timing", columns=("run", "method", "status", "median_ms"),
+                       filled=("run", "method", "status")),
+    "timing_repeats.csv": Kind("aggregated timing repeats", "aggregate_timing", columns=REPEATS.columns,
+                               numeric=REPEATS.numeric, filled=REPEATS.filled),
+    "che_results.csv": Kind("aggregated CHE results", "aggregate_che", columns=CHE.columns, numeric=CHE.numeric,
+                            filled=CHE.filled),
+    "sink.csv": Kind("aggregated attention sink", "aggregate_sink", columns=("run", "seed", "method", "sink_mass"),
+                     numeric=("seed", "sink_mass"), filled=("run", "seed", "method")),
+    "leakage.csv": Kind("leakage table", "leakage_table", columns=("run", "twin", "seed", "eval_len", "ratio"),
+                        numeric=("seed", "eval_len", "ratio"), filled=("run", "twin", "seed", "eval_len")),
+    "claims.csv": Kind("claim verdicts", "claims", columns=("claim_id", "verdict"), filled=("claim_id", "verdict")),
+}
+
+
+def report_table(path: str | Path) -> Kind:
+    """The kind of an aggregated table by its file name (a table of another name: read with the hash alone)."""
+    name = Path(path).name
+    return REPORT_TABLES.get(name, Kind(f"table {name}", "all"))
+
+
+def redo(path: str | Path, rule: str) -> str:
+    """The command that remakes one output of the DAG (with the run's own --configfile and --cores)."""
+    return f"snakemake --forcerun {path} (rule {rule}; add this run's --configfile and --cores)"
+
+
+def fail(path: str | Path, problem: str, rule: str | None = None) -> ArtefactError:
+    """The one line for a file that cannot be used: the file, what is wrong and, for a DAG output, how to redo it."""
+    tail = f"; redo it: {redo(path, rule)}" if rule else ""
+    return ArtefactError(f"{path}: {problem}{tail}")
+
+
+def verify_hash(path: str | Path, rule: str | None = None) -> bool:
+    """Compare ``path`` with the sha256 its job recorded; True when a record exists and matches, False when the file
+    has no record (written before files were sealed). A mismatch or an unreadable record raises."""
+    record = io.hash_path(path)
+    if not record.is_file():
+        return False
+    try:
+        wanted = record.read_text(encoding="utf-8").split()[0]
+    except (OSError, UnicodeDecodeError, IndexError):
+        raise fail(record, "not a sha256 record (expected `<hex>  <name>`)", rule) from None
+    try:
+        found = io.file_sha256(path)
+    except OSError as err:
+        raise fail(path, f"cannot be read ({err.strerror})", rule) from None
+    if found != wanted:
+        raise fail(path, f"its content does not match the sha256 its job recorded in {record.name} (cut, garbled "
+                         "or overwritten since it was written)", rule)
+    return True
+
+
+def read_csv(path: str | Path, kind: Kind, *, rows: int | None = None, rule: str | None = None) -> pd.DataFrame:
+    """A CSV output of ``kind``, verified: recorded hash, parseable, the declared columns, numbers where numbers
+    are declared, no blank in the filled columns, and exactly ``rows`` rows when given."""
+    rule = rule or kind.rule
+    verify_hash(path, rule)
+    try:
+        frame = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as err:
+        raise fail(path, f"unreadable as the {kind.name} ({type(err).__name__}: {str(err).splitlines()[0][:120]})",
+                   rule) from None
+    except OSError as err:
+        raise fail(path, f"cannot be read ({err.strerror})", rule) from None
+    missing = [c for c in kind.columns if c not in frame]
+    if missing:
+        raise fail(path, f"no column {', '.join(missing)}; expected the {kind.name}", rule)
+    for column in (c for c in kind.numeric if c in frame):
+        values = frame[column]
+        bad = values.notna() & pd.to_numeric(values, errors="coerce").isna()
+        if bad.any():
+            raise fail(path, f"column {column} holds {values[bad].iloc[0]!r} in data row {int(bad.idxmax()) + 1}, "
+                             "not a number", rule)
+    ok = frame["status"].eq("ok") if "status" in frame else pd.Series(True, index=frame.index)
+    for column in (c for c in (*kind.filled, *kind.filled_when_ok) if c in frame):
+        blank = frame[column].isna() & (ok if column in kind.filled_when_ok else True)
+        if blank.any():
+            raise fail(path, f"column {column} is blank in data row {int(blank.idxmax()) + 1} (a cut or damaged "
+                             "file)", rule)
+    if rows is not None and len(frame) != rows:
+        raise fail(path, f"{len(frame)} data rows where its run has {rows}", rule)
+    return frame
+
+
+def read_json(path: str | Path, kind: Kind, *, rule: str | None = None) -> dict[str, Any]:
+    """A JSON output of ``kind``, verified: recorded hash, valid JSON, an object with the declared keys."""
+    rule = rule or kind.rule
+    verify_hash(path, rule)
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise fail(path, f"not valid JSON ({err.msg} at line {err.lineno} column {err.colno})", rule) from None
+    except UnicodeDecodeError:
+        raise fail(path, "not valid JSON (not UTF-8 text)", rule) from None
+    except OSError as err:
+        raise fail(path, f"cannot be read ({err.strerror})", rule) from None
+    if not isinstance(data, dict):
+        raise fail(path, f"a JSON {type(data).__name__}; expected the {kind.name} (an object)", rule)
+    missing = [k for k in kind.keys if k not in data]
+    if missing:
+        raise fail(path, f"no key {', '.join(missing)}; expected the {kind.name}", rule)
+    return data
+
+
+def load_npz(path: str | Path, keys: tuple[str, ...], *, rule: str = "attention_maps") -> dict[str, Any]:
+    """A NumPy archive (attention maps), verified: recorded hash, a readable archive holding ``keys``."""
+    import numpy as np
+
+    verify_hash(path, rule)
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            data = {key: archive[key] for key in archive.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
+        raise fail(path, f"not a readable NumPy archive ({type(err).__name__})", rule) from None
+    missing = [k for k in keys if k not in data]
+    if missing:
+        raise fail(path, f"no array {', '.join(missing)}", rule)
+    return data

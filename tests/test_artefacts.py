@@ -1,0 +1,167 @@
+"""Every per-job output is checked where it is read: a cut, garbled or overwritten file, or a foreign one, stops its
+reader with one line naming the file, what is wrong and the command that redoes it (dape_core.artefacts)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from dape_core import artefacts, io
+from dape_core.errors import ArtefactError
+from dape_core.model import GPT, GPTConfig
+from dape_core.train import load_model
+
+
+def eval_frame(lengths=(32, 64)) -> pd.DataFrame:
+    return pd.DataFrame({"eval_len": list(lengths), "status": "ok", "ppl": [9.0, 11.0][:len(lengths)],
+                         "loss": np.log([9.0, 11.0][:len(lengths)]), "method": "Kerple", "config_hash": "abc",
+                         "n_windows": [3, 2][:len(lengths)], "data_dir": "results/data/code"})
+
+
+def windows_frame() -> pd.DataFrame:
+    return pd.DataFrame({"eval_len": [32, 32, 32, 64, 64], "document": [0, 1, 2, 0, 1], "anchor": [40, 50, 60, 70, 80],
+                         "tokens": 16, "loss": [2.1, 2.2, 2.3, 2.4, 2.5], "loss_dp": 2.0, "loss_local": 2.0})
+
+
+def cut(path, keep: float = 0.6) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+
+
+def overwrite_same_size(path) -> None:
+    data = bytearray(path.read_bytes())
+    index = data.index(b"9")  # a digit of a number: the file still parses, with another value
+    data[index:index + 1] = b"8"
+    path.write_bytes(bytes(data))
+
+
+def test_a_sealed_file_records_its_sha256_in_sha256sum_format(tmp_path):
+    path = tmp_path / "eval.csv"
+    io.write_csv(path, eval_frame(), seal=True)
+    record = io.hash_path(path).read_text()
+    assert record == f"{io.file_sha256(path)}  eval.csv\n"
+    check = subprocess.run(["sha256sum", "-c", path.name + ".sha256"], cwd=tmp_path, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert artefacts.verify_hash(path)
+    frame = artefacts.read_csv(path, artefacts.EVAL, rows=2)
+    assert list(frame["eval_len"]) == [32, 64]
+
+
+@pytest.mark.parametrize("damage, message", [
+    (cut, "does not match the sha256 its job recorded"),
+    (overwrite_same_size, "does not match the sha256 its job recorded"),
+    (lambda p: p.write_text('{"eval_len": 32}'), "does not match the sha256 its job recorded"),
+])
+def test_a_damaged_sealed_file_is_named_with_the_command_that_redoes_it(tmp_path, damage, message):
+    path = tmp_path / "results/lm/run/seed0/eval.csv"
+    io.write_csv(path, eval_frame(), seal=True)
+    damage(path)
+    with pytest.raises(ArtefactError) as err:
+        artefacts.read_csv(path, artefacts.EVAL)
+    line = str(err.value)
+    assert "\n" not in line and line.startswith(f"{path}: ") and message in line
+    assert f"snakemake --forcerun {path} (rule evaluate_lm" in line
+
+
+def test_an_unsealed_file_is_checked_by_columns_blanks_and_rows(tmp_path):
+    """Files written before outputs were sealed: the declared columns, numbers, blanks and row counts still tell."""
+    path = tmp_path / "eval.csv"
+    eval_frame().to_csv(path, index=False)
+    assert not artefacts.verify_hash(path)
+    assert len(artefacts.read_csv(path, artefacts.EVAL, rows=2)) == 2
+    with pytest.raises(ArtefactError, match="2 data rows where its run has 3"):
+        artefacts.read_csv(path, artefacts.EVAL, rows=3)
+    cut(path, 0.9)  # the last row loses its tail: blank fields
+    with pytest.raises(ArtefactError, match="eval.csv: column .* is blank in data row 2 .*cut or damaged"):
+        artefacts.read_csv(path, artefacts.EVAL)
+    path.write_text(json.dumps({"eval_len": [32]}))  # JSON text where a CSV belongs
+    with pytest.raises(ArtefactError, match="eval.csv: no column .*expected the evaluation table"):
+        artefacts.read_csv(path, artefacts.EVAL)
+    frame = windows_frame().astype({"loss": object})
+    frame.loc[4, "loss"] = "4 2.5"  # garbled number
+    frame.to_csv(tmp_path / "windows.csv", index=False)
+    with pytest.raises(ArtefactError, match="windows.csv: column loss holds '4 2.5' in data row 5, not a number"):
+        artefacts.read_csv(tmp_path / "windows.csv", artefacts.WINDOWS)
+    (tmp_path / "empty.csv").write_text("")
+    with pytest.raises(ArtefactError, match="empty.csv: unreadable as the CHE results"):
+        artefacts.read_csv(tmp_path / "empty.csv", artefacts.CHE)
+
+
+def test_a_summary_that_is_not_json_is_named(tmp_path):
+    path = tmp_path / "summary.json"
+    io.write_json(path, {"status": "ok", "steps_done": 10, "config_hash": "abc"}, seal=True)
+    assert artefacts.read_json(path, artefacts.SUMMARY)["steps_done"] == 10
+    path.write_text('{"status": "ok",\n "steps_done": 1O}')
+    io.hash_path(path).unlink()
+    with pytest.raises(ArtefactError, match=r"summary.json: not valid JSON \(Expecting .* line 2 column .*\); redo it: "
+                                            r"snakemake --forcerun .*summary.json \(rule train_lm"):
+        artefacts.read_json(path, artefacts.SUMMARY)
+    path.write_text('["status"]')
+    with pytest.raises(ArtefactError, match="a JSON list; expected the training summary"):
+        artefacts.read_json(path, artefacts.SUMMARY)
+    io.hash_path(path).write_text("garbage")
+    with pytest.raises(ArtefactError, match="summary.json: its content does not match"):
+        artefacts.read_json(path, artefacts.SUMMARY)
+
+
+def test_attention_maps_are_checked(tmp_path):
+    path = tmp_path / "maps.npz"
+    with io.output_path(path, seal=True) as tmp, open(tmp, "wb") as handle:
+        np.savez_compressed(handle, method=np.array("m"), A=np.zeros((2, 3, 3)))
+    assert set(artefacts.load_npz(path, ("A", "method"))) == {"A", "method"}
+    with pytest.raises(ArtefactError, match="maps.npz: no array B"):
+        artefacts.load_npz(path, ("B",))
+    cut(path)
+    io.hash_path(path).unlink()
+    with pytest.raises(ArtefactError, match="maps.npz: not a readable NumPy archive"):
+        artefacts.load_npz(path, ("A",))
+
+
+def _model_file(path, **drop):
+    config = GPTConfig(vocab_size=50, n_layer=1, n_head=2, d_model=16, encoding="kerple", processor="none")
+    model = GPT(config)
+    import dataclasses
+
+    state = {"model": model.state_dict(), "model_config": dataclasses.asdict(config), "train_settings": {},
+             "status": "ok", "config_hash": "abc", "method": "Kerple"}
+    for key in drop:
+        state.pop(key)
+    io.torch_save(path, state, seal=True)
+
+
+def test_a_model_file_is_checked_where_it_is_loaded(tmp_path):
+    path = tmp_path / "model.pt"
+    _model_file(path)
+    model, checkpoint = load_model(path)
+    assert checkpoint["method"] == "Kerple"
+    path.write_bytes(b"garbage" * 100)
+    io.hash_path(path).unlink()
+    with pytest.raises(ArtefactError, match=r"model.pt: not a readable model.pt of `dape train` \(.*\); redo it: "
+                                            r"snakemake --forcerun .*model.pt \(rule train_lm"):
+        load_model(path)
+    _model_file(path, model_config=True)
+    with pytest.raises(ArtefactError, match="model.pt: not a model.pt of `dape train` \\(no model_config\\)"):
+        load_model(path)
+    torch.save({"model": {}, "model_config": {"vocab_size": 50, "n_layer": 1, "n_head": 2, "d_model": 16},
+                "train_settings": {}, "status": "ok", "config_hash": "x", "method": "m"}, path)
+    io.hash_path(path).unlink()
+    with pytest.raises(ArtefactError, match="model.pt: its weights do not fit the model its model_config describes"):
+        load_model(path)
+
+
+def test_dape_evaluate_names_a_garbage_model_in_one_line(tmp_path):
+    path = tmp_path / "model.pt"
+    path.write_bytes(b"\x80\x04garbage")
+    result = subprocess.run([sys.executable, "-m", "dape_core.cli", "evaluate", "--checkpoint", str(path),
+                             "--data-dir", str(tmp_path), "--out", str(tmp_path / "eval.csv")],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"dape evaluate: error: {path}: not a readable model.pt of `dape train` (UnpicklingError); redo it: "
+        f"snakemake --forcerun {path} (rule train_lm; add this run's --configfile and --cores)"]
