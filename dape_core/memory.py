@@ -45,6 +45,7 @@ from dape_core.errors import ConfigError, require_choice
 
 KERNELS = ("efficient", "math")
 RESERVE_BYTES = 2 * 2**30  # CUDA context and library workspaces
+CPU_RESERVE_BYTES = 2**29  # on a CPU: the interpreter, torch and the data loader's baseline (about 0.4 GB measured)
 RESERVE_SHARE = 0.10  # the caching allocator's fragmentation, of the modelled bytes
 GIB = 2**30
 
@@ -205,12 +206,12 @@ def model_saved_bytes(cfg, micro_batch: int, *, precision: str = "fp32", attenti
 
 
 def training_memory(cfg, micro_batch: int, *, precision: str = "fp32", shards: int = 1,
-                    attention_kernel: str = "efficient") -> TrainingMemory:
+                    attention_kernel: str = "efficient", reserve_bytes: int = RESERVE_BYTES) -> TrainingMemory:
     """The modelled peak of a training step of ``micro_batch`` sequences on one device (module docstring)."""
     saved = model_saved_bytes(cfg, micro_batch, precision=precision, attention_kernel=attention_kernel)
     states = state_bytes(cfg, precision=precision, shards=shards)
     transient = transient_bytes(cfg, micro_batch, precision=precision)
-    reserve = RESERVE_BYTES + int(RESERVE_SHARE * (states + saved + transient))
+    reserve = reserve_bytes + int(RESERVE_SHARE * (states + saved + transient))
     return TrainingMemory(micro_batch, states, saved, transient, reserve)
 
 
@@ -231,3 +232,50 @@ def micro_batch_for(cfg, per_device: int, gpu_mem_gb: float, *, precision: str =
         f"({memory.describe()}), more than resources.train_lm gpu_mem_gb {gpu_mem_gb:g}; allowed: a larger gpu_mem_gb, "
         "more GPUs with distributed: fsdp (resources.train_lm.sizes), activation_checkpointing: true, or a shorter "
         "train_len")
+
+
+def machine_memory_bytes() -> int | None:
+    """This machine's memory as a job sees it: the smaller of MemTotal and the cgroup's limit (None when neither
+    can be read)."""
+    limits = []
+    try:
+        for line in open("/proc/meminfo", encoding="ascii"):
+            if line.startswith("MemTotal:"):
+                limits.append(int(line.split()[1]) * 1024)
+    except OSError:
+        pass
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = open(path, encoding="ascii").read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2**60:
+            limits.append(int(text))
+    return min(limits) if limits else None
+
+
+def cpu_preflight(cfg, micro_batch: int, *, precision: str = "fp32", mem_mb: int | None = None,
+                  machine_bytes: int | None = None) -> TrainingMemory:
+    """Stop a CPU training job before it starts when its modelled peak (the math attention kernel, the CPU's
+    baseline for a reserve) exceeds the machine's memory or the job's ``mem_mb``: a ConfigError with the estimate
+    and the settings to change. Returns the estimate otherwise."""
+    machine = machine_memory_bytes() if machine_bytes is None else machine_bytes
+    limits = [(f"resources.train_lm.mem_mb {mem_mb}", mem_mb * 2**20)] if mem_mb else []
+    limits += [(f"this machine's memory ({machine / GIB:.1f} GiB)", machine)] if machine else []
+    name, limit = min(limits, key=lambda item: item[1], default=(None, None))
+    # without the saved activations first: the states, the transient and the reserve cost no trace, and a job far
+    # beyond its memory (whose trace at its length would itself take minutes) is refused from them alone
+    states, transient = state_bytes(cfg, precision=precision), transient_bytes(cfg, micro_batch, precision=precision)
+    memory = TrainingMemory(micro_batch, states, 0, transient,
+                            CPU_RESERVE_BYTES + int(RESERVE_SHARE * (states + transient)))
+    if limit is None or memory.peak <= limit:
+        memory = training_memory(cfg, micro_batch, precision=precision, attention_kernel="math",
+                                 reserve_bytes=CPU_RESERVE_BYTES)
+    if limit is not None and memory.peak > limit:
+        at_least = "at least " if memory.saved == 0 else ""
+        raise ConfigError(
+            f"train: {micro_batch} sequences of {cfg.train_len} tokens need an estimated {at_least}"
+            f"{memory.peak / GIB:.1f} GiB ({memory.describe()}), more than {name}; allowed: a shorter train_len, a "
+            "smaller batch_size or micro_batch_size, a smaller size, activation_checkpointing: true, or a larger "
+            "resources.train_lm.mem_mb")
+    return memory

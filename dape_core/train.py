@@ -359,8 +359,11 @@ def train(
     *,
     progress: bool = True,
     stop_after: int | None = None,
+    mem_mb: int | None = None,
 ) -> dict:
-    """Train a :class:`GPT` (:func:`fit`), write ``model.pt`` and the outputs; returns the summary."""
+    """Train a :class:`GPT` (:func:`fit`), write ``model.pt`` and the outputs; returns the summary. On a CPU a job
+    whose modelled peak exceeds the machine's memory or ``mem_mb`` stops before it starts
+    (:func:`~dape_core.memory.cpu_preflight`)."""
     from dape_core.data import load_split
 
     torch.set_num_threads(settings.threads)
@@ -376,6 +379,11 @@ def train(
         raise ConfigError(f"train_len: {settings.train_len} exceeds the training split ({len(train_split.tokens)} tokens)")
     if settings.batch_size % dist.world:
         raise ConfigError(f"batch_size: {settings.batch_size} is not divisible by the {dist.world} processes")
+    if dist.device.type == "cpu":
+        from dape_core.memory import cpu_preflight
+
+        cpu_preflight(model_config, settings.micro_batch_size or settings.batch_size // dist.world,
+                      precision=settings.precision, mem_mb=mem_mb)
 
     torch.manual_seed(settings.seed)
     model = GPT(model_config).to(dist.device)
@@ -431,11 +439,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     fields.add_arguments(p, GPTConfig, exclude=NOT_TRAIN_OPTIONS)
     fields.add_arguments(p, TrainSettings)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--mem-mb", type=int, default=None,
+                   help="the job's memory (resources mem_mb): a CPU job whose estimated peak exceeds it, or the "
+                        "machine's memory, stops before it starts")
 
 
 def run(args) -> int:
     settings = fields.from_args(TrainSettings, args)
     config = fields.from_args(GPTConfig, args, train_len=settings.train_len)
-    summary = train(config, settings, args.data_dir, args.out_dir, args.checkpoint_dir, progress=not args.no_progress)
+    summary = train(config, settings, args.data_dir, args.out_dir, args.checkpoint_dir, progress=not args.no_progress,
+                    mem_mb=args.mem_mb)
     print(json.dumps({k: summary[k] for k in ("status", "steps_done", "final_loss", "tokens_per_s", "method")}))
     return 0

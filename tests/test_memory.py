@@ -6,6 +6,7 @@ and a job split into such pieces trains the same model."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -14,7 +15,8 @@ from torch.profiler import ProfilerActivity, profile
 from dape_core import config as grid
 from dape_core.config.__main__ import main as config_main
 from dape_core.errors import ConfigError
-from dape_core.memory import (model_saved_bytes, micro_batch_for, saved_bytes, training_memory, transient_bytes)
+from dape_core.memory import (cpu_preflight, machine_memory_bytes, model_saved_bytes, micro_batch_for, saved_bytes,
+                              training_memory, transient_bytes)
 from dape_core.model import GPT, GPTConfig
 from dape_core.train import TrainSettings, micro_batch_pieces, train
 
@@ -136,3 +138,27 @@ def test_the_paper_plan_gets_a_micro_batch_per_run_and_prints_them(capsys):
 def test_a_paper_run_that_cannot_fit_names_itself_and_the_setting():
     with pytest.raises(ConfigError, match=r"run \S+: one sequence of \d+ tokens needs .* gpu_mem_gb 1\b"):
         grid.build_plan(paper_config(1))
+
+
+# ------------------------------------------------------------------------------------------ the CPU preflight
+def test_a_cpu_job_that_cannot_fit_stops_before_it_starts_with_the_estimate_and_the_settings(tiny_corpus, tmp_path):
+    """`dape train --train-len 100000` on a CPU: refused with the estimate instead of being killed at ~20 GB."""
+    cfg = GPTConfig(size="small", encoding="kerple", processor="dape_v2", kernel_size=3, vocab_size=4096,
+                    train_len=100_000)
+    with pytest.raises(ConfigError, match=r"train: 32 sequences of 100000 tokens need an estimated at least [\d.]+ GiB "
+                                          r"\(micro-batch 32: .*\), more than this machine's memory \(24.0 GiB\); "
+                                          r"allowed: a shorter train_len, .*resources.train_lm.mem_mb"):
+        cpu_preflight(cfg, 32, machine_bytes=24 * 2**30)
+    small = dataclasses.replace(cfg, train_len=32)
+    estimate = cpu_preflight(small, 32, machine_bytes=24 * 2**30)
+    assert 2**28 < estimate.peak < 2**30  # the interpreter's baseline dominates a small model
+    with pytest.raises(ConfigError, match=r"more than resources.train_lm.mem_mb 100;"):
+        cpu_preflight(small, 32, mem_mb=100, machine_bytes=24 * 2**30)
+    settings = TrainSettings(train_len=32, batch_size=8, steps=2, threads=1)
+    with pytest.raises(ConfigError, match="more than resources.train_lm.mem_mb 1;"):
+        train(GPTConfig(size="tiny"), settings, tiny_corpus, tmp_path / "out", progress=False, mem_mb=1)
+    assert not (tmp_path / "out" / "model.pt").exists()  # stopped before training
+
+
+def test_the_machine_memory_is_read():
+    assert machine_memory_bytes() > 2**30

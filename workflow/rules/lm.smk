@@ -34,7 +34,8 @@ rule train_lm:
         "../../envs/lm.yaml"
     shell:
         "{params.launcher} --data-dir {params.data_dir} --out-dir {params.out_dir} --checkpoint-dir {params.checkpoint_dir}"
-        " {params.attention} {params.shape} {params.training} --seed {wildcards.seed} --no-progress > {log} 2>&1"
+        " {params.attention} {params.shape} {params.training} --seed {wildcards.seed} --mem-mb {resources.mem_mb}"
+        " --no-progress > {log} 2>&1"
 
 
 rule evaluate_lm:
