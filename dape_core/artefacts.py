@@ -48,7 +48,7 @@ SINK = Kind("attention-sink table (dape evaluate --sink-out)", "attention_maps",
             columns=("method", "eval_len", "layer", "sequence", "sink_mass"),
             numeric=("eval_len", "layer", "sequence", "sink_mass"), filled=("method", "eval_len", "layer", "sink_mass"))
 TIMING = Kind("timing table (dape time --out)", "time_lm",
-              columns=("method", "seq_len", "batch_size", "mode", "status", "median_ms", "repeats"),
+              columns=("method", "median_ms"),
               numeric=("seq_len", "batch_size", "repeats"), filled=("method", "seq_len", "mode", "status"))
 REPEATS = Kind("timing repeats (dape time --repeats-out)", "time_lm",
                columns=("run", "method", "size", "n_layer", "d_model", "seq_len", "batch_size", "mode", "precision",
@@ -56,7 +56,7 @@ REPEATS = Kind("timing repeats (dape time --repeats-out)", "time_lm",
                numeric=("n_layer", "d_model", "seq_len", "batch_size", "round", "position", "ms"),
                filled=("run", "method", "cell", "round", "ms"))
 CHE = Kind("CHE results (dape che --out)", "che",
-           columns=("task", "method", "seed", "lr", "length", "accuracy", "n_samples", "row_type"),
+           columns=("task", "accuracy"),
            numeric=("seed", "accuracy", "n_samples"), filled=("task", "method", "seed", "accuracy", "row_type"))
 SUMMARY = Kind("training summary (dape train)", "train_lm", keys=("status",))
 PLAN = Kind("report spec (rule write_plan)", "write_plan", keys=("families", "lm_runs", "lm_members"))
@@ -74,8 +74,9 @@ REPORT_TABLES = {
                        filled=("run", "method", "status")),
     "timing_repeats.csv": Kind("aggregated timing repeats", "aggregate_timing", columns=REPEATS.columns,
                                numeric=REPEATS.numeric, filled=REPEATS.filled),
-    "che_results.csv": Kind("aggregated CHE results", "aggregate_che", columns=CHE.columns, numeric=CHE.numeric,
-                            filled=CHE.filled),
+    "che_results.csv": Kind("aggregated CHE results", "aggregate_che", columns=("cell", "task", "method", "seed",
+                                                                             "accuracy", "row_type"),
+                            numeric=CHE.numeric, filled=CHE.filled),
     "sink.csv": Kind("aggregated attention sink", "aggregate_sink", columns=("run", "seed", "method", "sink_mass"),
                      numeric=("seed", "sink_mass"), filled=("run", "seed", "method")),
     "leakage.csv": Kind("leakage table", "leakage_table", columns=("run", "twin", "seed", "eval_len", "ratio"),

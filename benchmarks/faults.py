@@ -1,0 +1,217 @@
+"""Fault injection on a configuration's DAG (the smoke configuration by default): kills and damaged files, then the
+final reports compared with an uninterrupted run's.
+
+    python benchmarks/faults.py [--config configs/smoke.yaml] [--workdir /tmp/faults] [--kills 3] [--seed 0]
+                                [--out benchmarks/results/faults.csv]
+
+1. A reference run, uninterrupted, in ``WORKDIR/reference``.
+2. The same DAG in ``WORKDIR/faulted``, killed with SIGKILL (the whole process group, Snakemake and its jobs) at
+   ``--kills`` random moments and restarted each time the way ``make reproduce`` does (``dape_core.workflow_lock``
+   clears the stale lock, then ``snakemake --profile profiles/default``), with no manual step.
+3. One file of every kind (:data:`KINDS`) in turn, truncated, garbled and overwritten at the same size; after each,
+   ``snakemake`` runs again. Either it stops and its output names the damaged file — then, the first time for a
+   kind, the command the message gives (``snakemake --forcerun FILE``) is run, otherwise the file is restored — or
+   it finishes; either way the run is completed and its reports compared with the reference's.
+
+Reports are compared on every number a rerun reproduces (:func:`compare_reports`: perplexities and losses,
+per-window losses, CHE accuracies, sink masses, leakage ratios, every verdict but the timing claim's); measured
+times differ between any two runs and are left out. The counts go to ``--out``: faults injected, runs that
+finished without a manual step, files named, reports identical, and reports that differ with no file named (the
+goal: 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from dape_core import config as grid  # noqa: E402
+
+#: a file of each kind the DAG writes and reads, by glob under the working directory (the first match is damaged)
+KINDS = {
+    "token file": "results/data/*/val.bin",
+    "meta.json": "results/data/*/meta.json",
+    "model.pt": "results/lm/*/seed*/model.pt",
+    "summary.json": "results/lm/*/seed*/summary.json",
+    "eval.csv": "results/lm/*/seed*/eval.csv",
+    "windows.csv": "results/lm/*/seed*/windows.csv",
+    "sink.csv": "results/lm/*/seed*/attention/L*/sink.csv",
+    "maps.npz": "results/lm/*/seed*/attention/L*/maps.npz",
+    "timing csv": "results/timing/*[!s].csv",
+    "timing repeats": "results/timing/*.repeats.csv",
+    "CHE csv": "results/che/*/seed*.csv",
+    "report spec": "results/plan*.json",
+    "aggregated table": "{reports}/lm_results.csv",
+}
+FAULTS = ("truncate", "garble", "overwrite")
+
+#: per aggregated table: the key columns and the numbers a rerun reproduces
+COMPARED = {
+    "lm_results.csv": (["run", "seed", "eval_len"], ["ppl", "loss", "ppl_dp", "ppl_local", "status"]),
+    "lm_windows.csv": (["run", "seed", "eval_len", "document", "anchor"], ["loss", "loss_dp", "loss_local"]),
+    "che_results.csv": (["cell", "seed", "lr", "row_type", "length"], ["accuracy", "n_samples"]),
+    "sink.csv": (["run", "seed", "heatmap_len", "sequence", "layer"], ["sink_mass"]),
+    "leakage.csv": (["run", "twin", "seed", "eval_len"], ["ratio", "ppl_tril", "ppl_no_tril"]),
+}
+
+
+def damage(path: Path, fault: str, rng: random.Random) -> None:
+    """Cut ``path`` to 60 % of its bytes, garble 16 bytes in its middle, or change one byte (a digit where there is
+    one) without changing its size."""
+    data = bytearray(path.read_bytes())
+    if fault == "truncate":
+        data = data[: int(len(data) * 0.6)]
+    elif fault == "garble":
+        middle = len(data) // 2
+        data[middle:middle + 16] = bytes(rng.randrange(256) for _ in range(min(16, len(data) - middle)))
+    else:
+        digits = [i for i, b in enumerate(data) if 0x31 <= b <= 0x38]
+        index = rng.choice(digits) if digits else len(data) // 2
+        data[index] = data[index] + 1 if digits else data[index] ^ 0x01
+    path.write_bytes(bytes(data))
+
+
+def snakemake_command(workdir: Path, config: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir),
+            "--configfile", str(config), "--profile", str(ROOT / "profiles" / "default"), "--cores", "2", *extra]
+
+
+def clear_stale_lock(workdir: Path, config: Path) -> None:
+    """What `make reproduce` does first: a lock left by a killed Snakemake is cleared (a live one is kept)."""
+    if workdir.exists():
+        subprocess.run([sys.executable, "-m", "dape_core.workflow_lock", "--directory", str(workdir), "--",
+                        *snakemake_command(workdir, config)[3:]], capture_output=True, text=True, timeout=600)
+
+
+def run(workdir: Path, config: Path, *extra: str, timeout: float = 3600) -> subprocess.CompletedProcess:
+    """`make reproduce`'s two steps: clear a stale lock, then Snakemake."""
+    clear_stale_lock(workdir, config)
+    return subprocess.run(snakemake_command(workdir, config, *extra), capture_output=True, text=True, timeout=timeout)
+
+
+def killed_run(workdir: Path, config: Path, after_s: float) -> None:
+    """Start the DAG and SIGKILL its whole process group after ``after_s`` seconds (or let it end first)."""
+    clear_stale_lock(workdir, config)
+    process = subprocess.Popen(snakemake_command(workdir, config), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        process.wait(timeout=after_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def compare_reports(reference: Path, candidate: Path) -> list[str]:
+    """The differences between two runs' reports folders, on the numbers a rerun reproduces (empty: identical)."""
+    differences = []
+    for name, (keys, values) in COMPARED.items():
+        a_path, b_path = reference / name, candidate / name
+        if not a_path.exists() and not b_path.exists():
+            continue
+        if not b_path.exists():
+            differences.append(f"{name}: missing")
+            continue
+        a, b = pd.read_csv(a_path), pd.read_csv(b_path)
+        keys = [k for k in keys if k in a]
+        values = [v for v in values if v in a]
+        a, b = a[keys + values].sort_values(keys).reset_index(drop=True), b[keys + values].sort_values(keys)
+        b = b.reset_index(drop=True)
+        if len(a) != len(b) or not a.equals(b):
+            differences.append(f"{name}: {len(a)} vs {len(b)} rows, values differ")
+    a, b = pd.read_csv(reference / "claims.csv"), pd.read_csv(candidate / "claims.csv")
+    verdicts = [(x, y) for x, y in zip(a[["claim_id", "verdict"]].itertuples(index=False),
+                                       b[["claim_id", "verdict"]].itertuples(index=False))
+                if x.claim_id != "timing_overhead_shrinks" and tuple(x) != tuple(y)]
+    differences += [f"claims.csv: {x.claim_id} {x.verdict} → {y.verdict}" for x, y in verdicts]
+    return differences
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default=str(ROOT / "configs" / "smoke.yaml"))
+    parser.add_argument("--workdir", default="/tmp/dape-faults")
+    parser.add_argument("--kills", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--kinds", nargs="*", default=list(KINDS), help="file kinds to damage (default: all)")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "faults.csv"))
+    args = parser.parse_args(argv)
+    rng, config = random.Random(args.seed), Path(args.config).resolve()
+    reports = grid.reports_dir(grid.configuration_name([config]))
+    root = Path(args.workdir)
+    shutil.rmtree(root, ignore_errors=True)
+    reference, faulted = root / "reference", root / "faulted"
+    rows = []
+
+    started = time.perf_counter()
+    done = run(reference, config)
+    reference_s = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"the reference run failed:\n{(done.stdout + done.stderr)[-3000:]}")
+    print(f"reference run: {reference_s:.0f} s")
+
+    for kill in range(args.kills):
+        after = rng.uniform(0.1, 0.8) * reference_s
+        killed_run(faulted, config, after)
+        print(f"kill {kill + 1}: SIGKILL after {after:.0f} s")
+    done = run(faulted, config)
+    differences = compare_reports(reference / reports, faulted / reports) if done.returncode == 0 else ["failed"]
+    rows.append({"fault": f"{args.kills} kills", "kind": "process group", "file": "", "named": False,
+                 "finished": done.returncode == 0, "identical": not differences, "differences": "; ".join(differences)})
+    print(f"after the kills: finished {done.returncode == 0}, identical {not differences}")
+
+    for kind in args.kinds:
+        matches = sorted(faulted.glob(KINDS[kind].format(reports=reports)))
+        if not matches:
+            print(f"{kind}: no file")
+            continue
+        path, redone = matches[0], False
+        original, stat = path.read_bytes(), path.stat()
+        for fault in FAULTS:
+            damage(path, fault, rng)
+            damaged = run(faulted, config)
+            out = damaged.stdout + damaged.stderr + "".join(
+                p.read_text(errors="replace") for p in (faulted / "logs").rglob("*.log")
+                if p.stat().st_mtime >= time.time() - 600)
+            relative = str(path.relative_to(faulted))
+            named = damaged.returncode != 0 and relative in out
+            if damaged.returncode != 0:
+                command = re.search(r"redo it: snakemake --forcerun (\S+)", out)
+                if named and command and not redone:
+                    run(faulted, config, "--forcerun", command.group(1))  # the command the message gives
+                    redone = True
+                elif path.exists() and path.read_bytes() != original:
+                    path.write_bytes(original)
+                    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+            finished = run(faulted, config)
+            differences = (compare_reports(reference / reports, faulted / reports) if finished.returncode == 0
+                           else ["the run after the fault failed"])
+            rows.append({"fault": fault, "kind": kind, "file": relative, "named": named,
+                         "finished": finished.returncode == 0, "identical": not differences,
+                         "differences": "; ".join(differences)})
+            print(f"{kind} {fault}: named {named}, finished {finished.returncode == 0}, identical {not differences}")
+            original, stat = path.read_bytes(), path.stat()  # a redone file is the new original
+
+    table = pd.DataFrame(rows)
+    silent = table[~table["named"] & ~table["identical"]]
+    table.to_csv(args.out, index=False)
+    print(f"{len(table)} faults injected; {int(table['finished'].sum())} runs finished with no manual step; "
+          f"{int(table['named'].sum())} files named; {int(table['identical'].sum())} reports identical to the "
+          f"uninterrupted run's; {len(silent)} reports differing with no file named → {args.out}")
+    return 0 if silent.empty else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
