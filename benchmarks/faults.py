@@ -160,7 +160,7 @@ def main(argv=None) -> int:
     reference_s = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"the reference run failed:\n{(done.stdout + done.stderr)[-3000:]}")
-    print(f"reference run: {reference_s:.0f} s")
+    print(f"reference run: {reference_s:.0f} s", flush=True)
 
     for kill in range(args.kills):
         after = rng.uniform(0.1, 0.8) * reference_s
@@ -170,7 +170,7 @@ def main(argv=None) -> int:
     differences = compare_reports(reference / reports, faulted / reports) if done.returncode == 0 else ["failed"]
     rows.append({"fault": f"{args.kills} kills", "kind": "process group", "file": "", "named": False,
                  "finished": done.returncode == 0, "identical": not differences, "differences": "; ".join(differences)})
-    print(f"after the kills: finished {done.returncode == 0}, identical {not differences}")
+    print(f"after the kills: finished {done.returncode == 0}, identical {not differences}", flush=True)
 
     for kind in args.kinds:
         matches = sorted(faulted.glob(KINDS[kind].format(reports=reports)))
@@ -201,7 +201,9 @@ def main(argv=None) -> int:
             rows.append({"fault": fault, "kind": kind, "file": relative, "named": named,
                          "finished": finished.returncode == 0, "identical": not differences,
                          "differences": "; ".join(differences)})
-            print(f"{kind} {fault}: named {named}, finished {finished.returncode == 0}, identical {not differences}")
+            print(f"{kind} {fault}: named {named}, finished {finished.returncode == 0}, identical {not differences}",
+                  flush=True)
+            pd.DataFrame(rows).to_csv(args.out, index=False)  # every case as it ends: a cut-short run keeps its rows
             original, stat = path.read_bytes(), path.stat()  # a redone file is the new original
 
     table = pd.DataFrame(rows)

@@ -312,7 +312,8 @@ def test_training_and_evaluation_give_a_randrope_model_its_drawn_positions(tiny_
     forward = GPT.forward
 
     def spy(self, idx, *args, positions=None, **kwargs):
-        seen.append(None if positions is None else positions.clone())
+        if idx.device.type != "meta":  # not the memory preflight's shape-only traces
+            seen.append(None if positions is None else positions.clone())
         return forward(self, idx, *args, positions=positions, **kwargs)
 
     monkeypatch.setattr(GPT, "forward", spy)
