@@ -33,8 +33,9 @@ def test_make_targets_give_snakemake_their_targets_and_one_configuration(target,
 
 
 def test_documented_snakemake_commands_name_only_configuration_files():
-    lines = [line.strip() for doc in ("README.md", "reports/README.md") for line in (ROOT / doc).read_text()
-             .splitlines() if line.strip().startswith("snakemake ")]
+    docs = [ROOT / "README.md", ROOT / "reports" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    lines = [line.strip() for doc in docs for line in doc.read_text().splitlines()
+             if line.strip().startswith("snakemake ")]
     assert len(lines) >= 4
     for line in lines:
         args = parse(line)
@@ -54,3 +55,11 @@ def test_a_configuration_other_than_config_yaml_reports_into_its_own_folder(conf
 def test_a_configuration_named_like_a_reports_folder_is_refused():
     with pytest.raises(ConfigError, match="tables.yaml: its name 'tables' is a folder of reports/"):
         grid.configuration_name(["configs/tables.yaml"])
+
+
+def test_the_readme_is_a_researchers_ten_minutes_and_names_documents_that_exist():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    named = set(re.findall(r"`(docs/[\w-]+\.md)`", readme))
+    assert named and all((ROOT / doc).is_file() for doc in named), named
+    assert "make test" in readme and "make test" in (ROOT / ".ci" / "run").read_text() + (ROOT / "Makefile").read_text()
