@@ -604,8 +604,8 @@ def verify_token_file(path: Path, wanted: str) -> None:
     try:
         with atomic_path(stamp) as tmp:
             tmp.write_text(key, encoding="utf-8")
-    except OSError:
-        pass
+    except OSError:  # a read-only data directory keeps no stamp: its files are hashed at every load
+        return
 
 
 def load_split(data_dir: str | Path, split: str) -> TokenSplit:

@@ -239,11 +239,10 @@ def machine_memory_bytes() -> int | None:
     can be read)."""
     limits = []
     try:
-        for line in open("/proc/meminfo", encoding="ascii"):
-            if line.startswith("MemTotal:"):
-                limits.append(int(line.split()[1]) * 1024)
-    except OSError:
-        pass
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            limits += [int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemTotal:")]
+    except OSError:  # no /proc (not Linux): the cgroup files below, or no limit at all
+        limits = []
     for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
         try:
             text = open(path, encoding="ascii").read().strip()
