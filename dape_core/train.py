@@ -447,6 +447,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     settings = fields.from_args(TrainSettings, args)
     config = fields.from_args(GPTConfig, args, train_len=settings.train_len)
+    if args.mem_mb is not None:
+        require_positive("mem_mb", args.mem_mb)
     summary = train(config, settings, args.data_dir, args.out_dir, args.checkpoint_dir, progress=not args.no_progress,
                     mem_mb=args.mem_mb)
     print(json.dumps({k: summary[k] for k in ("status", "steps_done", "final_loss", "tokens_per_s", "method")}))

@@ -162,3 +162,13 @@ def test_a_cpu_job_that_cannot_fit_stops_before_it_starts_with_the_estimate_and_
 
 def test_the_machine_memory_is_read():
     assert machine_memory_bytes() > 2**30
+
+
+def test_a_wrong_mem_mb_is_named():
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "dape_core.cli", "train", "--data-dir", "x", "--out-dir", "y",
+                             "--mem-mb", "0"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().endswith("mem_mb: 0 is not allowed; allowed values: a positive integer")
