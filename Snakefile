@@ -4,7 +4,7 @@
 `snakemake --report reports/report.html` then collects the captioned figures.
 """
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("8.20")
 
@@ -14,8 +14,8 @@ if not workflow.overwrite_configfiles:
 
     configfile: "config.yaml"
 
-
-validate(config, "workflow/schemas/config.schema.yaml")
+# common.smk's build_plan validates `config` against workflow/schemas/config.schema.yaml, fills in its defaults and
+# names a wrong field with its allowed values (dape_core.config.schema): once, with libyaml.
 
 
 report: "workflow/report/workflow.rst"

@@ -60,6 +60,8 @@ CHE = Kind("CHE results (dape che --out)", "che",
            numeric=("seed", "accuracy", "n_samples"), filled=("task", "method", "seed", "accuracy", "row_type"))
 SUMMARY = Kind("training summary (dape train)", "train_lm", keys=("status",))
 PLAN = Kind("report spec (rule write_plan)", "write_plan", keys=("families", "lm_runs", "lm_members"))
+SHIFT = Kind("robustness shift summary (rule robustness_config)", "robustness_config",
+             keys=("shift", "seeds", "data_seeds", "train_lens"))
 
 #: the aggregated tables of reports/ (sealed by the rules that write them), by file name
 REPORT_TABLES = {

@@ -16,7 +16,8 @@ from typing import Iterator
 import torch
 from torch import nn
 
-DISTRIBUTED = ("none", "ddp", "fsdp")
+from dape_core.settings.training import DISTRIBUTED  # noqa: F401 (the modes, importable from here)
+
 
 
 class Distributed:

@@ -14,8 +14,8 @@ are those of the public code, built on tril(i − j): keys right of the query se
 causal mask hides them; only a processor without tril, the §4.5 ablation, reads them). With ``causal=False``
 (the CHE encoder) each encoding tells left from right; the choice per encoding is written in its docstring.
 An encoding with ``randomized_positions`` is trained and evaluated at sorted random positions drawn by
-``dape_core.positions``. A new encoding is one class decorated with ``@register("name", "Display")``; it then
-joins the tests and configs by name.
+``dape_core.positions``. A new encoding is one entry in ``dape_core.encoding_facts`` and one class decorated with
+``@register("name")``; it then joins the tests and configs by name.
 
 What does not change within a forward pass and has no parameters — distances, T5's buckets, masks, XL's
 sinusoids, ALiBi's whole bias — is built once per pair of position tensors and reused by every layer
@@ -32,20 +32,24 @@ from typing import Callable
 import torch
 from torch import nn
 
+from dape_core.encoding_facts import (COPE_NPOS_MAX, FIRE_WIDTH, T5_BUCKETS, T5_MAX_DISTANCE, display_name,
+                                      facts)
 from dape_core.errors import ConfigError, require_choice
 
 ENCODINGS: dict[str, type["PositionalEncoding"]] = {}
 
-DISPLAY_NAMES: dict[str, str] = {}
 
-
-def register(name: str, display: str) -> Callable[[type], type]:
-    """Class decorator: make an encoding available by ``name`` (config key) and ``display`` (tables)."""
+def register(name: str) -> Callable[[type], type]:
+    """Class decorator: make an encoding available by ``name`` (config key), with the facts
+    :mod:`dape_core.encoding_facts` declares for it (display name, bias, sharing, random positions)."""
+    info = facts(name)
 
     def wrap(cls: type) -> type:
         cls.name = name
+        cls.has_bias = info.has_bias
+        cls.randomized_positions = info.randomized_positions
+        cls.shared_by_default = info.shared_by_default
         ENCODINGS[name] = cls
-        DISPLAY_NAMES[name] = display
         return cls
 
     return wrap
@@ -115,6 +119,7 @@ class PositionalEncoding(nn.Module):
     """Base class; subclasses override ``bias`` and/or ``rotate``."""
 
     name = "base"
+    # set by ``register`` from dape_core.encoding_facts
     has_bias = True  # False: the DAPE processor sees the score channels alone (paper eq. 4)
     needs_scores = False  # True: the bias is a function of q·kᵀ (CoPE's gates)
     relative_bias = False  # True: B[i, j] depends on pos_i − pos_j alone (lets DAPE's Conv1 work per distance)
@@ -140,18 +145,14 @@ def build_encoding(name: str, n_head: int, head_dim: int, **kwargs) -> Positiona
     return ENCODINGS[name](n_head, head_dim, **kwargs)
 
 
-@register("nope", "NoPE")
+@register("nope")
 class NoPE(PositionalEncoding):
     """No positional encoding (Kazemnejad et al., 2023): B = 0."""
 
-    has_bias = False
 
-
-@register("rope", "RoPE")
+@register("rope")
 class RoPE(PositionalEncoding):
     """Rotary embedding (Su et al., 2024), base 10000, rotate-half layout; angles from positions, any length."""
-
-    has_bias = False
 
     def __init__(self, n_head, head_dim, *, rope_base: float = 10000.0, **kw):
         super().__init__(n_head, head_dim, **kw)
@@ -174,7 +175,7 @@ class RoPE(PositionalEncoding):
         return self._rotate_one(q, q_pos), self._rotate_one(k, k_pos)
 
 
-@register("yarn", "YaRN")
+@register("yarn")
 class YaRN(RoPE):
     """YaRN (Peng et al., 2023): RoPE whose frequencies are interpolated "NTK-by-parts" and whose logits get a
     temperature, applied without fine-tuning at the scale s = max(1, L′/L) of each forward pass (the paper's
@@ -219,7 +220,7 @@ class YaRN(RoPE):
         return self._rotate_one(q, q_pos, frequencies) * factor, self._rotate_one(k, k_pos, frequencies) * factor
 
 
-@register("randrope", "RandRoPE")
+@register("randrope")
 class RandomizedRoPE(RoPE):
     """Randomized RoPE (Ruoss et al., 2023): RoPE at sorted positions drawn without replacement from
     [0, max_position), max_position ≥ the longest evaluation length — a new draw for every training micro-batch,
@@ -233,7 +234,6 @@ class RandomizedRoPE(RoPE):
     ``randomized_positions`` decides them, as for every encoding there).
     """
 
-    randomized_positions = True
 
 
 def alibi_slopes(n_head: int) -> torch.Tensor:
@@ -251,7 +251,7 @@ def alibi_slopes(n_head: int) -> torch.Tensor:
     return torch.tensor(slopes, dtype=torch.float32)
 
 
-@register("alibi", "ALiBi")
+@register("alibi")
 class ALiBi(PositionalEncoding):
     """ALiBi (Press et al., 2022): b(i, j) = −m_h·max(i − j, 0).
 
@@ -280,7 +280,7 @@ class ALiBi(PositionalEncoding):
         return geometry.get(("alibi", self.causal, self.n_head, q.dtype, self.slopes.device), q_pos, k_pos, build)
 
 
-@register("kerple", "Kerple")
+@register("kerple")
 class Kerple(PositionalEncoding):
     """Kerple, logarithmic variant (Chi et al., 2022): b(i, j) = −r1·log(1 + r2·max(i − j, 0)), r1, r2 ≥ 0.01.
 
@@ -327,7 +327,7 @@ class Kerple(PositionalEncoding):
         return torch.where(left, kernel[0], kernel[1]).to(q.dtype)
 
 
-@register("fire", "FIRE")
+@register("fire")
 class FIRE(PositionalEncoding):
     """FIRE (Li et al., 2023): b(i, j) = f_θ(ψ(i − j) / ψ(max(L, i))), ψ(x) = log(|c·x| + 1).
 
@@ -337,7 +337,7 @@ class FIRE(PositionalEncoding):
     normalised distance sign(i − j)·ψ(i − j)/ψ(max(L, i, j)) goes into f_θ.
     """
 
-    def __init__(self, n_head, head_dim, *, fire_width: int = 32, **kw):
+    def __init__(self, n_head, head_dim, *, fire_width: int = FIRE_WIDTH, **kw):
         super().__init__(n_head, head_dim, **kw)
         self.mlp = nn.Sequential(nn.Linear(1, fire_width), nn.ReLU(), nn.Linear(fire_width, n_head))
         self.c = nn.Parameter(torch.tensor(0.1))
@@ -379,7 +379,7 @@ def t5_bucket(dist: torch.Tensor, *, bidirectional: bool, num_buckets: int = 32,
     return buckets + torch.where(n < max_exact, n, large)
 
 
-@register("t5", "T5")
+@register("t5")
 class T5Bias(PositionalEncoding):
     """T5 relative bias (Raffel et al., 2020) as the public code has it: b(i, j) = √d_head · w[bucket(i − j), h],
     32 buckets of i − j, max distance 128; w [buckets, H] initialised Xavier-normal (std √(2/(buckets + H))).
@@ -393,9 +393,8 @@ class T5Bias(PositionalEncoding):
 
     relative_bias = True
 
-    shared_by_default = True
 
-    def __init__(self, n_head, head_dim, *, t5_buckets: int = 32, t5_max_distance: int = 128, **kw):
+    def __init__(self, n_head, head_dim, *, t5_buckets: int = T5_BUCKETS, t5_max_distance: int = T5_MAX_DISTANCE, **kw):
         super().__init__(n_head, head_dim, **kw)
         self.num_buckets = t5_buckets
         self.max_distance = t5_max_distance
@@ -425,7 +424,7 @@ def _unscaled_legacy_t5_table(module, state_dict, prefix, *_):
         state_dict.setdefault(prefix + "scale", torch.ones((), dtype=module.scale.dtype))
 
 
-@register("cope", "CoPE")
+@register("cope")
 class CoPE(PositionalEncoding):
     """CoPE (Golovneva et al., 2024): gates σ(q·k/√d), position p_ij = Σ_{t=j..i} gate_it clamped to npos_max − 1,
     bias q·e[p] with e interpolated between ⌊p⌋ and ⌈p⌉ (one table per layer, shared by heads).
@@ -435,7 +434,7 @@ class CoPE(PositionalEncoding):
 
     needs_scores = True
 
-    def __init__(self, n_head, head_dim, *, cope_npos_max: int = 64, **kw):
+    def __init__(self, n_head, head_dim, *, cope_npos_max: int = COPE_NPOS_MAX, **kw):
         super().__init__(n_head, head_dim, **kw)
         self.npos_max = cope_npos_max
         sides = 1 if self.causal else 2
@@ -469,7 +468,7 @@ def sinusoid(dist: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.cat([angles.sin(), angles.cos()], -1)
 
 
-@register("xl", "XL")
+@register("xl")
 class TransformerXL(PositionalEncoding):
     """Transformer-XL relative bias (Dai et al., 2019): b(i, j) = (u·k_j + (q_i + v)·W_R R_{i−j}) / √d.
 
@@ -518,11 +517,6 @@ class TransformerXL(PositionalEncoding):
         pos_term = pos_term.gather(-1, index.expand(q.shape[0], self.n_head, -1, -1))
         content_term = torch.einsum("hd,bhkd->bhk", self.u.to(k.dtype), k)[:, :, None, :]
         return (pos_term + content_term) / math.sqrt(self.head_dim)
-
-
-def display_name(encoding: str) -> str:
-    require_choice("encoding", encoding, ENCODINGS)
-    return DISPLAY_NAMES[encoding]
 
 
 __all__ = [

@@ -27,7 +27,6 @@ import argparse
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,62 +37,14 @@ from dape_core import settings as fields
 from dape_core.checkpoints import checkpoints_for
 from dape_core.io import file_sha256
 from dape_core.distributed import Distributed
-from dape_core.errors import ConfigError, require_choice
-from dape_core.hf.patch import ENCODINGS as HF_ENCODINGS, SUPPORTED_MODEL_TYPES, hf_settings
-from dape_core.settings import AttentionSettings, setting
+from dape_core.errors import ConfigError
+from dape_core.settings.finetune import (BASE_CONFIG_VALUES, NOT_FINETUNE_OPTIONS, FinetuneSettings,
+                                         check_steps, is_finetuned)
 from dape_core.train import NOT_HASHED, TrainSettings, config_hash, fit, optimizer_for
 
 #: TrainSettings fields that are not options of `dape finetune`: it runs one process, eagerly, without block
 #: recomputation
-NOT_FINETUNE_OPTIONS = ("distributed", "activation_checkpointing", "compile")
 MODEL_DIR = "model"
-BASE_CONFIG_VALUES = (f"a mapping with model_type ({', '.join(SUPPORTED_MODEL_TYPES)}) and fields of its "
-                      "transformers configuration (JSON on the command line)")
-
-
-@dataclass(kw_only=True)
-class FinetuneSettings(AttentionSettings):
-    """The model of a fine-tune: where it starts and the processor it gets (§3; the encoding is added on top of
-    the model's own RoPE)."""
-
-    base_model: str | None = setting(None, help="a local Hugging Face model directory (config.json, safetensors "
-                                                "weights, tokenizer.json); null: a fresh model from base_config")
-    base_config: dict | None = setting(None, help="with base_model null: the fresh model's configuration, "
-                                                  + BASE_CONFIG_VALUES + "; vocab_size comes from the data")
-    encoding: str = setting("nope", choices=HF_ENCODINGS,
-                            help="nope: the processor sees A alone (eq. 4); alibi, kerple, fire: a bias B on top of "
-                                 "the model's RoPE scores (eq. 5)")
-
-    def __post_init__(self):
-        super().__post_init__()
-        fields.check_choices(self, FinetuneSettings)
-        if (self.base_model is None) == (self.base_config is None):
-            given = "both" if self.base_model is not None else "neither"
-            raise ConfigError(f"base_model / base_config: {given} given; allowed values: exactly one — a model "
-                              f"directory as base_model, or base_config ({BASE_CONFIG_VALUES}) with base_model null")
-        if self.base_config is not None:
-            if not isinstance(self.base_config, dict):
-                raise ConfigError(f"base_config: {self.base_config!r} is not allowed; allowed values: "
-                                  + BASE_CONFIG_VALUES)
-            require_choice("base_config.model_type", self.base_config.get("model_type"), SUPPORTED_MODEL_TYPES)
-        if self.processor != "none":
-            hf_settings(self.attention_settings())  # one encoding per layer
-
-
-def check_steps(model_settings: FinetuneSettings, settings: TrainSettings) -> None:
-    """``steps: 0`` exports a checkpoint as it is (the family's original model, evaluated as one more method): only
-    from a ``base_model`` directory and without a processor — a fresh model or an untrained processor would be an
-    untrained method."""
-    if settings.steps == 0 and (model_settings.base_model is None or model_settings.processor != "none"):
-        given = "base_config" if model_settings.base_model is None else f"processor {model_settings.processor}"
-        raise ConfigError(f"steps: 0 is not allowed with {given}; allowed values: ≥ 1, or 0 with a base_model "
-                          "directory and processor none (the checkpoint as it is)")
-
-
-def is_finetuned(from_model: bool, steps: int) -> bool:
-    """A run that trains a model it loaded is labelled "… fine-tuned"; a fresh model, or a checkpoint exported as it
-    is (``steps: 0``), is "… (base)"."""
-    return from_model and steps > 0
 
 
 def parse_base_config(text: str | None) -> dict | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from dape_core.encodings import DISPLAY_NAMES, ENCODINGS
+from dape_core.encoding_facts import DISPLAY_NAMES, ENCODING_NAMES as ENCODINGS
 from dape_core.errors import ConfigError
 
 NO_TRIL = " (no tril)"

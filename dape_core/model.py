@@ -4,15 +4,14 @@ Both are built from a config dataclass and share the attention block; the positi
 processor are chosen by name (``encoding``, ``processor``, ``kernel_size``, ``dape_width``, ``tril``,
 ``padding``), the same names as in ``config.yaml`` and on the command line.
 
-Size presets (paper appendix I, Table 8; 2.7B and 6.7B follow GPT-3's shapes): ``125M`` is nominal, as in the
-public code without weight tying — ≈85M non-embedding parameters (12 × 12 × 768²).
+The configs and size presets (paper appendix I, Table 8) are torch-free, in :mod:`dape_core.settings.model`; the
+parameter and FLOP arithmetic in :mod:`dape_core.model_arithmetic`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -21,93 +20,13 @@ from torch.utils.checkpoint import checkpoint
 
 from dape_core.attention import SelfAttention
 from dape_core.dape import build_processor
-from dape_core.encodings import ENCODINGS, build_encoding
-from dape_core.errors import ConfigError, require_choice, require_positive
+from dape_core.encoding_facts import facts
+from dape_core.encodings import build_encoding
 from dape_core.implementations import resolve_attention_impl
-from dape_core.settings import AttentionSettings, setting
-
-# name -> (n_layer, n_head, d_model)
-SIZE_PRESETS: dict[str, tuple[int, int, int]] = {
-    "tiny": (2, 4, 64),  # tests
-    "small": (2, 4, 128),  # the default CPU miniature
-    "medium": (4, 8, 256),  # a larger CPU miniature (model-size family)
-    "125M": (12, 12, 768),  # paper appendix I
-    "350M": (24, 16, 1024),  # paper appendix I
-    "2.7B": (32, 32, 2560),  # GPT-3 shape, paper appendix C / Table 3
-    "6.7B": (32, 32, 4096),  # GPT-3 shape, paper Table 7
-}
-
+from dape_core.model_arithmetic import decoder_flops_per_token, gpt_flops_per_token
+from dape_core.settings.model import SIZE_PRESETS, EncoderConfig, GPTConfig, resolve_shape
 
 TORCH_DTYPES = {"float32": None, "bfloat16": torch.bfloat16}  # dape_dtype → DAPE's GEMMs (None: the scores')
-
-
-@dataclass(kw_only=True)
-class GPTConfig(AttentionSettings):
-    """Decoder settings: the attention settings plus the shape; ``size`` fills n_layer/n_head/d_model unless
-    given explicitly."""
-
-    vocab_size: int = 4096
-    size: str | None = setting("small", choices=tuple(SIZE_PRESETS), help="shape preset (n_layer, n_head, d_model)")
-    n_layer: int | None = setting(None, help="override the preset's depth")
-    n_head: int | None = setting(None, help="override the preset's heads")
-    d_model: int | None = setting(None, help="override the preset's width")
-    d_ff: int | None = None  # default 4 × d_model
-    dropout: float = setting(0.0, help="dropout (paper appendix I: 0)")
-    train_len: int = setting(512, help="training length (FIRE's L_init is half of it)")
-    tie_embeddings: bool = setting(False, help="tie input and output embeddings (public code: untied)")
-    max_position: int = setting(8192, help="randrope: positions drawn from [0, max_position), ≥ the longest "
-                                           "evaluation length (Ruoss et al., 2023)")
-    query_chunk_size: int | None = None  # exact query-chunked attention beyond this many rows
-
-    def __post_init__(self):
-        super().__post_init__()
-        resolve_shape(self)
-        require_positive("vocab_size", self.vocab_size)
-        require_positive("max_position", self.max_position)
-        if ENCODINGS[self.encoding].randomized_positions and self.train_len > self.max_position:
-            raise ConfigError(f"max_position: {self.max_position} is not allowed with train_len {self.train_len}; "
-                              "allowed values: ≥ train_len (positions are drawn from [0, max_position))")
-        if self.query_chunk_size is not None:
-            require_positive("query_chunk_size", self.query_chunk_size)
-
-
-@dataclass(kw_only=True)
-class EncoderConfig(AttentionSettings):
-    """CHE encoder settings (che-spec: 5 layers, width 64, 8 heads, FFN ×4 ReLU, post-LN, dropout 0.1); the
-    encoder is not causal, so ``tril`` does not apply to it."""
-
-    input_vocab: int = 2
-    output_vocab: int = 2
-    n_layer: int = 5
-    d_model: int = 64
-    n_head: int = 8
-    d_ff: int | None = None
-    dropout: float = 0.1
-    train_len: int = 40
-    size: str | None = None
-
-    def __post_init__(self):
-        super().__post_init__()
-        resolve_shape(self)
-        require_positive("input_vocab", self.input_vocab)
-        require_positive("output_vocab", self.output_vocab)
-
-
-def resolve_shape(cfg) -> None:
-    """Fill n_layer/n_head/d_model from the size preset (explicit values win) and d_ff = 4·d_model."""
-    if cfg.size is not None:
-        require_choice("size", cfg.size, SIZE_PRESETS)
-        n_layer, n_head, d_model = SIZE_PRESETS[cfg.size]
-        cfg.n_layer = cfg.n_layer or n_layer
-        cfg.n_head = cfg.n_head or n_head
-        cfg.d_model = cfg.d_model or d_model
-    for field in ("n_layer", "n_head", "d_model"):
-        if getattr(cfg, field) is None:
-            raise ConfigError(f"{field}: missing; allowed values: a positive integer, or a size preset: {', '.join(SIZE_PRESETS)}")
-        require_positive(field, getattr(cfg, field))
-    if cfg.d_model % cfg.n_head:
-        raise ConfigError(f"d_model: {cfg.d_model} is not divisible by n_head {cfg.n_head}; allowed values: multiples of n_head")
-    cfg.d_ff = cfg.d_ff or 4 * cfg.d_model
 
 
 class Block(nn.Module):
@@ -147,7 +66,7 @@ class _Stack(nn.Module):
         head_dim = cfg.d_model // cfg.n_head
         shared = cfg.encoding_shared
         if shared is None:
-            shared = ENCODINGS[cfg.encoding].shared_by_default
+            shared = facts(cfg.encoding).shared_by_default
 
         def make_encoding():
             return build_encoding(cfg.encoding, cfg.n_head, head_dim, causal=causal, train_len=cfg.train_len)
@@ -230,32 +149,9 @@ class GPT(nn.Module):
         return sum(p.numel() for p in self.parameters() if id(p) not in skip)
 
     def flops_per_token(self, seq_len: int) -> float:
-        """Training FLOPs per token (:func:`decoder_flops_per_token` of this decoder's shape)."""
-        cfg = self.cfg
-        return decoder_flops_per_token(
-            non_embedding=self.non_embedding_parameters(), vocab_size=cfg.vocab_size, d_model=cfg.d_model,
-            n_layer=cfg.n_layer, n_head=cfg.n_head, attention_width=cfg.d_model, seq_len=seq_len,
-            processor=cfg.processor, bias_channels=self.stack.encoding(0).has_bias, kernel_size=cfg.kernel_size,
-            dape_width=cfg.dape_width)
-
-
-def decoder_flops_per_token(*, non_embedding: int, vocab_size: int, d_model: int, n_layer: int, n_head: int,
-                            attention_width: int, seq_len: int, processor: str, bias_channels: bool,
-                            kernel_size: int, dape_width: int) -> float:
-    """Training FLOPs per token ≈ 6·N_non-embedding + 6·V·d (head) + attention and DAPE terms (Kaplan et al., 2020,
-    C ≈ 6N plus the context term): one formula for this project's GPT and the Hugging Face decoders of fine-tunes.
-
-    ``attention_width``: heads × head_dim (d_model in GPT); ``bias_channels``: the encoding adds a bias B, so the
-    processor reads 2h channels (h with A alone, eq. 4); Conv1 (channels → D) and Conv2 (D → h) of kernel 1×k (eq. 5,
-    §3.3) run at every (query, key) pair."""
-    dense = 6 * non_embedding + 6 * vocab_size * d_model
-    attention = 6 * n_layer * seq_len * attention_width  # q·kᵀ and p·v, causal halves the pairs: 2·2·T/2·d·3
-    dape = 0.0
-    if processor != "none":
-        channels = 2 * n_head if bias_channels else n_head
-        k = kernel_size
-        dape = 6 * n_layer * seq_len * (channels * dape_width * k + dape_width * n_head * k)
-    return float(dense + attention + dape)
+        """Training FLOPs per token (:func:`~dape_core.model_arithmetic.gpt_flops_per_token` of this decoder's
+        shape; its parameter count is the arithmetic one, equal to :meth:`non_embedding_parameters`)."""
+        return gpt_flops_per_token(self.cfg, seq_len)
 
 
 class Encoder(nn.Module):
@@ -297,3 +193,8 @@ def _init_weights(module: nn.Module) -> None:
 
 def config_dict(cfg) -> dict:
     return dataclasses.asdict(cfg)
+
+
+__all__ = ["GPT", "Encoder", "Block", "TORCH_DTYPES", "config_dict",
+           # declared in dape_core.settings.model / dape_core.model_arithmetic, importable from here too
+           "GPTConfig", "EncoderConfig", "SIZE_PRESETS", "resolve_shape", "decoder_flops_per_token"]

@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from dape_core.encodings import ENCODINGS
 from dape_core.errors import ConfigError
+from dape_core.settings.model import randomized, require_max_position
 
 #: the last entropy word of every position generator: keeps the position draws of (seed, step, micro) apart from
 #: the data draws of the same (seed, step, micro) (ASCII "pos")
@@ -40,19 +40,6 @@ def consecutive(positions: torch.Tensor) -> bool:
     if torch.compiler.is_compiling():
         return False
     return bool((positions[1:] - positions[:-1] == 1).all())
-
-
-def randomized(cfg) -> bool:
-    """Whether a model (anything with an ``encoding``) is trained and evaluated at random positions."""
-    return bool(ENCODINGS[cfg.encoding].randomized_positions)
-
-
-def require_max_position(cfg, length: int, field: str) -> None:
-    """A randomized model can only place ``length`` ≤ ``max_position`` positions (the error names ``field``)."""
-    if randomized(cfg) and length > cfg.max_position:
-        raise ConfigError(f"{field}: {length} exceeds max_position {cfg.max_position} of encoding {cfg.encoding!r} "
-                          f"(positions are drawn from [0, max_position)); allowed values: ≤ {cfg.max_position}, "
-                          "or train with a larger max_position")
 
 
 def training_positions(cfg, seed: int, step: int, micro: int, length: int) -> torch.Tensor | None:

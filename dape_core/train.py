@@ -25,7 +25,6 @@ import platform
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -34,79 +33,14 @@ import torch
 
 from dape_core import io, settings as fields
 from dape_core.checkpoints import checkpoints_for
-from dape_core.distributed import DISTRIBUTED, Distributed, full_value
+from dape_core.distributed import Distributed, full_value
 from dape_core.encodings import ENCODINGS, Kerple
 from dape_core.errors import ConfigError, require_positive
 from dape_core.methods import method_label
 from dape_core.model import GPT, GPTConfig
 from dape_core.positions import training_positions
-from dape_core.settings import setting
+from dape_core.settings.training import NOT_HASHED, NOT_TRAIN_OPTIONS, TrainSettings, require_training_steps
 from dape_core.tensorboard_log import TrainingLog
-
-PRECISIONS = ("fp32", "bf16")
-#: settings that change how a run is computed, not its numbers (compile: to fp32 rounding; micro_batch_size: the
-#: same gradient in pieces): a checkpoint resumes across them
-NOT_HASHED = ("threads", "checkpoint_every", "log_every", "activation_checkpointing", "micro_batch_size", "compile")
-
-
-@dataclass(kw_only=True)
-class TrainSettings:
-    """Optimisation settings (appendix I; public-code values where the paper is silent)."""
-
-    train_len: int = setting(GPTConfig.train_len, help="training length")
-    batch_size: int = setting(32, help="sequences per optimiser step (global, split across processes)")
-    grad_accum: int = setting(1, help="micro-batches per optimiser step")
-    steps: int = setting(1000, help="optimiser steps")
-    lr: float = setting(6e-4, help="peak learning rate")
-    min_lr_ratio: float = setting(0.1, help="cosine decay ends at min_lr_ratio × lr")
-    warmup_ratio: float = setting(0.01, help="linear warm-up over this share of the steps")
-    weight_decay: float = setting(0.1, help="AdamW weight decay (matrices only)")
-    grad_clip: float = setting(1.0, help="global gradient-norm clip")
-    beta1: float = setting(0.9, help="AdamW β1")
-    beta2: float = setting(0.95, help="AdamW β2")
-    precision: str = setting("fp32", choices=PRECISIONS, help="fp32, or bf16 autocast")
-    seed: int = setting(0, help="seed of the initialisation and the data order")
-    threads: int = setting(2, help="CPU threads")
-    checkpoint_every: int = setting(200, help="steps between resume checkpoints")
-    log_every: int = setting(10, help="steps between metrics lines")
-    distributed: str = setting("none", choices=DISTRIBUTED,
-                               help="under torchrun: ddp (a replica per process) or fsdp (FSDP2, parameters, "
-                                    "gradients and optimiser state sharded); gloo on CPU, NCCL on GPU")
-    activation_checkpointing: bool = setting(False, help="recompute each block's activations in the backward pass "
-                                                         "instead of storing them (less memory, more compute)")
-    micro_batch_size: int | None = setting(None, help="the most sequences one process runs through the model at "
-                                                      "once: each micro-batch runs in equal pieces of this size "
-                                                      "(a divisor of its share), the same gradient in less memory; "
-                                                      "the workflow sets it from resources.train_lm.gpu_mem_gb")
-    compile: bool = setting(False, help="train the model under torch.compile(fullgraph=True): one graph per shape, "
-                                        "the same numbers to fp32 rounding; evaluation stays eager")
-
-    def __post_init__(self):
-        fields.check_choices(self, TrainSettings)
-        for name in ("train_len", "batch_size", "grad_accum", "threads", "checkpoint_every", "log_every"):
-            require_positive(name, getattr(self, name))
-        if self.micro_batch_size is not None:
-            require_positive("micro_batch_size", self.micro_batch_size)
-        if not isinstance(self.steps, int) or isinstance(self.steps, bool) or self.steps < 0:
-            raise ConfigError(f"steps: {self.steps!r} is not allowed; allowed values: an integer ≥ 1 (≥ 0 for "
-                              "`dape finetune` of a base_model: 0 evaluates the checkpoint as it is)")
-        require_positive("lr", self.lr, integer=False)
-        if not 0 <= self.min_lr_ratio <= 1:
-            raise ConfigError(f"min_lr_ratio: {self.min_lr_ratio!r} is not allowed; allowed values: 0 ≤ x ≤ 1")
-        if not 0 <= self.warmup_ratio < 1:
-            raise ConfigError(f"warmup_ratio: {self.warmup_ratio!r} is not allowed; allowed values: 0 ≤ x < 1")
-        if self.compile and self.distributed == "fsdp":
-            raise ConfigError("compile: true is not allowed with distributed fsdp (FSDP2's hooks around each block "
-                              "do not trace into one graph); allowed values: false, or distributed none or ddp")
-
-
-def require_training_steps(settings: TrainSettings) -> None:
-    """`dape train` trains a fresh model: at least one step (``steps: 0`` is only `dape finetune`'s export of a
-    checkpoint as it is)."""
-    if settings.steps < 1:
-        raise ConfigError(f"steps: {settings.steps} is not allowed for `dape train`; allowed values: a positive "
-                          "integer (0 is `dape finetune`'s export of a checkpoint as it is)")
-
 
 def learning_rate(step: int, s: TrainSettings) -> float:
     """Linear warm-up, then cosine decay from lr to min_lr_ratio·lr at the last step."""
@@ -360,10 +294,13 @@ def train(
     progress: bool = True,
     stop_after: int | None = None,
     mem_mb: int | None = None,
+    gpu_mem_gb: float | None = None,
 ) -> dict:
     """Train a :class:`GPT` (:func:`fit`), write ``model.pt`` and the outputs; returns the summary. On a CPU a job
     whose modelled peak exceeds the machine's memory or ``mem_mb`` stops before it starts
-    (:func:`~dape_core.memory.cpu_preflight`)."""
+    (:func:`~dape_core.memory.cpu_preflight`). With ``gpu_mem_gb`` (and no ``micro_batch_size``) each process runs
+    its share of a micro-batch in the largest pieces whose modelled peak fits that memory
+    (:func:`~dape_core.memory.micro_batch_for`): the same gradient, so the run's hash does not change."""
     from dape_core.data import load_split
 
     torch.set_num_threads(settings.threads)
@@ -379,6 +316,9 @@ def train(
         raise ConfigError(f"train_len: {settings.train_len} exceeds the training split ({len(train_split.tokens)} tokens)")
     if settings.batch_size % dist.world:
         raise ConfigError(f"batch_size: {settings.batch_size} is not divisible by the {dist.world} processes")
+    if gpu_mem_gb is not None and settings.micro_batch_size is None:
+        settings = dataclasses.replace(settings, micro_batch_size=fitting_micro_batch(model_config, settings, dist.world,
+                                                                                      gpu_mem_gb))
     if dist.device.type == "cpu":
         from dape_core.memory import cpu_preflight
 
@@ -429,7 +369,6 @@ def train(
 
 #: GPTConfig fields that are not options of `dape train`: the vocabulary comes from the data, the training length
 #: from TrainSettings, d_ff is 4·d_model, and query chunks are an evaluation setting.
-NOT_TRAIN_OPTIONS = ("vocab_size", "d_ff", "train_len", "query_chunk_size")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -442,6 +381,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mem-mb", type=int, default=None,
                    help="the job's memory (resources mem_mb): a CPU job whose estimated peak exceeds it, or the "
                         "machine's memory, stops before it starts")
+    p.add_argument("--gpu-mem-gb", type=float, default=None,
+                   help="one GPU's memory (resources.train_lm.gpu_mem_gb): without --micro-batch-size, each process "
+                        "runs its share of a micro-batch in the largest pieces that fit it (the memory model)")
+
+
+def fitting_micro_batch(model_config: GPTConfig, settings: TrainSettings, processes: int, gpu_mem_gb: float) -> int:
+    """The memory model's micro-batch of one process (its share of a micro-batch, sharded states under fsdp), printed
+    with its modelled peak; a ConfigError naming ``gpu_mem_gb`` when one sequence does not fit."""
+    from dape_core.memory import micro_batch_for
+
+    shards = processes if processes > 1 and settings.distributed == "fsdp" else 1
+    memory = micro_batch_for(model_config, settings.batch_size // processes, gpu_mem_gb, precision=settings.precision,
+                             shards=shards)
+    print(f"micro-batch on one GPU ({gpu_mem_gb:g} GB): {settings.batch_size // processes} sequences per process → "
+          f"{memory.describe()}", flush=True)
+    return memory.micro_batch
 
 
 def run(args) -> int:
@@ -449,7 +404,9 @@ def run(args) -> int:
     config = fields.from_args(GPTConfig, args, train_len=settings.train_len)
     if args.mem_mb is not None:
         require_positive("mem_mb", args.mem_mb)
+    if args.gpu_mem_gb is not None:
+        require_positive("gpu_mem_gb", args.gpu_mem_gb, integer=False)
     summary = train(config, settings, args.data_dir, args.out_dir, args.checkpoint_dir, progress=not args.no_progress,
-                    mem_mb=args.mem_mb)
+                    mem_mb=args.mem_mb, gpu_mem_gb=args.gpu_mem_gb)
     print(json.dumps({k: summary[k] for k in ("status", "steps_done", "final_loss", "tokens_per_s", "method")}))
     return 0

@@ -131,15 +131,15 @@ def test_paper_dry_run_starts_torchrun_for_the_multi_gpu_sizes(tmp_path, monkeyp
     assert (big["resources"]["gpu"], big["resources"]["cpus_per_gpu"], big["resources"]["slurm_partition"]) == (
         "4", "8", "gpu")
     # 32 cores for the job: 8 threads for each of its 4 processes
-    # each job's micro-batch on one GPU, from resources.train_lm.gpu_mem_gb and the memory model
-    micro = {size: plan.micro_batch_size(name) for size, name in runs.items()}
+    # each job gets resources.train_lm.gpu_mem_gb and picks the memory model's micro-batch when it starts
+    gpu_mem_gb = plan.config["resources"]["train_lm"]["gpu_mem_gb"]
     assert big["command"].startswith("torchrun --standalone --nproc-per-node 4 -m dape_core.cli train "
-                                     f"--distributed fsdp --threads 8 --micro-batch-size {micro['2.7B']} "
+                                     f"--distributed fsdp --threads 8 --gpu-mem-gb {gpu_mem_gb:g} "
                                      "--data-dir results/data/books3 "), big["command"]
     for size in ("125M", "350M"):
         job = jobs[runs[size]]
         assert (job["resources"]["gpu"], job["resources"]["cpus_per_gpu"]) == ("1", "8"), (size, job)
-        assert job["command"].startswith(f"dape train --threads 8 --micro-batch-size {micro[size]} --data-dir "), (
+        assert job["command"].startswith(f"dape train --threads 8 --gpu-mem-gb {gpu_mem_gb:g} --data-dir "), (
             size, job["command"])
         assert "torchrun" not in job["command"] and "--distributed" not in job["command"]
     assert "slurm_partition=cpu" in out.split("rule tokenize:")[1].split("\n\n")[0]  # the one CPU rule

@@ -14,6 +14,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from dape_core import config as grid
 from dape_core.config.__main__ import main as config_main
+from dape_core.config.memory_plan import fit_micro_batches
 from dape_core.errors import ConfigError
 from dape_core.memory import (cpu_preflight, machine_memory_bytes, model_saved_bytes, micro_batch_for, saved_bytes,
                               training_memory, transient_bytes)
@@ -127,6 +128,8 @@ def paper_config(gpu_mem_gb):
 
 def test_the_paper_plan_gets_a_micro_batch_per_run_and_prints_them(capsys):
     plan = grid.build_plan(paper_config(80))
+    assert plan.memory == {} and all(plan.micro_batch_size(name) is None for name in plan.lm_runs)  # parse: no torch
+    fit_micro_batches(plan)
     assert set(plan.memory) == set(plan.lm_runs)
     assert all(memory.peak <= 80e9 for memory in plan.memory.values())
     cope = [name for name in plan.lm_runs if "-T1024-cope-none" in name]
@@ -135,9 +138,45 @@ def test_the_paper_plan_gets_a_micro_batch_per_run_and_prints_them(capsys):
     assert "micro-batch on one GPU (80 GB): 125M kerple/dape_v2 k3 T1024 bf16, 32 sequences per GPU" in capsys.readouterr().out
 
 
-def test_a_paper_run_that_cannot_fit_names_itself_and_the_setting():
+def test_a_paper_run_that_cannot_fit_names_itself_and_the_setting(capsys):
+    plan = grid.build_plan(paper_config(1))  # the workflow's parse does not trace models
     with pytest.raises(ConfigError, match=r"run \S+: one sequence of \d+ tokens needs .* gpu_mem_gb 1\b"):
-        grid.build_plan(paper_config(1))
+        fit_micro_batches(plan)
+    config = paper_config(1)
+    assert config_main_on(config) == 2  # the plan command stops before anything is submitted
+    assert "configuration error: run " in capsys.readouterr().err
+
+
+def config_main_on(config: dict) -> int:
+    import tempfile
+
+    import yaml
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
+        yaml.safe_dump(config, handle)
+    return config_main([handle.name])
+
+
+def test_a_training_job_given_its_gpu_memory_runs_in_the_pieces_that_fit(tiny_corpus, tmp_path, capsys):
+    """`dape train --gpu-mem-gb`: the job picks the memory model's micro-batch itself (the workflow passes the
+    resource, not a number it would have to trace the model for) — the same run, in pieces."""
+    cfg = GPTConfig(size="tiny", encoding="kerple", processor="dape_v2", kernel_size=3, vocab_size=tiny_vocab(tiny_corpus),
+                    train_len=32)
+    settings = TrainSettings(train_len=32, batch_size=8, steps=2, threads=1, log_every=1)
+    fits_four = (training_memory(cfg, 4).peak + training_memory(cfg, 8).peak) / 2 / 1e9  # 4 fit, 8 do not
+    whole = train(cfg, settings, tiny_corpus, tmp_path / "whole", progress=False)
+    capsys.readouterr()
+    pieces = train(cfg, settings, tiny_corpus, tmp_path / "pieces", progress=False, gpu_mem_gb=fits_four)
+    assert f"micro-batch on one GPU ({fits_four:g} GB): 8 sequences per process → micro-batch 4:" in capsys.readouterr().out
+    assert pieces["config_hash"] == whole["config_hash"]
+    assert pieces["final_loss"] == pytest.approx(whole["final_loss"], rel=1e-5)
+
+
+def tiny_vocab(data_dir) -> int:
+    import json
+    from pathlib import Path
+
+    return int(json.loads((Path(data_dir) / "meta.json").read_text())["tokenizer"]["vocab_size"])
 
 
 # ------------------------------------------------------------------------------------------ the CPU preflight

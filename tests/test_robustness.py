@@ -11,8 +11,8 @@ import yaml
 
 from dape_core.config import build_plan, load_yaml
 from dape_core.config.shift import shifted_config, write_shifted_config
-from dape_core.errors import ConfigError
-from dape_core.report.robustness import FLIP, compare, counts, robustness_markdown
+from dape_core.errors import ArtefactError, ConfigError
+from dape_core.report.robustness import FLIP, compare, counts, read_summary, robustness_markdown
 
 from workflow_fixture import CONFIGS, SMOKE_REPORTS, smoke_run, snakemake  # noqa: F401
 
@@ -68,6 +68,17 @@ def test_the_written_configuration_is_complete_and_valid(tmp_path):
     text = (tmp_path / "config.yaml").read_text()
     assert text.startswith("# The shifted configuration") and yaml.safe_load(text) == shifted
     assert build_plan(yaml.safe_load(text)).lm_jobs()
+    summary = read_summary(tmp_path / "shift.json")
+    assert summary["seeds"]["baselines"] == [[0, 1], [5, 6]]  # sealed when written, verified when read
+
+
+def test_a_damaged_shift_summary_is_named_not_reported(tmp_path):
+    write_shifted_config(tmp_path / "config.yaml", load_yaml(CONFIGS["smoke"]), tmp_path / "shift.json")
+    data = (tmp_path / "shift.json").read_bytes()
+    (tmp_path / "shift.json").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ArtefactError, match=r"shift.json: its content does not match the sha256 .*rule "
+                                            r"robustness_config"):
+        read_summary(tmp_path / "shift.json")
 
 
 def _claims(verdicts: dict) -> pd.DataFrame:

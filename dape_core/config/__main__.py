@@ -1,6 +1,7 @@
 """``python -m dape_core.config CONFIG``: validate, then print jobs per family with their training GPU-hours and
-the bound that decides them (flops, dispatch or measured), and the estimate (per training shape, with a calibration
-CSV: measured, scaled from a measured shape, or the FLOP estimate)."""
+the bound that decides them (flops, dispatch or measured), the estimate (per training shape, with a calibration
+CSV: measured, scaled from a measured shape, or the FLOP estimate) and, with ``resources.train_lm.gpu_mem_gb``,
+the micro-batch each training shape runs in on one GPU (the memory model, which also stops a run that cannot fit)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 
 from dape_core.config import build_plan, estimate, estimate_line, load_yaml
 from dape_core.config.estimate import estimate_details, family_hours_text
+from dape_core.config.memory_plan import fit_micro_batches, micro_batch_lines
 from dape_core.errors import ConfigError
 
 
@@ -21,6 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         config.update(load_yaml(path))
     try:
         plan = build_plan(config)
+        fit_micro_batches(plan)  # with resources.train_lm.gpu_mem_gb: every run's micro-batch (torch)
         figures = estimate(plan)
     except ConfigError as err:
         print(f"configuration error: {err}", file=sys.stderr)
@@ -36,23 +39,6 @@ def main(argv: list[str] | None = None) -> int:
     if plan.memory:
         print("\n".join(micro_batch_lines(plan)))
     return 0
-
-
-def micro_batch_lines(plan) -> list[str]:
-    """One line per training shape: the micro-batch the memory model chose on one GPU and its modelled peak."""
-    lines, seen = [], {}
-    for name, memory in plan.memory.items():
-        s = plan.lm_runs[name]["settings"]
-        job = plan.resources("train_lm", s["size"])
-        processes = max(1, job["gpu"])
-        key = (job["gpu_mem_gb"], s["size"], s["encoding"], s["processor"], s["kernel_size"], s["train_len"],
-               s["batch_size"] // processes, s["precision"], memory.describe())
-        seen.setdefault(key, []).append(name)
-    for (gpu_mem_gb, size, encoding, processor, kernel, length, share, precision, described), runs in seen.items():
-        method = f"{encoding}/{processor}" + (f" k{kernel}" if processor == "dape_v2" else "")
-        lines.append(f"  micro-batch on one GPU ({gpu_mem_gb:g} GB): {size} {method} T{length} {precision}, "
-                     f"{share} sequences per GPU → {described} — {len(runs)} run(s)")
-    return lines
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Jobs per rule and the GPU-hours of the training jobs: from measured throughput where there is one, otherwise
 the larger of the FLOP time and the dispatch time (:mod:`dape_core.config.dispatch`).
 
-Each run's model is built on the meta device (no memory, no computation), so FLOP counts come from
-:meth:`dape_core.model.GPT.flops_per_token` — the formula the training summary reports — rather than a second one.
+FLOP counts are arithmetic on each run's settings (:func:`dape_core.model_arithmetic.gpt_flops_per_token`, the
+formula the training summary reports; its parameter count is checked against the built model by the tests), so
+the estimate — printed whenever the workflow is parsed — imports no torch and builds no model.
 
 A training job's GPU-hours are its tokens (steps × batch_size × grad_accum × train_len) divided by a throughput
 in tokens/s of one GPU, taken in this order:
@@ -37,9 +38,14 @@ run's ``base_config`` (``model_type`` and transformers configuration fields, ``v
 or, for a run of a family's ``base``
 (``base_run``), the base run's model; the processor is the run's, or its base's when the run adds none. The model
 is built on the meta device (``AutoModelForCausalLM.from_config``, with :func:`dape_core.hf.add_processor` when it
-has a processor) and counted by :func:`dape_core.model.decoder_flops_per_token`, the formula of
-:meth:`~dape_core.model.GPT.flops_per_token`. ``transformers`` (the ``hf`` extra) is imported only for a plan with
-fine-tune runs; without it those jobs are left out of the GPU-hours, and the line says so.
+has a processor) and counted by :func:`dape_core.model_arithmetic.decoder_flops_per_token`, the formula of
+:meth:`~dape_core.model.GPT.flops_per_token`. ``transformers`` and torch are imported only for a plan with
+fine-tune runs; without transformers those jobs are left out of the GPU-hours, and the line says so.
+
+A job that runs its micro-batch in pieces (``resources.train_lm.gpu_mem_gb``: the memory model's micro-batch) makes
+more dispatch calls per step; the memory model traces the model with torch, so only ``python -m dape_core.config``
+counts the pieces (:func:`dape_core.config.memory_plan.fit_micro_batches`); the line printed when the workflow is
+parsed counts one piece per micro-batch and says so.
 """
 
 from __future__ import annotations
@@ -50,7 +56,10 @@ from functools import lru_cache
 from pathlib import Path
 
 from dape_core.config import dispatch
+from dape_core.encoding_facts import facts
 from dape_core.errors import ConfigError
+from dape_core.model_arithmetic import decoder_flops_per_token, gpt_flops_per_token
+from dape_core.settings.finetune import SUPPORTED_MODEL_TYPES, is_finetuned
 
 MEASURED, SCALED, FLOPS = "measured", "scaled", "FLOP estimate"
 SHAPE = ("size", "n_layer", "n_head", "d_model", "vocab_size")
@@ -62,30 +71,24 @@ CALIBRATION_COLUMNS = ("device", *CALIBRATION_KEY, "tokens_per_s", "status")
 NO_TRANSFORMERS = "fine-tune jobs not counted: transformers not installed (pip install -e '.[hf]')"
 
 
-@lru_cache(maxsize=None)
-def _model_on_meta(model_settings: tuple):
-    import torch
-
-    from dape_core.model import GPT, GPTConfig
-
-    with torch.device("meta"):
-        return GPT(GPTConfig(**dict(model_settings)))
-
-
-def _model(settings: dict, vocab_size: int):
-    """The run's decoder on the meta device (its config has the resolved n_layer, n_head and d_model)."""
-    from dape_core.model import GPTConfig
+def _shape(settings: dict, vocab_size: int):
+    """The run's decoder settings with the shape resolved from its size (n_layer, n_head, d_model, d_ff)."""
     from dape_core.settings import field_names
+    from dape_core.settings.model import GPTConfig
 
     model = {k: settings[k] for k in field_names(GPTConfig) if k in settings}
     model.update(vocab_size=vocab_size)
-    model.pop("train_len", None)  # the length enters the count as flops_per_token's argument
-    return _model_on_meta(tuple(sorted(model.items())))
+    model.pop("train_len", None)  # the length enters the count as the FLOPs' argument
+    return GPTConfig(**model)
+
+
+def _flops_per_token(settings: dict, vocab_size: int, seq_len: int) -> float:
+    return gpt_flops_per_token(_shape(settings, vocab_size), seq_len)
 
 
 def training_flops(settings: dict, vocab_size: int) -> float:
-    """Training FLOPs of one LM run: FLOPs per token (GPT on the meta device) × tokens of all its steps."""
-    return _model(settings, vocab_size).flops_per_token(settings["train_len"]) * training_tokens(settings)
+    """Training FLOPs of one LM run: FLOPs per token (arithmetic on its shape) × tokens of all its steps."""
+    return _flops_per_token(settings, vocab_size, settings["train_len"]) * training_tokens(settings)
 
 
 def training_tokens(settings: dict) -> int:
@@ -100,7 +103,7 @@ def run_vocab(plan, settings: dict) -> int:
 
 def calibration_key(settings: dict, vocab_size: int) -> dict:
     """A run's calibration key (:data:`CALIBRATION_KEY`): its settings with the shape resolved from the size."""
-    cfg = _model(settings, vocab_size).cfg
+    cfg = _shape(settings, vocab_size)
     key = {name: settings[name] for name in (*METHOD, "dape_width", "train_len", *PATH)}
     key.update(size=settings["size"], n_layer=cfg.n_layer, n_head=cfg.n_head, d_model=cfg.d_model,
                vocab_size=vocab_size, micro_batch=settings["batch_size"])
@@ -111,7 +114,7 @@ def row_flops_per_token(row: dict) -> float:
     """FLOPs per token of a calibration row's model at its train_len (same formula as a run's)."""
     settings = {name: str(row[name]) for name in ("size", "encoding", "processor", "attention_impl", "dape_dtype")}
     settings.update({name: int(row[name]) for name in ("n_layer", "n_head", "d_model", "kernel_size", "dape_width")})
-    return _model(settings, int(row["vocab_size"])).flops_per_token(int(row["train_len"]))
+    return _flops_per_token(settings, int(row["vocab_size"]), int(row["train_len"]))
 
 
 # ----------------------------------------------------------------------------------------------- fine-tunes
@@ -140,8 +143,6 @@ def finetune_model(plan, name: str) -> tuple[dict, dict]:
     if settings["base_model"] is None:
         config = {**settings["base_config"], "vocab_size": vocab}
     else:
-        from dape_core.hf.patch import SUPPORTED_MODEL_TYPES
-
         config = _directory_config(str(settings["base_model"]))
         if config.get("model_type") not in SUPPORTED_MODEL_TYPES:
             raise ConfigError(f"base_model: {settings['base_model']!r} holds a {config.get('model_type')!r} model; "
@@ -173,7 +174,6 @@ def _finetune_shape(config_json: str, attention_json: str) -> tuple:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from dape_core.encodings import ENCODINGS
     from dape_core.finetune import non_embedding_parameters
     from dape_core.hf.patch import add_processor, attention_layers
 
@@ -190,13 +190,12 @@ def _finetune_shape(config_json: str, attention_json: str) -> tuple:
     return (("model_type", model_type), ("hidden_size", config.hidden_size), ("n_layer", len(layers)),
             ("n_head", heads), ("attention_width", heads * layers[0].head_dim),
             ("vocab_size", config.vocab_size), ("non_embedding", non_embedding_parameters(model)),
-            ("bias_channels", attention["processor"] != "none" and ENCODINGS[attention["encoding"]].has_bias))
+            ("bias_channels", attention["processor"] != "none" and facts(attention["encoding"]).has_bias))
 
 
 def finetune_flops_per_token(shape: dict, attention: dict, train_len: int) -> float:
-    """FLOPs per token of a fine-tune model (:func:`~dape_core.model.decoder_flops_per_token`, as the GPT's)."""
-    from dape_core.model import decoder_flops_per_token
-
+    """FLOPs per token of a fine-tune model (:func:`~dape_core.model_arithmetic.decoder_flops_per_token`, as the
+    GPT's)."""
     return decoder_flops_per_token(
         non_embedding=shape["non_embedding"], vocab_size=shape["vocab_size"], d_model=shape["hidden_size"],
         n_layer=shape["n_layer"], n_head=shape["n_head"], attention_width=shape["attention_width"], seq_len=train_len,
@@ -307,7 +306,7 @@ def estimate(plan) -> dict:
     for name, seed in plan.train_jobs():
         settings = plan.lm_runs[name]["settings"]
         vocab = run_vocab(plan, settings)
-        per_token = _model(settings, vocab).flops_per_token(settings["train_len"])
+        per_token = _flops_per_token(settings, vocab, settings["train_len"])
         run_flops = per_token * training_tokens(settings)
         key = calibration_key(settings, vocab)
         tokens_per_s, source = throughput(key, per_token, rows)
@@ -340,7 +339,7 @@ def estimate(plan) -> dict:
             "gpu_hours": hours + finetunes["finetune_gpu_hours"], "gpu_tflops": assumptions["gpu_tflops"],
             "utilisation": assumptions["utilisation"], "calibration": note, "calibrated": rows is not None,
             "sources": sources, "bounds": bounds, "uncounted": uncounted, "per_call": cost,
-            "family_hours": family_hours,
+            "family_hours": family_hours, "pieces_uncounted": pieces_uncounted(plan),
             "shapes": list(shapes.values())}
 
 
@@ -365,10 +364,16 @@ def job_hours(plan, name: str, key: dict, per_token: float, tokens_per_s: float 
                                   cost=cost, pieces=pieces, gpus=processes)
 
 
+def pieces_uncounted(plan) -> int:
+    """LM runs whose job has ``gpu_mem_gb`` but whose micro-batch was not modelled (the workflow's parse: one piece
+    per micro-batch counted; ``python -m dape_core.config`` models them)."""
+    return sum(1 for name, run in plan.lm_runs.items() if name not in plan.memory
+               and plan.resources("train_lm", run["settings"]["size"]).get("gpu_mem_gb") is not None)
+
+
 def finetune_estimate(plan, rate: float) -> dict:
     """FLOPs and GPU-hours of the ``dape finetune`` jobs at ``rate`` FLOP/s (the FLOP estimate), one entry per
     fine-tune shape; nothing counted, with ``finetune_note`` saying so, when transformers cannot be imported."""
-    from dape_core.finetune import is_finetuned
     from dape_core.methods import hf_method_label
 
     out = {"finetune_flops": 0.0, "finetune_gpu_hours": 0.0, "finetune_shapes": [], "finetune_note": None}
@@ -433,6 +438,9 @@ def estimate_line(plan, e: dict | None = None) -> str:
     if e.get("uncounted"):
         line += (f"; no operator count for {e['uncounted']} jobs (attention_impl fast/plain, or a method not in "
                  f"{dispatch.STEP_COUNTS.name}: `{dispatch.STEP_COUNTS_COMMAND}`), the FLOP bound")
+    if e.get("pieces_uncounted"):
+        line += (f"; dispatch of {e['pieces_uncounted']} jobs counted without the pieces their micro-batch may run "
+                 "in (gpu_mem_gb; `python -m dape_core.config CONFIG` models them)")
     if e["finetune_note"]:
         line += f"; {e['finetune_note']}"
     elif e["jobs"]["finetune_lm"]:

@@ -29,7 +29,7 @@ from typing import Callable, Iterable
 from dape_core.config.names import (FINETUNE_NAME_SETTINGS, LM_NAME_SETTINGS, che_cell_name, lm_run_name,
                                     timing_job_name, timing_run_name)
 from dape_core.config.schema import SCHEMA_PATH, validate_schema
-from dape_core.errors import ConfigError, require_choice, require_positive
+from dape_core.errors import ConfigError, require_choice
 from dape_core.methods import parse_method
 
 STAGES = ("lm", "leakage", "timing", "che", "finetune")
@@ -81,11 +81,12 @@ class Plan:
     che_cells: dict[str, dict] = field(default_factory=dict)  # name → {"settings", "seeds"}
     che_members: list[dict] = field(default_factory=list)  # {"family", "cell", "seed"}
     families: dict[str, dict] = field(default_factory=dict)  # name → family spec plus its run names
-    # LM run → its modelled memory on one GPU (dape_core.memory.TrainingMemory), with resources.train_lm.gpu_mem_gb
+    # LM run → its modelled memory on one GPU (dape_core.memory.TrainingMemory), with resources.train_lm.gpu_mem_gb;
+    # filled by dape_core.config.memory_plan.fit_micro_batches (torch), never while the workflow is parsed
     memory: dict[str, object] = field(default_factory=dict)
 
     def micro_batch_size(self, run: str) -> int | None:
-        """The micro-batch the memory model chose for an LM run (None without gpu_mem_gb: no split)."""
+        """The micro-batch the memory model chose for an LM run (None: not modelled, or no gpu_mem_gb)."""
         return self.memory[run].micro_batch if run in self.memory else None
 
     # ---- jobs
@@ -556,10 +557,9 @@ def _only(settings: dict, cls) -> dict:
 
 def check_lm_run(s: dict, where: str, datasets: dict, *, extrapolates: bool) -> None:
     """One LM run: its model, training and evaluation dataclasses accept it, and the cross-field rules hold."""
-    from dape_core.evaluate import EvalSettings
-    from dape_core.model import GPTConfig
-    from dape_core.positions import require_max_position
-    from dape_core.train import TrainSettings, require_training_steps
+    from dape_core.settings.evaluation import EvalSettings
+    from dape_core.settings.model import GPTConfig, require_max_position
+    from dape_core.settings.training import TrainSettings, require_training_steps
 
     require_choice(f"{where}.dataset", s["dataset"], datasets)
     model = checked(where, lambda: GPTConfig(**_only(s, GPTConfig)))
@@ -573,9 +573,9 @@ def check_lm_run(s: dict, where: str, datasets: dict, *, extrapolates: bool) -> 
 def check_finetune_run(s: dict, where: str, datasets: dict, *, extrapolates: bool) -> None:
     """One fine-tune run: its model (a base directory that exists, or a fresh configuration), training and evaluation
     dataclasses accept it, and the evaluation's cross-field rules hold."""
-    from dape_core.evaluate import EvalSettings
-    from dape_core.finetune import FinetuneSettings, check_steps
-    from dape_core.train import TrainSettings
+    from dape_core.settings.evaluation import EvalSettings
+    from dape_core.settings.finetune import FinetuneSettings, check_steps
+    from dape_core.settings.training import TrainSettings
 
     require_choice(f"{where}.dataset", s["dataset"], datasets)
     model = _only(s, FinetuneSettings)
@@ -605,41 +605,23 @@ def _check_eval_lengths(s: dict, where: str, extrapolates: bool) -> None:
 
 
 def check_train_processes(plan: Plan) -> None:
-    """A training job with several GPUs runs one process each, which split its global batch evenly; with
-    ``gpu_mem_gb``, each job's micro-batch on one GPU is the largest that fits (``plan.memory``)."""
+    """A training job with several GPUs runs one process each, which split its global batch evenly (the
+    micro-batch that fits ``gpu_mem_gb`` is the memory model's, chosen by the job itself or by
+    :func:`dape_core.config.memory_plan.fit_micro_batches`: it traces the model with torch)."""
     sizes = plan.config["resources"]["train_lm"]["sizes"]
     for name, run in plan.lm_runs.items():
         size, batch_size = run["settings"]["size"], run["settings"]["batch_size"]
-        job = plan.resources("train_lm", size)
-        gpu = job["gpu"]
+        gpu = plan.resources("train_lm", size)["gpu"]
         if gpu > 1 and batch_size % gpu:
             where = f"resources.train_lm.sizes.{size}.gpu" if "gpu" in sizes.get(size, {}) else "resources.train_lm.gpu"
             raise ConfigError(f"{where}: {gpu} processes do not divide batch_size {batch_size} of run {name}; "
                               "allowed values: a divisor of the batch_size of every run it applies to")
-        if job.get("gpu_mem_gb") is not None:
-            plan.memory[name] = fitting_micro_batch(plan, name, job)
-
-
-def fitting_micro_batch(plan: Plan, name: str, job: dict):
-    """The memory model's micro-batch of LM run ``name`` on one GPU of ``job`` (its resources)."""
-    from dape_core.config.estimate import run_vocab
-    from dape_core.memory import micro_batch_for
-    from dape_core.model import GPTConfig
-    from dape_core.settings import field_names
-
-    s = plan.lm_runs[name]["settings"]
-    processes = max(1, job["gpu"])
-    model = GPTConfig(**{k: s[k] for k in field_names(GPTConfig) if k in s and k != "vocab_size"},
-                      vocab_size=run_vocab(plan, s))
-    shards = processes if processes > 1 and job["distributed"] == "fsdp" else 1
-    return micro_batch_for(model, s["batch_size"] // processes, job["gpu_mem_gb"], precision=s["precision"],
-                           shards=shards, run=f"run {name}")
 
 
 def check_timing_run(s: dict, where: str) -> None:
     """One timing run: TimingSettings accepts it; exactly one of batch_size and equal_tokens, which divides
     every length."""
-    from dape_core.timing import TimingSettings
+    from dape_core.settings.timing import TimingSettings
 
     if (s["batch_size"] is None) == (s["equal_tokens"] is None):
         raise ConfigError(f"{where}.batch_size / equal_tokens: give exactly one (the other null); allowed values: "
@@ -654,6 +636,6 @@ def check_timing_run(s: dict, where: str) -> None:
 
 def check_che_run(s: dict, where: str) -> None:
     """One CHE cell: CHESettings accepts it (task, attention settings, shape and protocol)."""
-    from dape_core.che.runner import CHESettings
+    from dape_core.settings.che import CHESettings
 
     checked(where, lambda: CHESettings(**_only(s, CHESettings)))

@@ -61,15 +61,15 @@ def tristate(values: dict, names: Iterable[str]) -> dict:
 
 # ----------------------------------------------------------------------------------------------- groups
 def _groups():
-    """Field names of every group, read off the dataclasses (imported lazily: they pull in torch)."""
-    from dape_core.che.runner import NOT_CHE_OPTIONS, CHESettings
+    """Field names of every group, read off the (torch-free) settings dataclasses."""
     from dape_core.data import TokenizeSettings
-    from dape_core.evaluate import EvalSettings
-    from dape_core.finetune import NOT_FINETUNE_OPTIONS, FinetuneSettings
-    from dape_core.model import GPTConfig
     from dape_core.settings import AttentionSettings, field_names
-    from dape_core.timing import TimingSettings
-    from dape_core.train import NOT_TRAIN_OPTIONS, TrainSettings
+    from dape_core.settings.che import NOT_CHE_OPTIONS, CHESettings
+    from dape_core.settings.evaluation import EvalSettings
+    from dape_core.settings.finetune import NOT_FINETUNE_OPTIONS, FinetuneSettings
+    from dape_core.settings.model import GPTConfig
+    from dape_core.settings.timing import TimingSettings
+    from dape_core.settings.training import NOT_TRAIN_OPTIONS, TrainSettings
 
     attention = field_names(AttentionSettings)
     return {

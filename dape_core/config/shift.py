@@ -135,5 +135,5 @@ def write_shifted_config(path: str | Path, config: dict, summary_path: str | Pat
               "`robustness` block\n# (dape_core/config/shift.py); written by the DAG, not edited by hand.\n")
     io.write_text(path, header + yaml.safe_dump(shifted, sort_keys=False, allow_unicode=True))
     if summary_path is not None:
-        io.write_json(summary_path, shift_summary(config, shifted))
+        io.write_json(summary_path, shift_summary(config, shifted), seal=True)
     return shifted

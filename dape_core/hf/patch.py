@@ -47,15 +47,14 @@ from dape_core.encodings import build_encoding
 from dape_core.errors import ConfigError, require_choice
 from dape_core.implementations import resolve_attention_impl
 from dape_core.model import TORCH_DTYPES
-from dape_core.settings import ATTENTION_IMPLS, AttentionSettings, field_names
+from dape_core.settings import ATTENTION_IMPLS, AttentionSettings
+# declared torch-free in dape_core.settings.finetune, importable from here (dape_core.hf exports them)
+from dape_core.settings.finetune import ENCODINGS, PROCESSORS, SUPPORTED_MODEL_TYPES, hf_settings  # noqa: F401
 
 ATTENTION_NAME = "dape"  # the name in transformers' attention and mask registries
 CONFIG_KEY = "dape"  # the processor settings in the model's config (config.json)
 PROCESSOR_MODULE = "dape_processor"  # submodule names on each attention module (state_dict keys)
 ENCODING_MODULE = "dape_encoding"
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
-ENCODINGS = ("nope", "alibi", "kerple", "fire")  # additive encodings on top of the model's own RoPE
-PROCESSORS = ("dape_v1", "dape_v2")
 
 
 def register_attention() -> None:
@@ -65,24 +64,6 @@ def register_attention() -> None:
 
     AttentionInterface.register(ATTENTION_NAME, dape_attention)
     AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
-
-
-def hf_settings(settings: AttentionSettings | dict[str, Any]) -> AttentionSettings:
-    """The settings of a processor in a Hugging Face decoder, checked: a processor, an additive encoding or nope,
-    one encoding per layer."""
-    if isinstance(settings, dict):
-        unknown = sorted(set(settings) - set(field_names(AttentionSettings)))
-        if unknown:
-            raise ConfigError(f"settings: {', '.join(unknown)} not allowed; allowed values: "
-                              f"{', '.join(field_names(AttentionSettings))}")
-        settings = AttentionSettings(**settings)
-    settings = settings.attention_settings()
-    require_choice("processor", settings.processor, PROCESSORS)
-    require_choice("encoding", settings.encoding, ENCODINGS)
-    if settings.encoding_shared:
-        raise ConfigError("encoding_shared: True is not allowed in a Hugging Face decoder; allowed values: unset, "
-                          "false (one encoding per attention layer)")
-    return settings
 
 
 def attention_layers(model: nn.Module) -> list[nn.Module]:

@@ -172,7 +172,7 @@ def run(args) -> int:
 
         table = compare(_read(args.claims), _read(args.shifted_claims))
         io.write_text(args.out_md, robustness_markdown(table, read_summary(args.shift_summary)))
-        io.write_csv(args.out_csv, table)
+        io.write_csv(args.out_csv, table, seal=True)
     elif command == "figure":
         draw_figure(args)
     elif command == "claims":

@@ -14,7 +14,6 @@ The summary counts the claims compared (run in both), agreements, flips and clai
 
 from __future__ import annotations
 
-import json
 
 import pandas as pd
 
@@ -102,8 +101,9 @@ def robustness_markdown(table: pd.DataFrame, summary: dict | None = None) -> str
 
 
 def read_summary(path) -> dict | None:
-    """The shift summary JSON written with the shifted configuration (None without one)."""
+    """The shift summary JSON written with the shifted configuration, verified (None without one)."""
+    from dape_core import artefacts
+
     if not path:
         return None
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+    return artefacts.read_json(path, artefacts.SHIFT)

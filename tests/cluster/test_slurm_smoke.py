@@ -12,6 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 
 from test_workflow import check_report_artefacts  # noqa: E402
+from workflow_fixture import SMOKE_REPORTS  # noqa: E402
 
 
 @pytest.mark.cluster
@@ -22,7 +23,7 @@ def test_smoke_dag_on_slurm(localhost_slurm, tmp_path):
     result = run_snakemake_on_slurm(workdir, REPO / "Snakefile", config, env=localhost_slurm.env(), timeout=1500)
     submitted = result.stdout.count("has been submitted with SLURM jobid")
     assert submitted >= 10, result.stdout[-3000:]  # every non-local job ran as a slurm job
-    report = run_snakemake_on_slurm(workdir, REPO / "Snakefile", [*config, "--report", str(workdir / "reports" / "report.html")],
+    report = run_snakemake_on_slurm(workdir, REPO / "Snakefile", [*config, "--report", str(workdir / SMOKE_REPORTS / "report.html")],
                                     env=localhost_slurm.env(), timeout=600)
     assert report.returncode == 0
-    check_report_artefacts(workdir)
+    check_report_artefacts(workdir / SMOKE_REPORTS)

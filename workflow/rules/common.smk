@@ -28,7 +28,7 @@ PLAN = grid.build_plan(config)
 CONFIGURATION = grid.configuration_name(workflow.overwrite_configfiles)
 REPORTS = grid.reports_dir(CONFIGURATION)
 PLAN_JSON = grid.plan_path(CONFIGURATION)
-if workflow.is_main_process:  # not again in every job step of a cluster run (it builds models on the meta device)
+if workflow.is_main_process:  # not again in every job step of a cluster run
     logger.info(grid.estimate_line(PLAN))
 
 DATA_FILES = ("train.bin", "val.bin", "train.docs.npy", "val.docs.npy", "token_bytes.npy", "tokenizer.json",
@@ -88,12 +88,12 @@ class TrainLauncher:
     Not a builtin type, so Snakemake leaves it out of the params rerun trigger: like the thread count, how a job is
     spread over devices does not rerun a finished run (`--forcerun` does)."""
 
-    def __init__(self, processes, distributed, threads, micro_batch_size=None):
+    def __init__(self, processes, distributed, threads, gpu_mem_gb=None):
         self.processes, self.distributed, self.threads = processes, distributed, threads
-        self.micro_batch_size = micro_batch_size  # the memory model's, with resources.train_lm.gpu_mem_gb
+        self.gpu_mem_gb = gpu_mem_gb  # resources.train_lm.gpu_mem_gb: the job picks the micro-batch that fits it
 
     def __str__(self):
-        micro = f" --micro-batch-size {self.micro_batch_size}" if self.micro_batch_size else ""
+        micro = f" --gpu-mem-gb {self.gpu_mem_gb:g}" if self.gpu_mem_gb else ""
         if self.processes > 1:
             return (f"torchrun --standalone --nproc-per-node {self.processes} -m dape_core.cli train"
                     f" --distributed {self.distributed} --threads {self.threads}{micro}")
@@ -117,8 +117,8 @@ def train_threads(wildcards):
 def train_launcher(wildcards, threads):
     """`threads` is the job's (capped at --cores by Snakemake), shared among its processes."""
     processes = train_processes(wildcards.run)
-    return TrainLauncher(processes, train_job(wildcards.run)["distributed"], max(1, threads // processes),
-                         PLAN.micro_batch_size(wildcards.run))
+    job = train_job(wildcards.run)
+    return TrainLauncher(processes, job["distributed"], max(1, threads // processes), job.get("gpu_mem_gb"))
 
 
 def train_job_resources():

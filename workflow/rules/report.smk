@@ -275,8 +275,8 @@ rule claims:
         table=f"{REPORTS}/claims.csv",
     params:
         sources=report_sources,
-        gpu_tflops=config["estimate"]["gpu_tflops"],
-        utilisation=config["estimate"]["utilisation"],
+        gpu_tflops=PLAN.config["estimate"]["gpu_tflops"],
+        utilisation=PLAN.config["estimate"]["utilisation"],
     localrule: True
     log:
         "logs/report/claims.log",

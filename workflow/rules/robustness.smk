@@ -10,7 +10,7 @@ outer DAG sees only its claims.
 
 from dape_core.config import shift as robustness_shift
 
-ROBUSTNESS_DIR = config["robustness"]["workdir"]
+ROBUSTNESS_DIR = PLAN.config["robustness"]["workdir"]  # the validated configuration, defaults filled in
 
 
 rule robustness_config:

@@ -1,0 +1,114 @@
+"""How long `snakemake -n` takes to parse the workflow and build its DAG, before and after a change, side by side.
+
+    python benchmarks/dag_parse.py [--before COMMIT] [--repeats 5] [--out benchmarks/results/dag_parse.csv]
+
+Cases, run round-robin so that the machine's load falls on all of them alike: a one-rule Snakefile (what Snakemake
+itself costs), then ``config.yaml`` and ``configs/paper.yaml`` on this checkout and, with ``--before``, on a
+``git worktree`` of that commit (its own ``dape_core`` first on the path). Each run is a fresh process in an empty
+directory: ``python -m snakemake -n --cores 2 --configfile CONFIG``, every job printed as a dry run prints it. One
+more run per case under ``python -X importtime`` records whether parsing imported torch. Printed and written: the
+median seconds per case, its ratio to the one-rule Snakefile's, and the after / before ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ("config.yaml", "configs/paper.yaml")
+ONE_RULE = 'rule one:\n    output: "x"\n    shell: "touch x"\n'
+
+
+def snakemake_command(tree: Path, config: str | None, workdir: Path, *, importtime: bool = False) -> list[str]:
+    python = [sys.executable, *(["-X", "importtime"] if importtime else []), "-m", "snakemake"]
+    if config is None:
+        return [*python, "--snakefile", str(workdir / "Snakefile"), "--directory", str(workdir), "-n", "--cores", "2"]
+    return [*python, "--snakefile", str(tree / "Snakefile"), "--directory", str(workdir), "-n", "--cores", "2",
+            "--configfile", str(tree / config)]
+
+
+def run_once(tree: Path, config: str | None, *, importtime: bool = False) -> tuple[float, str]:
+    """Seconds of one `snakemake -n` in a fresh directory, and its stderr; a failed parse stops the benchmark."""
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        if config is None:
+            (workdir / "Snakefile").write_text(ONE_RULE)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")])}
+        start = time.perf_counter()
+        result = subprocess.run(snakemake_command(tree, config, workdir, importtime=importtime), cwd=tree, env=env,
+                                capture_output=True, text=True)
+        seconds = time.perf_counter() - start
+    if result.returncode != 0:
+        raise SystemExit(f"snakemake -n failed for {config or 'the one-rule Snakefile'} in {tree}:\n"
+                         f"{(result.stdout + result.stderr)[-3000:]}")
+    return seconds, result.stderr
+
+
+def imports_torch(tree: Path, config: str | None) -> bool:
+    _, stderr = run_once(tree, config, importtime=True)
+    return any(line.rstrip().endswith("| torch") for line in stderr.splitlines())
+
+
+def worktree(commit: str) -> Path:
+    path = Path(tempfile.mkdtemp(prefix="dag-parse-before-"))
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(path), commit], check=True,
+                   capture_output=True)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--before", default=None, help="a commit to compare with (a temporary git worktree)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "dag_parse.csv"))
+    args = parser.parse_args(argv)
+    trees = {"after": ROOT}
+    if args.before:
+        trees["before"] = worktree(args.before)
+    cases = [("snakemake (one rule)", "-", None)] + [(config, version, config) for config in CONFIGS
+                                                     for version in trees]
+    times: dict[tuple[str, str], list[float]] = {(name, version): [] for name, version, _ in cases}
+    try:
+        for _ in range(args.repeats):
+            for name, version, config in cases:
+                times[(name, version)].append(run_once(trees.get(version, ROOT), config)[0])
+        torch = {(name, version): imports_torch(trees.get(version, ROOT), config) for name, version, config in cases}
+    finally:
+        if "before" in trees:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(trees["before"])],
+                           capture_output=True)
+    baseline = statistics.median(times[("snakemake (one rule)", "-")])
+    rows = []
+    for name, version, _ in cases:
+        median = statistics.median(times[(name, version)])
+        rows.append({"case": name, "version": version, "median_s": round(median, 3),
+                     "min_s": round(min(times[(name, version)]), 3), "repeats": args.repeats,
+                     "x_one_rule": round(median / baseline, 2), "imports_torch": torch[(name, version)]})
+    frame = pd.DataFrame(rows)
+    if args.before:
+        medians = frame.set_index(["case", "version"])["median_s"]
+        frame["after_over_before"] = [round(medians[(c, "after")] / medians[(c, "before")], 3)
+                                      if v == "after" and (c, "before") in medians else None
+                                      for c, v in zip(frame["case"], frame["version"])]
+    frame["commit_before"] = args.before or ""
+    frame["machine"] = f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
+    frame["date"] = time.strftime("%Y-%m-%d")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(args.out, index=False)
+    print(frame.drop(columns=["machine", "date"]).to_string(index=False))
+    print(f"written: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

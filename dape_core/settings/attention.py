@@ -1,0 +1,59 @@
+"""The attention settings shared by every stage (paper §3, eq. 1–5), torch-free.
+
+:class:`AttentionSettings` is the one place where the encoding, the DAPE processor and the path that computes
+them are declared, with their defaults, allowed values and checks. The decoder (``GPTConfig``), the CHE encoder
+(``EncoderConfig``), timing (``TimingSettings``), CHE (``CHESettings``) and fine-tunes (``FinetuneSettings``) extend
+it, so a setting keeps one name and one default from ``config.yaml`` through the command line to the constructor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from dape_core.encoding_facts import ENCODING_NAMES
+from dape_core.errors import ConfigError, require_odd_kernel, require_positive
+from dape_core.settings.fields import check_choices, setting
+
+PROCESSORS = ("none", "dape_v1", "dape_v2")
+PADDINGS = ("same", "causal")
+ATTENTION_IMPLS = ("auto", "fast", "plain", "materialized")
+DAPE_DTYPES = ("float32", "bfloat16")
+
+
+@dataclass(kw_only=True)
+class AttentionSettings:
+    """How every layer scores its keys (paper §3, eq. 1–5): encoding, processor and the path computing them."""
+
+    encoding: str = setting("kerple", choices=ENCODING_NAMES, help="positional encoding")
+    processor: str = setting("none", choices=PROCESSORS,
+                             help="DAPE V1 (the MLP, kernel 1) or DAPE V2 (1×k convolution), eq. 5")
+    kernel_size: int = setting(1, help="k of DAPE V2's 1×k kernel (odd; dape_v1 requires 1)")
+    dape_width: int = setting(32, help="hidden width D_DAPE of the processor")
+    tril: bool = setting(True, help="zero future keys before the processor (off: the §4.5 leakage ablation)")
+    padding: str = setting("same", choices=PADDINGS,
+                           help="same: k//2 each side (appendix L); causal: k−1 on the left (§3.3's text)")
+    encoding_shared: bool | None = setting(None, help="one positional module for all layers; default: as the "
+                                                       "public code (only T5's table shared)")
+    attention_impl: str = setting("auto", choices=ATTENTION_IMPLS,
+                                  help="auto: fast on a CPU, materialized on an accelerator; fast: the blocked "
+                                       "DAPE path (CPU); plain: the paper's materialised form; materialized: that "
+                                       "form per chunk of query rows, few kernel launches (GPU)")
+    dape_dtype: str = setting("float32", choices=DAPE_DTYPES, help="precision of DAPE's GEMMs on the fast path")
+    recompute_scores: bool | None = setting(None, help="materialized path: recompute each query chunk's score "
+                                                       "pipeline in the backward pass instead of keeping its "
+                                                       "[batch, rows, keys, channels] tensors (training memory "
+                                                       "linear in T); default: on (the accelerator's path)")
+
+    def __post_init__(self):
+        check_choices(self, AttentionSettings)
+        require_odd_kernel("kernel_size", self.kernel_size)
+        require_positive("dape_width", self.dape_width)
+        if self.processor == "dape_v1" and self.kernel_size != 1:
+            raise ConfigError(f"kernel_size: {self.kernel_size} is not allowed with processor dape_v1; allowed "
+                              "values: 1 (use processor dape_v2 for 1×k kernels)")
+
+    def attention_settings(self) -> AttentionSettings:
+        """These settings alone (a subclass instance → its AttentionSettings part)."""
+        return AttentionSettings(**{f.name: getattr(self, f.name) for f in dataclasses.fields(AttentionSettings)})
+
