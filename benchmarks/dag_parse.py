@@ -56,7 +56,8 @@ def run_once(tree: Path, config: str | None, *, importtime: bool = False) -> tup
 
 def imports_torch(tree: Path, config: str | None) -> bool:
     _, stderr = run_once(tree, config, importtime=True)
-    return any(line.rstrip().endswith("| torch") for line in stderr.splitlines())
+    return any(line.startswith("import time:") and line.split("|")[-1].strip() == "torch"
+               for line in stderr.splitlines())
 
 
 def worktree(commit: str) -> Path:
