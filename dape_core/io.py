@@ -67,6 +67,24 @@ def write_json(path: str | Path, data: Any, seal: bool = False) -> None:
     write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", seal)
 
 
+def write_bytes(path: str | Path, data: bytes) -> str:
+    """Bytes, atomically; returns their sha256 (the token files record theirs in meta.json)."""
+    with atomic_path(path) as tmp:
+        Path(tmp).write_bytes(data)
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_npy(path: str | Path, array) -> str:
+    """A NumPy array in ``.npy`` format (no pickles), atomically; returns the file's sha256."""
+    import io
+
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return write_bytes(path, buffer.getvalue())
+
+
 def write_csv(path: str | Path, frame, seal: bool = False) -> None:
     """A pandas DataFrame as CSV, atomically."""
     with output_path(path, seal) as tmp:

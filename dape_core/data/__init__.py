@@ -1,0 +1,141 @@
+"""The tokenize stage (`dape tokenize`): a corpus through `datasets` → byte-level BPE → token files + meta.json, and their loader.
+
+Sources (all become a ``datasets.Dataset`` with a ``text`` column):
+
+- ``builtin-code``: the standard library's ``.py`` files (test directories and site-packages excluded), one
+  document per file; ``builtin-prose``: the ``pydoc_data.topics`` texts and the docstrings of every standard
+  library module, class and function (read with ``ast``, nothing imported), one document per topic / module.
+  Real text present on every Python installation; the Python version and file-list hash go into meta.json.
+- ``local``: txt (one document per file), JSON lines (also ``.jsonl.zst`` / ``.jsonl.gz``) or parquet files.
+- ``hub``: a Hugging Face Hub dataset name, or a local directory laid out like one (e.g. a downloaded copy).
+
+Documents are split into train / val by a seeded shuffle (``--max-docs`` caps after the shuffle). The tokenizer
+is either a byte-level BPE trained on the training split only, or a local byte-level ``tokenizer.json`` (GPT-2's
+for the paper). Output, in ``--out-dir``:
+
+- ``train.bin`` / ``val.bin``: flat token ids (uint16 if the vocabulary has ≤ 65535 entries, else uint32), each
+  document followed by one ``<|endoftext|>``;
+- ``train.docs.npy`` / ``val.docs.npy``: int64 offsets, length n_docs + 1; document i and its separator occupy
+  ``tokens[offsets[i]:offsets[i + 1]]``;
+- ``token_bytes.npy``: UTF-8 bytes of every token id (0 for special tokens), so that bits per byte of a scored
+  span = Σ nats / (ln 2 · Σ token_bytes[span]);
+- ``tokenizer.json`` and ``meta.json`` (written last).
+
+Modules: ``settings`` (TokenizeSettings), ``corpora`` (sources → datasets, the split), ``tokenizer``,
+``token_files`` (writing and verified loading); this module runs the stage and its command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dape_core.data.corpora import (  # noqa: F401 (the stage's names, importable from dape_core.data)
+    BATCH_DOCUMENTS, EXCLUDED_DIR_NAMES, TEST_DIR_NAMES, HubUnavailableError, builtin_documents, corpus_sha256,
+    iter_texts, load_corpus, module_docstrings, pydoc_topics, split_documents, stdlib_source_files)
+from dape_core.data.settings import (  # noqa: F401
+    DATASET_VALUES, SOURCES, TOKENIZER_FILE_VALUES, TOKENIZERS, TokenizeSettings, local_builder)
+from dape_core.data.token_files import (  # noqa: F401
+    META_FORMAT, SPLITS, TokenSplit, length_histogram, load_split, load_tokenizer, read_meta, verify_token_file,
+    write_split)
+from dape_core.data.tokenizer import (  # noqa: F401
+    EOT, byte_level_alphabet, load_tokenizer_file, token_byte_lengths, token_dtype, train_bpe)
+from dape_core.io import file_sha256, write_bytes, write_npy
+
+
+def library_versions() -> dict[str, str]:
+    import datasets
+    import tokenizers
+
+    return {"python": platform.python_version(), "datasets": datasets.__version__,
+            "tokenizers": tokenizers.__version__, "numpy": np.__version__}
+
+
+def tokenize_corpus(settings: TokenizeSettings) -> dict[str, Any]:
+    """Build the token files of ``settings.out_dir`` and return the metadata written to ``meta.json``."""
+    out_dir = Path(settings.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "meta.json").unlink(missing_ok=True)  # a directory without meta.json is never mistaken for complete
+
+    corpus, description = load_corpus(settings)
+    description["documents"] = corpus.num_rows
+    description["corpus_sha256"] = corpus_sha256(corpus)
+    splits = split_documents(corpus.num_rows, settings.val_fraction, settings.seed, settings.max_docs)
+
+    if settings.tokenizer == "bpe":
+        tokenizer = train_bpe(iter_texts(corpus, splits["train"]), settings.vocab_size, len(splits["train"]))
+        tokenizer_info: dict[str, Any] = {"kind": "bpe", "trained_on": "train",
+                                          "requested_vocab_size": settings.vocab_size}
+    else:
+        tokenizer = load_tokenizer_file(settings.tokenizer_file)
+        tokenizer_info = {"kind": "file", "file": settings.tokenizer_file,
+                          "file_sha256": file_sha256(Path(settings.tokenizer_file))}
+    tokenizer.encode_special_tokens = True  # a literal "<|endoftext|>" inside a document is text, not a separator
+    vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+    token_bytes = token_byte_lengths(tokenizer, settings.tokenizer_file or "bpe")
+    dtype = token_dtype(vocab_size)
+    tokenizer_info.update(vocab_size=vocab_size, eot_token=EOT, eot_id=tokenizer.token_to_id(EOT), dtype=dtype.name,
+                          sha256=write_bytes(out_dir / "tokenizer.json", tokenizer.to_str(pretty=True).encode("utf-8")),
+                          token_bytes_sha256=write_npy(out_dir / "token_bytes.npy", token_bytes))
+
+    split_meta = {name: write_split(out_dir, name, corpus, splits[name], tokenizer, dtype) for name in SPLITS}
+    meta = {
+        "format": META_FORMAT,
+        "source": description,
+        "tokenizer": tokenizer_info,
+        "splits": split_meta,
+        "layout": "each document followed by one <|endoftext|>; "
+                  "<split>.docs.npy[i]:[i+1] spans document i and its separator",
+        "versions": library_versions(),
+        "settings": {k: (list(v) if isinstance(v, tuple) else v)
+                     for k, v in asdict(settings).items() if k != "out_dir"},
+    }
+    write_bytes(out_dir / "meta.json", (json.dumps(meta, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+    return meta
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--source", default="builtin-code", help=f"one of {', '.join(SOURCES)}")
+    parser.add_argument("--data-files", nargs="+", default=[],
+                        help="local files (local), or files inside the dataset, e.g. train/00.jsonl.zst (hub)")
+    parser.add_argument("--dataset", help="Hub dataset name or local dataset directory (hub)")
+    parser.add_argument("--dataset-config", help="dataset configuration name (hub)")
+    parser.add_argument("--dataset-split", default="train", help="dataset split to read (hub)")
+    parser.add_argument("--text-field", default="text", help="field holding the document text; dotted for nested")
+    parser.add_argument("--filter-field",
+                        help="keep rows whose (dotted) field equals --filter-value, e.g. meta.pile_set_name")
+    parser.add_argument("--filter-value", help="value of --filter-field to keep (compared as text)")
+    parser.add_argument("--max-docs", type=int, help="keep at most this many documents, after the seeded shuffle")
+    parser.add_argument("--tokenizer", default="bpe", help=f"one of {', '.join(TOKENIZERS)}")
+    parser.add_argument("--tokenizer-file", help="a byte-level tokenizer.json (tokenizer file)")
+    parser.add_argument("--vocab-size", type=int, default=4096, help="BPE vocabulary size, > 256 (tokenizer bpe)")
+    parser.add_argument("--val-fraction", type=float, default=0.05, help="fraction of documents in the val split")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the document shuffle")
+    parser.add_argument("--out-dir", required=True, help="directory for the token files and meta.json")
+
+
+def run(args: argparse.Namespace) -> int:
+    import datasets
+
+    datasets.disable_progress_bars()
+    settings = TokenizeSettings(**{f.name: getattr(args, f.name) for f in fields(TokenizeSettings)})
+    meta = tokenize_corpus(settings)
+    for split in SPLITS:
+        counts = meta["splits"][split]
+        print(f"{split}: {counts['documents']} documents, {counts['tokens']} tokens")
+    print(f"vocab {meta['tokenizer']['vocab_size']} ({meta['tokenizer']['kind']}) → {settings.out_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    from dape_core.cli import main
+
+    sys.exit(main(["tokenize", *sys.argv[1:]]))

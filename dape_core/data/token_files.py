@@ -1,0 +1,162 @@
+"""Token files of one corpus (``train.bin``, ``val.bin``, their document offsets, ``token_bytes.npy``,
+``tokenizer.json`` and ``meta.json``, written last): writing a split, and loading one verified against the sha256
+meta.json records."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dape_core.errors import ArtefactError, ConfigError, require_choice
+
+from dape_core.data.corpora import iter_texts
+from dape_core.data.tokenizer import EOT
+from dape_core.io import atomic_path, file_sha256, write_npy
+
+SPLITS = ("train", "val")
+LONG_DOCUMENT_LENGTHS = (512, 1024, 2048, 4096)
+META_FORMAT = 1
+
+
+def length_histogram(lengths: np.ndarray) -> dict[str, list[int]]:
+    """Documents per log2 bin: bin k counts lengths in [2^k, 2^(k+1))."""
+    if len(lengths) == 0:
+        return {"bin_lower_bounds": [], "documents": []}
+    bins = np.floor(np.log2(np.maximum(lengths, 1))).astype(int)
+    counts = np.bincount(bins)
+    return {"bin_lower_bounds": [2 ** k for k in range(len(counts))], "documents": counts.tolist()}
+
+
+def write_split(out_dir: Path, split: str, corpus, indices: np.ndarray, tokenizer, dtype: np.dtype) -> dict[str, Any]:
+    """Encode the split's documents (each followed by ``<|endoftext|>``) into ``<split>.bin`` / ``<split>.docs.npy``."""
+    eot_id = tokenizer.token_to_id(EOT)
+    encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
+    digest = hashlib.sha256()
+    lengths = []
+    with atomic_path(out_dir / f"{split}.bin") as tmp, open(tmp, "wb") as handle:
+        for texts in iter_texts(corpus, indices):
+            for encoding in encode(texts, add_special_tokens=False):
+                ids = np.asarray(encoding.ids + [eot_id], dtype=dtype)
+                data = ids.tobytes()
+                handle.write(data)
+                digest.update(data)
+                lengths.append(len(ids) - 1)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths + 1)]).astype(np.int64)
+    return {
+        "documents": int(len(lengths)),
+        "tokens": int(offsets[-1]),
+        "text_tokens": int(lengths.sum()),
+        "tokens_sha256": digest.hexdigest(),
+        "docs_sha256": write_npy(out_dir / f"{split}.docs.npy", offsets),
+        "length_histogram": length_histogram(lengths),
+        "long_documents": {str(n): int((lengths >= n).sum()) for n in LONG_DOCUMENT_LENGTHS},
+    }
+
+
+@dataclass(frozen=True)
+class TokenSplit:
+    """One split of a token directory: ``tokens`` is a read-only memmap, document i is
+    ``tokens[doc_offsets[i]:doc_offsets[i + 1] - 1]`` (its separator excluded)."""
+
+    tokens: np.ndarray
+    doc_offsets: np.ndarray
+    token_bytes: np.ndarray
+    meta: dict[str, Any] = field(repr=False)
+
+    @property
+    def n_documents(self) -> int:
+        return len(self.doc_offsets) - 1
+
+    @property
+    def eot_id(self) -> int:
+        return int(self.meta["tokenizer"]["eot_id"])
+
+    @property
+    def document_lengths(self) -> np.ndarray:
+        """Tokens per document, separator excluded."""
+        return np.diff(self.doc_offsets) - 1
+
+    def document(self, index: int) -> np.ndarray:
+        if not -self.n_documents <= index < self.n_documents:
+            raise IndexError(f"document {index} out of range for {self.n_documents} documents")
+        index %= self.n_documents
+        return self.tokens[self.doc_offsets[index]:self.doc_offsets[index + 1] - 1]
+
+    def long_documents(self, min_len: int) -> np.ndarray:
+        """Indices of documents with at least ``min_len`` tokens."""
+        return np.flatnonzero(self.document_lengths >= min_len)
+
+
+def read_meta(data_dir: str | Path) -> dict[str, Any]:
+    path = Path(data_dir) / "meta.json"
+    if not path.is_file():
+        raise ConfigError(f"data_dir: {str(data_dir)!r} has no meta.json; "
+                          "allowed values: an --out-dir of `dape tokenize`")
+    redo = f"redo it: snakemake --forcerun {path} (rule tokenize)"
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ArtefactError(f"{path}: not valid JSON ({type(err).__name__}); {redo}") from None
+    if not (isinstance(meta, dict) and isinstance(meta.get("tokenizer"), dict) and "dtype" in meta["tokenizer"]
+            and isinstance(meta.get("splits"), dict) and all(split in meta["splits"] for split in SPLITS)):
+        raise ArtefactError(f"{path}: not the meta.json of `dape tokenize` (no tokenizer dtype or splits); {redo}")
+    return meta
+
+
+def verify_token_file(path: Path, wanted: str) -> None:
+    """``path`` against the sha256 meta.json recorded for it (a same-size overwrite changes no length). A file once
+    verified is not hashed again while its size, modification time and inode stay those of the verification (a
+    stamp ``.<name>.verified`` beside it; a read-only directory simply hashes every time)."""
+    try:
+        stat = path.stat()
+    except OSError as err:
+        raise ArtefactError(f"{path}: cannot be read ({err.strerror}); redo it: snakemake --forcerun "
+                            f"{path.with_name('meta.json')} (rule tokenize)") from None
+    key = f"{wanted} {stat.st_size} {stat.st_mtime_ns} {stat.st_ino}\n"
+    stamp = path.with_name(f".{path.name}.verified")
+    if stamp.is_file() and stamp.read_text(encoding="utf-8") == key:
+        return
+    if file_sha256(path) != wanted:
+        raise ArtefactError(f"{path}: its content does not match the sha256 meta.json recorded for it (overwritten or "
+                            f"damaged since `dape tokenize` wrote it); redo it: snakemake --forcerun "
+                            f"{path.with_name('meta.json')} (rule tokenize)")
+    try:
+        with atomic_path(stamp) as tmp:
+            tmp.write_text(key, encoding="utf-8")
+    except OSError:  # a read-only data directory keeps no stamp: its files are hashed at every load
+        return
+
+
+def load_split(data_dir: str | Path, split: str) -> TokenSplit:
+    """The token memmap, document offsets, token byte lengths and metadata of one split, each file checked against
+    the sha256 meta.json recorded."""
+    require_choice("split", split, SPLITS)
+    data_dir = Path(data_dir)
+    meta = read_meta(data_dir)
+    recorded = meta["splits"][split]
+    for name, key in ((f"{split}.bin", "tokens_sha256"), (f"{split}.docs.npy", "docs_sha256")):
+        if key in recorded:
+            verify_token_file(data_dir / name, recorded[key])
+    if "token_bytes_sha256" in meta["tokenizer"]:
+        verify_token_file(data_dir / "token_bytes.npy", meta["tokenizer"]["token_bytes_sha256"])
+    dtype = np.dtype(meta["tokenizer"]["dtype"])
+    tokens = np.memmap(data_dir / f"{split}.bin", dtype=dtype, mode="r")
+    offsets = np.load(data_dir / f"{split}.docs.npy")
+    if len(tokens) != recorded["tokens"] or offsets[-1] != len(tokens):
+        raise ConfigError(f"data_dir: {split}.bin in {str(data_dir)!r} does not match meta.json; rerun `dape tokenize`")
+    return TokenSplit(tokens=tokens, doc_offsets=offsets, token_bytes=np.load(data_dir / "token_bytes.npy"), meta=meta)
+
+
+def load_tokenizer(data_dir: str | Path):
+    """The ``tokenizers.Tokenizer`` saved with the token files, encoding a literal ``<|endoftext|>`` as text."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(Path(data_dir) / "tokenizer.json"))
+    tokenizer.encode_special_tokens = True
+    return tokenizer
