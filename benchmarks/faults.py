@@ -162,15 +162,18 @@ def main(argv=None) -> int:
         raise SystemExit(f"the reference run failed:\n{(done.stdout + done.stderr)[-3000:]}")
     print(f"reference run: {reference_s:.0f} s", flush=True)
 
-    for kill in range(args.kills):
-        after = rng.uniform(0.1, 0.8) * reference_s
-        killed_run(faulted, config, after)
-        print(f"kill {kill + 1}: SIGKILL after {after:.0f} s")
-    done = run(faulted, config)
-    differences = compare_reports(reference / reports, faulted / reports) if done.returncode == 0 else ["failed"]
-    rows.append({"fault": f"{args.kills} kills", "kind": "process group", "file": "", "named": False,
-                 "finished": done.returncode == 0, "identical": not differences, "differences": "; ".join(differences)})
-    print(f"after the kills: finished {done.returncode == 0}, identical {not differences}", flush=True)
+    if args.kills == 0:  # only damaged files: they are injected into a copy of the finished reference run
+        shutil.copytree(reference, faulted, symlinks=True)
+    else:
+        for kill in range(args.kills):
+            after = rng.uniform(0.1, 0.8) * reference_s
+            killed_run(faulted, config, after)
+            print(f"kill {kill + 1}: SIGKILL after {after:.0f} s")
+        done = run(faulted, config)
+        differences = compare_reports(reference / reports, faulted / reports) if done.returncode == 0 else ["failed"]
+        rows.append({"fault": f"{args.kills} kills", "kind": "process group", "file": "", "named": False,
+                     "finished": done.returncode == 0, "identical": not differences, "differences": "; ".join(differences)})
+        print(f"after the kills: finished {done.returncode == 0}, identical {not differences}", flush=True)
 
     for kind in args.kinds:
         matches = sorted(faulted.glob(KINDS[kind].format(reports=reports)))
