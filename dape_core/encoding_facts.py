@@ -42,6 +42,7 @@ class EncodingFacts:
     parameters: Callable[[int, int, bool], int] = _none
 
 
+#: the registry, read live: an entry added here (docs/extending.md) is an allowed ``encoding`` everywhere
 ENCODING_FACTS: dict[str, EncodingFacts] = {
     "nope": EncodingFacts("NoPE", has_bias=False),
     "rope": EncodingFacts("RoPE", has_bias=False),
@@ -61,10 +62,6 @@ ENCODING_FACTS: dict[str, EncodingFacts] = {
     "xl": EncodingFacts("XL", has_bias=True, parameters=lambda h, d, causal: (h * d) ** 2 + 2 * h * d),
 }
 
-ENCODING_NAMES: tuple[str, ...] = tuple(ENCODING_FACTS)
-DISPLAY_NAMES: dict[str, str] = {name: facts.display for name, facts in ENCODING_FACTS.items()}
-
-
 def facts(encoding: str) -> EncodingFacts:
     """The facts of ``encoding`` (the error names the field and the allowed values)."""
     require_choice("encoding", encoding, ENCODING_FACTS)
@@ -76,5 +73,5 @@ def display_name(encoding: str) -> str:
     return facts(encoding).display
 
 
-__all__ = ["COPE_NPOS_MAX", "DISPLAY_NAMES", "ENCODING_FACTS", "ENCODING_NAMES", "EncodingFacts", "FIRE_WIDTH",
+__all__ = ["COPE_NPOS_MAX", "ENCODING_FACTS", "EncodingFacts", "FIRE_WIDTH",
            "T5_BUCKETS", "T5_MAX_DISTANCE", "display_name", "facts"]

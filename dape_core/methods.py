@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from dape_core.encoding_facts import DISPLAY_NAMES, ENCODING_NAMES as ENCODINGS
+from dape_core.encoding_facts import ENCODING_FACTS, display_name
 from dape_core.errors import ConfigError
 
 NO_TRIL = " (no tril)"
@@ -19,7 +19,7 @@ _PATTERN = re.compile(r"^(?:dape(?:1[x×](?P<k>\d+))?-)?(?P<encoding>[a-z0-9]+)(
 
 def method_label(encoding: str, processor: str = "none", kernel_size: int = 1, tril: bool = True) -> str:
     """The paper's name of a method: "Kerple", "DAPE-Kerple" (V1), "DAPE1x3-Kerple" (V2, k = 3)."""
-    name = DISPLAY_NAMES[encoding]
+    name = display_name(encoding)
     if processor == "dape_v1":
         name = f"DAPE-{name}"
     elif processor == "dape_v2":
@@ -32,11 +32,11 @@ def method_label(encoding: str, processor: str = "none", kernel_size: int = 1, t
 def parse_method(label: str, field: str = "method") -> dict:
     """A label → ``encoding``, ``processor``, ``kernel_size`` and ``tril`` (the inverse of :func:`method_label`;
     encodings may be given by display name or registry name, case-insensitively)."""
-    by_name = {display.lower(): name for name, display in DISPLAY_NAMES.items()} | {e: e for e in ENCODINGS}
+    by_name = {facts.display.lower(): name for name, facts in ENCODING_FACTS.items()} | {e: e for e in ENCODING_FACTS}
     match = _PATTERN.match(str(label).strip())
     encoding = by_name.get(match.group("encoding").lower()) if match else None
     if encoding is None:
-        raise ConfigError(f"{field}: {label!r} is not allowed; allowed values: {', '.join(DISPLAY_NAMES.values())}, "
+        raise ConfigError(f"{field}: {label!r} is not allowed; allowed values: {', '.join(f.display for f in ENCODING_FACTS.values())}, "
                           "DAPE-<encoding> (DAPE V1) or DAPE1x<k>-<encoding> (DAPE V2, k odd)")
     tril = match.group("notril") is None
     if not str(label).strip().lower().startswith("dape"):
@@ -61,7 +61,7 @@ def hf_method_label(model_type: str, encoding: str = "nope", processor: str = "n
     RoPE scores), "DAPE-Llama+Kerple fine-tuned" (eq. 5 with an additive bias on top of RoPE)."""
     name = HF_MODEL_NAMES.get(model_type, str(model_type))
     if processor != "none" and encoding != "nope":
-        name += f"+{DISPLAY_NAMES[encoding]}"
+        name += f"+{display_name(encoding)}"
     if processor == "dape_v1":
         name = f"DAPE-{name}"
     elif processor == "dape_v2":

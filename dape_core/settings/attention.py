@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from dape_core.encoding_facts import ENCODING_NAMES
+from dape_core.encoding_facts import ENCODING_FACTS
 from dape_core.errors import ConfigError, require_odd_kernel, require_positive
 from dape_core.settings.fields import check_choices, setting
 
@@ -25,7 +25,7 @@ DAPE_DTYPES = ("float32", "bfloat16")
 class AttentionSettings:
     """How every layer scores its keys (paper §3, eq. 1–5): encoding, processor and the path computing them."""
 
-    encoding: str = setting("kerple", choices=ENCODING_NAMES, help="positional encoding")
+    encoding: str = setting("kerple", choices=ENCODING_FACTS, help="positional encoding")
     processor: str = setting("none", choices=PROCESSORS,
                              help="DAPE V1 (the MLP, kernel 1) or DAPE V2 (1×k convolution), eq. 5")
     kernel_size: int = setting(1, help="k of DAPE V2's 1×k kernel (odd; dape_v1 requires 1)")

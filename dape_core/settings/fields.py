@@ -11,7 +11,7 @@ import argparse
 import dataclasses
 import types
 import typing
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from dape_core.errors import require_choice
 
@@ -21,8 +21,12 @@ TRISTATE_NAMES = {value: name for name, value in TRISTATE.items()}
 
 def setting(default: Any = dataclasses.MISSING, *, choices: Iterable[Any] | None = None, help: str = "",
             default_factory: Any = dataclasses.MISSING):
-    """A dataclass field with its allowed values and a help line (read by :func:`add_arguments`)."""
-    metadata = {"choices": tuple(choices) if choices is not None else None, "help": help}
+    """A dataclass field with its allowed values and a help line (read by :func:`add_arguments`). A mapping of
+    choices (a registry such as ``dape_core.encoding_facts.ENCODING_FACTS``) stays live: names added to it later
+    are allowed too."""
+    if choices is not None and not isinstance(choices, Mapping):
+        choices = tuple(choices)
+    metadata = {"choices": choices, "help": help}
     return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)
 
 
@@ -50,7 +54,8 @@ def defaults(cls) -> dict[str, Any]:
 
 def choices(cls) -> dict[str, tuple]:
     """Field → allowed values, for the fields that declare them."""
-    return {f.name: f.metadata["choices"] for f in dataclasses.fields(cls) if f.metadata.get("choices") is not None}
+    return {f.name: tuple(f.metadata["choices"]) for f in dataclasses.fields(cls)
+            if f.metadata.get("choices") is not None}
 
 
 def option_name(name: str) -> str:
