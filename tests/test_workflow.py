@@ -233,3 +233,28 @@ def test_the_main_install_can_write_the_html_report():
     requirements = [Requirement(r) for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]]
     snakemake = next(r for r in requirements if r.name == "snakemake")
     assert "reports" in snakemake.extras or any(r.name == "pygments" for r in requirements)
+
+
+@pytest.mark.parametrize("profile", ["default", "slurm", "slurm-gpu"])
+def test_a_changed_command_text_alone_reruns_nothing_under_the_profiles(profile, tmp_path):
+    """The profiles' rerun triggers: a finished job whose rule only launches differently (a new flag such as
+    --gpu-mem-gb, another thread count) is kept; a changed params value still reruns it."""
+    import subprocess
+    import sys
+
+    triggers = yaml.safe_load((REPO / "profiles" / profile / "config.yaml").read_text())["rerun-triggers"]
+    rule = 'rule one:\n    output: "out.txt"\n    params: setting={setting}\n    shell: "{command} > {{output}}"\n'
+    snakefile = tmp_path / "Snakefile"
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(snakefile), "--directory",
+                               str(tmp_path), "--cores", "1", "--rerun-triggers", *triggers, *args],
+                              capture_output=True, text=True, timeout=120)
+
+    snakefile.write_text(rule.format(setting=1, command="echo 1"))
+    assert run().returncode == 0
+    snakefile.write_text(rule.format(setting=1, command="echo 1 --threads 2"))
+    assert "Nothing to be done" in run("-n").stdout + run("-n").stderr
+    snakefile.write_text(rule.format(setting=2, command="echo 1 --threads 2"))
+    dry = run("-n")
+    assert "rule one:" in dry.stdout + dry.stderr and "Params have changed" in dry.stdout + dry.stderr
