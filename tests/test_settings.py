@@ -125,3 +125,32 @@ def test_options_round_trip_through_the_derived_command_line():
     timing = settings.from_args(TimingSettings, args)
     assert (timing.processor, timing.kernel_size, timing.tril, timing.encoding_shared) == ("dape_v2", 5, False, True)
     assert timing.seq_lens == [32, 64] and timing.equal_tokens == 128 and timing.batch_size is None
+
+
+def test_the_settings_reference_is_generated_from_the_dataclasses():
+    """docs/settings.md is what dape_core.settings.reference generates now: a changed default, help or allowed
+    value in a dataclass shows up there (regenerate with `python -m dape_core.settings.reference --write ...`)."""
+    from dape_core.settings.reference import REFERENCE, reference
+
+    text = reference()
+    assert REFERENCE.read_text(encoding="utf-8") == text, "docs/settings.md is stale: regenerate it"
+    from dape_core.settings.model import GPTConfig
+
+    line = next(row for row in text.splitlines() if row.startswith("| `max_position`"))
+    assert f"`{GPTConfig.max_position}`" in line and "--max-position" in line  # from the dataclass itself
+
+
+def test_dape_tokenize_options_are_the_corpus_settings():
+    import argparse
+
+    from dape_core.data import add_arguments
+    from dape_core.data.settings import TokenizeSettings
+    from dape_core.settings import defaults
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--out-dir", "x"])
+    for name, value in defaults(TokenizeSettings).items():
+        assert getattr(args, name) == (list(value) if isinstance(value, tuple) else value), name
+    assert TokenizeSettings(**{name: getattr(args, name) for name in defaults(TokenizeSettings)},
+                            out_dir="x") == TokenizeSettings(out_dir="x")

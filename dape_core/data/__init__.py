@@ -103,22 +103,10 @@ def tokenize_corpus(settings: TokenizeSettings) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------------ CLI
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--source", default="builtin-code", help=f"one of {', '.join(SOURCES)}")
-    parser.add_argument("--data-files", nargs="+", default=[],
-                        help="local files (local), or files inside the dataset, e.g. train/00.jsonl.zst (hub)")
-    parser.add_argument("--dataset", help="Hub dataset name or local dataset directory (hub)")
-    parser.add_argument("--dataset-config", help="dataset configuration name (hub)")
-    parser.add_argument("--dataset-split", default="train", help="dataset split to read (hub)")
-    parser.add_argument("--text-field", default="text", help="field holding the document text; dotted for nested")
-    parser.add_argument("--filter-field",
-                        help="keep rows whose (dotted) field equals --filter-value, e.g. meta.pile_set_name")
-    parser.add_argument("--filter-value", help="value of --filter-field to keep (compared as text)")
-    parser.add_argument("--max-docs", type=int, help="keep at most this many documents, after the seeded shuffle")
-    parser.add_argument("--tokenizer", default="bpe", help=f"one of {', '.join(TOKENIZERS)}")
-    parser.add_argument("--tokenizer-file", help="a byte-level tokenizer.json (tokenizer file)")
-    parser.add_argument("--vocab-size", type=int, default=4096, help="BPE vocabulary size, > 256 (tokenizer bpe)")
-    parser.add_argument("--val-fraction", type=float, default=0.05, help="fraction of documents in the val split")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the document shuffle")
+    """The options of `dape tokenize`: TokenizeSettings' fields (their defaults, allowed values and help)."""
+    from dape_core.settings import fields as settings_fields
+
+    settings_fields.add_arguments(parser, TokenizeSettings, exclude=("out_dir",))
     parser.add_argument("--out-dir", required=True, help="directory for the token files and meta.json")
 
 

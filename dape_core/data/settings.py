@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Iterable
 
 from dape_core.errors import ConfigError, require_choice, require_positive
+from dape_core.settings.fields import setting
 
 SOURCES = ("builtin-code", "builtin-prose", "local", "hub")
 TOKENIZERS = ("bpe", "file")
@@ -22,20 +23,24 @@ class TokenizeSettings:
     """Every setting of the tokenize stage; names match the CLI options (``--dataset-split`` → ``dataset_split``)."""
 
     out_dir: str
-    source: str = "builtin-code"
-    data_files: tuple[str, ...] = ()
-    dataset: str | None = None
-    dataset_config: str | None = None
-    dataset_split: str = "train"
-    text_field: str = "text"
-    filter_field: str | None = None
-    filter_value: str | None = None
-    max_docs: int | None = None
-    tokenizer: str = "bpe"
-    tokenizer_file: str | None = None
-    vocab_size: int = 4096
-    val_fraction: float = 0.05
-    seed: int = 0
+    source: str = setting("builtin-code", choices=SOURCES, help="where the documents come from: the standard "
+                          "library's code or prose (built-in), local files, or a Hub dataset")
+    data_files: tuple[str, ...] = setting((), help="local files (local), or files inside the dataset, e.g. "
+                                                   "train/00.jsonl.zst (hub)")
+    dataset: str | None = setting(None, help="Hub dataset name or local dataset directory (hub)")
+    dataset_config: str | None = setting(None, help="dataset configuration name (hub)")
+    dataset_split: str = setting("train", help="dataset split to read (hub)")
+    text_field: str = setting("text", help="field holding the document text; dotted for nested")
+    filter_field: str | None = setting(None, help="keep rows whose (dotted) field equals filter_value, e.g. "
+                                                  "meta.pile_set_name")
+    filter_value: str | None = setting(None, help="value of filter_field to keep (compared as text)")
+    max_docs: int | None = setting(None, help="keep at most this many documents, after the seeded shuffle")
+    tokenizer: str = setting("bpe", choices=TOKENIZERS, help="bpe: trained on the training split; file: a "
+                             "byte-level tokenizer.json (GPT-2's for the paper)")
+    tokenizer_file: str | None = setting(None, help="a byte-level tokenizer.json (tokenizer file)")
+    vocab_size: int = setting(4096, help="BPE vocabulary size, > 256 (tokenizer bpe)")
+    val_fraction: float = setting(0.05, help="fraction of documents in the val split")
+    seed: int = setting(0, help="seed of the document shuffle")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_files", tuple(self.data_files or ()))

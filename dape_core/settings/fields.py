@@ -93,7 +93,8 @@ def add_arguments(parser: argparse.ArgumentParser, cls, *, exclude: Iterable[str
         elif element is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         elif kind == "list":
-            kwargs.update(type=element, nargs="+")
+            default = kwargs["default"]
+            kwargs.update(type=element, nargs="+", default=list(default) if default is not None else None)
         else:
             kwargs["type"] = element
         parser.add_argument(option_name(f.name), **kwargs)
