@@ -1,5 +1,6 @@
-"""One source per setting: the dataclasses declare each default and allowed values once, every stage's command
-line is derived from them, and the configuration schema repeats exactly those values."""
+"""One source per setting: the dataclasses declare each default, allowed values and help once; every stage's
+command line is derived from them, and so are the configuration schema's entries for them (the schema file adds
+only constraints) and docs/settings.md."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import pytest
 
 from dape_core import settings
 from dape_core.config import SCHEMA_PATH, group, load_yaml
+from dape_core.config.schema import SETTINGS_BLOCKS, full_schema
 from dape_core.config.options import TRISTATE_SETTINGS
 from dape_core.errors import ConfigError
 from dape_core.settings import AttentionSettings
 
-SCHEMA = load_yaml(SCHEMA_PATH)["$defs"]
+SCHEMA = full_schema(load_yaml(SCHEMA_PATH))["$defs"]  # as validation uses it: completed from the dataclasses
 
 # stage module → (schema block, its settings dataclasses, option groups a rule passes, required job options)
 STAGES = {
@@ -154,3 +156,37 @@ def test_dape_tokenize_options_are_the_corpus_settings():
         assert getattr(args, name) == (list(value) if isinstance(value, tuple) else value), name
     assert TokenizeSettings(**{name: getattr(args, name) for name in defaults(TokenizeSettings)},
                             out_dir="x") == TokenizeSettings(out_dir="x")
+
+
+def test_the_schema_file_writes_no_default_type_or_allowed_values_of_a_dataclass_setting():
+    """Every default is written once: in its dataclass. The schema file holds only the constraints of a setting a
+    dataclass declares; validation fills in its type, default, allowed values and description from the field."""
+    import dataclasses
+
+    from dape_core.config.schema import _dataclass
+
+    raw = load_yaml(SCHEMA_PATH)["$defs"]
+    checked = 0
+    for block, specs in SETTINGS_BLOCKS.items():
+        declared = {f.name for spec in specs for f in dataclasses.fields(_dataclass(spec))}
+        for name, entry in raw[block]["properties"].items():
+            if name in declared:
+                assert not {"default", "enum", "type"} & set(entry), (block, name, entry)
+                checked += 1
+    assert checked > 100
+    assert SCHEMA["lm_settings"]["properties"]["kernel_size"] == {
+        "type": "integer", "default": AttentionSettings.kernel_size, "minimum": 1,
+        "description": next(f for f in dataclasses.fields(AttentionSettings) if f.name == "kernel_size").metadata["help"]}
+
+
+def test_a_changed_dataclass_default_is_the_configurations_default(monkeypatch):
+    """The validated configuration takes a setting's default from its dataclass field, not from a copy."""
+    import dataclasses
+
+    from dape_core.config import schema
+    from dape_core.settings.evaluation import EvalSettings
+
+    window = next(f for f in dataclasses.fields(EvalSettings) if f.name == "window")
+    monkeypatch.setattr(window, "default", 128)
+    completed = schema.full_schema(load_yaml(SCHEMA_PATH))
+    assert completed["$defs"]["eval_settings"]["properties"]["window"]["default"] == 128

@@ -1,5 +1,10 @@
-"""The configuration's JSON schema (``workflow/schemas/config.schema.yaml``): validation, defaults filled in, and
-its errors as messages that name the field and the allowed values."""
+"""The configuration's JSON schema: validation, defaults filled in, and its errors as messages that name the field
+and the allowed values.
+
+``workflow/schemas/config.schema.yaml`` holds the configuration's structure and what only the schema knows
+(ranges, patterns, keys that are not settings). A setting that a settings dataclass declares is completed from
+that dataclass (:func:`full_schema`): its JSON type, default, allowed values (``enum``) and description are the
+dataclass field's, written there once; the YAML entry adds only constraints (``minimum: 1``, ``minItems``, …)."""
 
 from __future__ import annotations
 
@@ -25,9 +30,91 @@ def load_yaml(path: str | Path) -> dict:
         return yaml.load(handle, Loader=SAFE_LOADER) or {}
 
 
+#: schema block ($defs) → the settings dataclasses whose fields complete its properties (first declaring one wins)
+SETTINGS_BLOCKS = {
+    "lm_settings": ("dape_core.settings.model:GPTConfig", "dape_core.settings.training:TrainSettings"),
+    "eval_settings": ("dape_core.settings.evaluation:EvalSettings",),
+    "finetune_settings": ("dape_core.settings.finetune:FinetuneSettings",
+                          "dape_core.settings.training:TrainSettings"),
+    "timing_settings": ("dape_core.settings.timing:TimingSettings",),
+    "che_settings": ("dape_core.settings.che:CHESettings",),
+    "dataset": ("dape_core.data.settings:TokenizeSettings",),
+}
+JSON_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean", dict: "object", list: "array",
+              tuple: "array", type(None): "null"}
+
+
+def _dataclass(spec: str):
+    import importlib
+
+    module, name = spec.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def json_type(annotation) -> dict:
+    """The JSON schema type of a field's annotation: ``int`` → integer, ``int | None`` → [integer, null],
+    ``list[int]`` → an array of integers."""
+    import types
+    import typing
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        kinds = [json_type(a)["type"] for a in args]
+        return {"type": [k for kind in kinds for k in (kind if isinstance(kind, list) else [kind])]}
+    if origin in (list, tuple):
+        return {"type": "array", "items": json_type(args[0])} if args else {"type": "array"}
+    return {"type": JSON_TYPES[annotation]}
+
+
+def _json_value(value):
+    return list(value) if isinstance(value, tuple) else value
+
+
+def setting_entry(field, annotation, constraints: dict, *, required: bool = False) -> dict:
+    """One property: the dataclass field's type (or its allowed values), default and help, then the YAML entry's
+    constraints on top (an ``items`` mapping merged key by key)."""
+    import dataclasses
+
+    entry: dict = {}
+    allowed = field.metadata.get("choices")
+    if allowed is not None:
+        entry["enum"] = list(allowed)
+    else:
+        entry.update(json_type(annotation))
+    if not required:
+        if field.default is not dataclasses.MISSING:
+            entry["default"] = _json_value(field.default)
+        elif field.default_factory is not dataclasses.MISSING:
+            entry["default"] = _json_value(field.default_factory())
+    if field.metadata.get("help"):
+        entry["description"] = field.metadata["help"]
+    for key, value in constraints.items():
+        entry[key] = {**entry.get(key, {}), **value} if key == "items" and isinstance(value, dict) else value
+    return entry
+
+
+def full_schema(schema: dict) -> dict:
+    """The schema with every dataclass-declared setting completed from its dataclass (see the module docstring)."""
+    import dataclasses
+    import typing
+
+    schema = copy.deepcopy(schema)
+    for block, specs in SETTINGS_BLOCKS.items():
+        node = schema["$defs"][block]
+        classes = [_dataclass(spec) for spec in specs]
+        for name, constraints in node["properties"].items():
+            for cls in classes:
+                fields = {f.name: f for f in dataclasses.fields(cls)}
+                if name in fields:
+                    node["properties"][name] = setting_entry(fields[name], typing.get_type_hints(cls)[name],
+                                                             constraints, required=name in node.get("required", ()))
+                    break
+    return schema
+
+
 @lru_cache(maxsize=None)
 def _schema(path: str) -> dict:
-    return load_yaml(path)
+    return full_schema(load_yaml(path))
 
 
 def validate_schema(config: dict, schema_path: str | Path = SCHEMA_PATH) -> dict:
