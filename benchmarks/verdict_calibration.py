@@ -20,13 +20,19 @@ Bases (those of :mod:`dape_core.report.intervals`, as the claims use them):
 - three regimes: seed noise dominating (interaction SD 2 × the windows' SE of a method's mean, seed main effect
   3 ×), the seed main effect dominating (4 × and 0.5 ×) and window noise dominating (0.5 × and 0.25 ×);
 - ``timing``: the timing rule's ratio-of-medians rise between two sizes, from interleaved rounds of two identical
-  methods (round effects shared by the methods of a round, log-normal noise with 5 % outliers ×3).
+  methods (round effects shared by the methods of a round, log-normal noise with 5 % outliers ×3);
+- ``sink``: the attention-sink rule as the claim runs it (:func:`dape_core.report.sink_check.sink_stronger` on a
+  simulated sink.csv): DAPE1x3-X against DAPE-X for three encodings X, n seeds each, 8 sequences shared by every
+  run and 2 layers; log sink mass = encoding × seed effect (shared by the pair) + method × seed interaction +
+  sequence effect + per-run noise, layers around it; σ of the paired differences pooled over the encodings (the
+  check's own estimator); the verdict of the first encoding's check at a ratio threshold of 1.
 
 A trial is *decided* when :func:`dape_core.report.intervals.decide` at a zero margin is not UNDECIDED. The CSV holds
 each basis's false-decision rate (effect 0) and power (effect 2 seed-SDs; timing: a rise of 2 SDs of one cell's
 ratio), each with its Monte-Carlo SE √(p(1 − p)/trials).
 
-    python benchmarks/verdict_calibration.py [--trials 2000] [--out benchmarks/results/verdict_calibration.csv]
+    python benchmarks/verdict_calibration.py [--trials 2000] [--sink-trials 500] [--sink-only]
+                                             [--out benchmarks/results/verdict_calibration.csv]
 """
 
 from __future__ import annotations
@@ -142,13 +148,61 @@ def timing_trial(rng, rounds: int, rise: float) -> bool:
     return decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
 
 
+SINK_ENCODINGS, SINK_SEQUENCES, SINK_LAYERS, SINK_NOISE = ("ALiBi", "Kerple", "FIRE"), 8, 2, 0.3
+SINK_SE = SINK_NOISE / math.sqrt(SINK_SEQUENCES)  # SE of one run's mean log mass over its sequences
+SINK_REGIMES = {"interaction dominates": 2 * SINK_SE, "sequence noise dominates": 0.5 * SINK_SE}
+
+
+def sink_table(rng, n: int, inter_sd: float, shift: float = 0.0) -> pd.DataFrame:
+    """A sink.csv of the attention-map runs: DAPE1x3-X (shifted by ``shift`` in log mass) and DAPE-X per encoding."""
+    rows = []
+    sequence = rng.normal(0.0, 0.5, SINK_SEQUENCES)
+    for e, encoding in enumerate(SINK_ENCODINGS):
+        seed_effect = rng.normal(0.0, 0.4, n)
+        for method, moved in ((f"DAPE1x3-{encoding}", shift), (f"DAPE-{encoding}", 0.0)):
+            for s in range(n):
+                base = -2.0 + seed_effect[s] + rng.normal(0.0, inter_sd) + moved
+                for q in range(SINK_SEQUENCES):
+                    value = base + sequence[q] + rng.normal(0.0, SINK_NOISE)
+                    for layer in range(SINK_LAYERS):
+                        rows.append((method, f"{method}-run", s, 64, q, layer, math.exp(value + rng.normal(0, 0.1))))
+    return pd.DataFrame(rows, columns=["method", "run", "seed", "eval_len", "sequence", "layer", "sink_mass"])
+
+
+def sink_trial(rng, n: int, inter_sd: float, shift: float) -> bool:
+    """Decided? The sink rule's check of the first encoding's pair, at a ratio threshold of 1 (zero margin)."""
+    from dape_core.report.claim_context import Context
+    from dape_core.report.sink_check import sink_stronger
+
+    checks = sink_stronger(Context(sink=sink_table(rng, n, inter_sd, shift)), {"ratio": 1.0})
+    first = next(c for c in checks if c["text"].startswith(f"DAPE1x3-{SINK_ENCODINGS[0]} "))
+    return first["verdict"] != UNDECIDED
+
+
+def sink_rows(trials: int, rng, seeds=(1, 2, 3, 5), power: bool = True) -> list[dict]:
+    rows = []
+    for regime, inter_sd in SINK_REGIMES.items():
+        unit = math.sqrt(2 * inter_sd ** 2 + 2 * SINK_SE ** 2)  # SD of one seed's paired difference
+        for n in seeds:
+            rate, se = _rate(sum(sink_trial(rng, n, inter_sd, 0.0) for _ in range(trials)), trials)
+            row = {"basis": "sink (paired differences, σ pooled over encodings)", "per_window_data": True,
+                   "regime": regime, "seeds": n,
+                   "sigma_from": f"{len(SINK_ENCODINGS)} encodings' paired differences" if n >= 2 else "none (n = 1)",
+                   "trials": trials, "false_decisions": rate, "false_decisions_se": se}
+            if power:
+                row["power_at_2_sd"], row["power_se"] = _rate(
+                    sum(sink_trial(rng, n, inter_sd, 2 * unit) for _ in range(trials)), trials)
+            rows.append(row)
+    return rows
+
+
 def _rate(hits: int, trials: int) -> tuple[float, float]:
     p = hits / trials
     return p, math.sqrt(max(p * (1 - p), 1.0 / trials) / trials)
 
 
 def calibration(trials: int, seed: int = 0, seeds=SEEDS, regimes=tuple(REGIMES), power: bool = True,
-                timing_rounds=(10, 20)) -> pd.DataFrame:
+                timing_rounds=(10, 20), sink_trials: int = 0) -> pd.DataFrame:
     """One row per basis × regime × seed count: false-decision rate and power with their Monte-Carlo SEs."""
     rng = np.random.default_rng(seed)
     rows = []
@@ -188,6 +242,8 @@ def calibration(trials: int, seed: int = 0, seeds=SEEDS, regimes=tuple(REGIMES),
             row["power_at_2_sd"], row["power_se"] = _rate(
                 sum(timing_trial(rng, rounds, 2 * spread) for _ in range(trials)), trials)
         rows.append(row)
+    if sink_trials:
+        rows += sink_rows(sink_trials, rng, power=power)
     return pd.DataFrame(rows)
 
 
@@ -195,9 +251,19 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--trials", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sink-trials", type=int, default=500, help="trials per cell of the sink rule (slower: it runs "
+                   "the claim's own check on a simulated sink.csv)")
+    p.add_argument("--sink-only", action="store_true", help="recompute the sink rows alone and replace them in --out "
+                   "(the other rows kept)")
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args(argv)
-    df = calibration(args.trials, args.seed)
+    if args.sink_only:
+        kept = pd.read_csv(args.out)
+        kept = kept[~kept["basis"].str.startswith("sink")]
+        df = pd.concat([kept, pd.DataFrame(sink_rows(args.sink_trials, np.random.default_rng(args.seed)))],
+                       ignore_index=True)
+    else:
+        df = calibration(args.trials, args.seed, sink_trials=args.sink_trials)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(args.out, index=False, float_format="%.4f")
     worst = df.loc[df["false_decisions"].idxmax()]

@@ -56,3 +56,14 @@ def test_the_shipped_results_cover_every_basis_within_5_percent_and_2_se():
     assert set(shipped["seeds"]) >= {1, 2, 3, 5, 8} and shipped["trials"].min() >= 2000
     assert (shipped["false_decisions"] <= 0.05 + 2 * shipped["false_decisions_se"]).all()
     assert shipped["power_at_2_sd"].notna().all()
+
+
+def test_the_sink_rule_decides_two_identical_methods_at_most_7_percent():
+    """The attention-sink check itself (σ of the paired differences pooled over the encodings), on simulated
+    sink tables of two identical methods with 2 and 3 seeds; with 1 seed it has no σ and decides nothing."""
+    rng = np.random.default_rng(5)
+    inter_sd = vc.SINK_REGIMES["interaction dominates"]
+    decided = [vc.sink_trial(rng, n, inter_sd, 0.0) for n in (2, 3) for _ in range(150)]
+    assert np.mean(decided) <= 0.07, np.mean(decided)
+    assert not any(vc.sink_trial(rng, 1, inter_sd, 0.0) for _ in range(20))
+    assert np.mean([vc.sink_trial(rng, 3, inter_sd, 1.0) for _ in range(40)]) > 0.8  # it does decide a real gap
