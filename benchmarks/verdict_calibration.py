@@ -25,13 +25,18 @@ Bases (those of :mod:`dape_core.report.intervals`, as the claims use them):
   simulated sink.csv): DAPE1x3-X against DAPE-X for three encodings X, n seeds each, 8 sequences shared by every
   run and 2 layers; log sink mass = encoding × seed effect (shared by the pair) + method × seed interaction +
   sequence effect + per-run noise, layers around it; σ of the paired differences pooled over the encodings (the
-  check's own estimator); the verdict of the first encoding's check at a ratio threshold of 1.
+  check's own estimator); the verdict of the first encoding's check at a ratio threshold of 1;
+- ``CHE``: the CHE rule as the claim runs it (:func:`dape_core.report.che_check.che_beats_kerple` on a simulated
+  che_results.csv): Kerple and DAPE1x3-Kerple on the 12 permutation-variant tasks, n seeds, one learning rate;
+  a cell's best OOD accuracy = task level + seed effect (shared by the two methods of a seed) + method × seed
+  interaction; σ of one cell pooled over the cells with several seeds (the check's own estimator, scaled by √2
+  for a paired difference); the share of tasks decided (won or lost) at a zero margin.
 
 A trial is *decided* when :func:`dape_core.report.intervals.decide` at a zero margin is not UNDECIDED. The CSV holds
 each basis's false-decision rate (effect 0) and power (effect 2 seed-SDs; timing: a rise of 2 SDs of one cell's
 ratio), each with its Monte-Carlo SE √(p(1 − p)/trials).
 
-    python benchmarks/verdict_calibration.py [--trials 2000] [--sink-trials 500] [--sink-only]
+    python benchmarks/verdict_calibration.py [--trials 2000] [--sink-trials 500] [--che-trials 100] [--sink-only]
                                              [--out benchmarks/results/verdict_calibration.csv]
 """
 
@@ -196,6 +201,54 @@ def sink_rows(trials: int, rng, seeds=(1, 2, 3, 5), power: bool = True) -> list[
     return rows
 
 
+CHE_TASKS = ("even_pairs", "modular_arithmetic", "stack_manipulation", "reverse_string",
+             "modular_arithmetic_brackets", "solve_equation", "duplicate_string", "missing_duplicate", "odds_first",
+             "binary_addition", "binary_multiplication", "compute_sqrt")
+CHE_REGIMES = {"interaction dominates": (0.01, 0.04), "seed effect dominates": (0.04, 0.01)}  # (seed SD, inter SD)
+
+
+def che_table(rng, n: int, seed_sd: float, inter_sd: float, shift: float = 0.0) -> pd.DataFrame:
+    """Summary rows of che_results.csv: Kerple and DAPE1x3-Kerple (shifted by ``shift``) per task and seed."""
+    rows = []
+    for task in CHE_TASKS:
+        level = rng.uniform(0.55, 0.75)
+        seed_effect = rng.normal(0.0, seed_sd, n)
+        for method, moved in (("Kerple", 0.0), ("DAPE1x3-Kerple", shift)):
+            for s in range(n):
+                rows.append({"cell": f"{task}-{method}", "task": task, "method": method, "seed": s, "lr": 5e-4,
+                             "accuracy": level + seed_effect[s] + rng.normal(0.0, inter_sd) + moved,
+                             "n_samples": np.nan, "row_type": "summary", "length": np.nan})
+    return pd.DataFrame(rows)
+
+
+def che_trial(rng, n: int, seed_sd: float, inter_sd: float, shift: float) -> float:
+    """The share of tasks the CHE rule decides (won or lost beyond the noise) at a zero margin."""
+    from dape_core.report.che_check import che_beats_kerple
+    from dape_core.report.claim_context import Context
+
+    [record] = che_beats_kerple(Context(che=che_table(rng, n, seed_sd, inter_sd, shift)), {"margin": 0.0})
+    return (len(record["wins"]) + len(record["losses"])) / record["n_tasks"]
+
+
+def che_rows(trials: int, rng, seeds=(1, 2, 3), power: bool = True) -> list[dict]:
+    rows = []
+    for regime, (seed_sd, inter_sd) in CHE_REGIMES.items():
+        unit = math.sqrt(2) * inter_sd  # SD of one seed's paired difference
+        for n in seeds:
+            shares = [che_trial(rng, n, seed_sd, inter_sd, 0.0) for _ in range(trials)]
+            rate = float(np.mean(shares))
+            row = {"basis": "CHE (per task, σ pooled over the cells with several seeds)", "per_window_data": False,
+                   "regime": regime, "seeds": n,
+                   "sigma_from": f"{2 * len(CHE_TASKS)} cells' seeds" if n >= 2 else "none (n = 1)",
+                   "trials": trials * len(CHE_TASKS), "false_decisions": rate,
+                   "false_decisions_se": float(np.std(shares) / math.sqrt(trials))}
+            if power:
+                gained = [che_trial(rng, n, seed_sd, inter_sd, 2 * unit) for _ in range(trials)]
+                row["power_at_2_sd"], row["power_se"] = float(np.mean(gained)), float(np.std(gained) / math.sqrt(trials))
+            rows.append(row)
+    return rows
+
+
 def _rate(hits: int, trials: int) -> tuple[float, float]:
     p = hits / trials
     return p, math.sqrt(max(p * (1 - p), 1.0 / trials) / trials)
@@ -243,7 +296,7 @@ def calibration(trials: int, seed: int = 0, seeds=SEEDS, regimes=tuple(REGIMES),
                 sum(timing_trial(rng, rounds, 2 * spread) for _ in range(trials)), trials)
         rows.append(row)
     if sink_trials:
-        rows += sink_rows(sink_trials, rng, power=power)
+        rows += sink_rows(sink_trials, rng, power=power) + che_rows(max(1, sink_trials // 5), rng, power=power)
     return pd.DataFrame(rows)
 
 
@@ -251,16 +304,18 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--trials", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--sink-trials", type=int, default=500, help="trials per cell of the sink rule (slower: it runs "
-                   "the claim's own check on a simulated sink.csv)")
-    p.add_argument("--sink-only", action="store_true", help="recompute the sink rows alone and replace them in --out "
-                   "(the other rows kept)")
+    p.add_argument("--sink-trials", type=int, default=500, help="trials per cell of the sink and CHE rules (slower: "
+                   "they run the claims' own checks on simulated tables)")
+    p.add_argument("--che-trials", type=int, default=100, help="trials per cell of the CHE rule (12 tasks each)")
+    p.add_argument("--sink-only", action="store_true", help="recompute the sink and CHE rows alone and replace them "
+                   "in --out (the other rows kept)")
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args(argv)
     if args.sink_only:
         kept = pd.read_csv(args.out)
-        kept = kept[~kept["basis"].str.startswith("sink")]
-        df = pd.concat([kept, pd.DataFrame(sink_rows(args.sink_trials, np.random.default_rng(args.seed)))],
+        kept = kept[~kept["basis"].str.startswith(("sink", "CHE"))]
+        rng = np.random.default_rng(args.seed)
+        df = pd.concat([kept, pd.DataFrame(sink_rows(args.sink_trials, rng) + che_rows(args.che_trials, rng))],
                        ignore_index=True)
     else:
         df = calibration(args.trials, args.seed, sink_trials=args.sink_trials)

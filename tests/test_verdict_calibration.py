@@ -47,13 +47,17 @@ def test_the_calibration_has_teeth():
 
 
 def test_the_shipped_results_cover_every_basis_within_5_percent_and_2_se():
-    """benchmarks/results/verdict_calibration.csv (2000 trials a cell): no cell above 5 % + 2 Monte-Carlo SE,
-    and power at 2 seed-SDs reported beside each."""
+    """benchmarks/results/verdict_calibration.csv (2000 trials a cell for the interval bases; the sink and CHE
+    rules through their own checks): no cell above 5 % + 2 Monte-Carlo SE, and power at 2 seed-SDs beside each."""
     import pandas as pd
 
     shipped = pd.read_csv(ROOT / "benchmarks" / "results" / "verdict_calibration.csv")
     assert set(shipped["basis"]) >= {"paired", "unpaired", "one run", "own spread"}
-    assert set(shipped["seeds"]) >= {1, 2, 3, 5, 8} and shipped["trials"].min() >= 2000
+    rules = shipped["basis"].str.startswith(("sink", "CHE"))
+    bases = shipped[~rules]
+    assert set(bases["seeds"]) >= {1, 2, 3, 5, 8} and bases["trials"].min() >= 2000
+    for rule in ("sink", "CHE"):
+        assert set(shipped.loc[shipped["basis"].str.startswith(rule), "seeds"]) >= {1, 2, 3}, rule
     assert (shipped["false_decisions"] <= 0.05 + 2 * shipped["false_decisions_se"]).all()
     assert shipped["power_at_2_sd"].notna().all()
 
@@ -67,3 +71,13 @@ def test_the_sink_rule_decides_two_identical_methods_at_most_7_percent():
     assert np.mean(decided) <= 0.07, np.mean(decided)
     assert not any(vc.sink_trial(rng, 1, inter_sd, 0.0) for _ in range(20))
     assert np.mean([vc.sink_trial(rng, 3, inter_sd, 1.0) for _ in range(40)]) > 0.8  # it does decide a real gap
+
+
+def test_the_che_rule_decides_two_identical_methods_at_most_7_percent_of_tasks():
+    """The CHE check itself (σ of one cell pooled over the cells with several seeds), on simulated summaries of two
+    identical methods on the 12 permutation-variant tasks with 2 seeds; a real gap is decided."""
+    rng = np.random.default_rng(7)
+    seed_sd, inter_sd = vc.CHE_REGIMES["interaction dominates"]
+    # the tasks of one trial share its pooled σ, so their decisions are correlated: 40 trials (480 tasks)
+    assert np.mean([vc.che_trial(rng, 2, seed_sd, inter_sd, 0.0) for _ in range(40)]) <= 0.07
+    assert np.mean([vc.che_trial(rng, 3, seed_sd, inter_sd, 4 * inter_sd) for _ in range(3)]) > 0.5
