@@ -48,6 +48,9 @@ def test_a_new_encoding(new_encoding):
     assert parse_method("DAPE1x3-LinBias") == {"encoding": "linbias", "processor": "dape_v2", "kernel_size": 3,
                                                "tril": True}
     assert method_label("linbias", "dape_v2", 3) == "DAPE1x3-LinBias"
+    from dape_core.config.schema import SCHEMA_PATH, full_schema, load_yaml
+
+    assert "linbias" in full_schema(load_yaml(SCHEMA_PATH))["$defs"]["lm_settings"]["properties"]["encoding"]["enum"]
     torch.manual_seed(0)
     cfg = GPTConfig(size="tiny", encoding="linbias", processor="dape_v2", kernel_size=3, vocab_size=50, train_len=32)
     model = GPT(cfg).eval()

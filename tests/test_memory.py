@@ -211,3 +211,7 @@ def test_a_wrong_mem_mb_is_named():
                              "--mem-mb", "0"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert result.stderr.strip().endswith("mem_mb: 0 is not allowed; allowed values: a positive integer")
+    result = subprocess.run([sys.executable, "-m", "dape_core.cli", "train", "--data-dir", "x", "--out-dir", "y",
+                             "--gpu-mem-gb", "-8"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().endswith("gpu_mem_gb: -8.0 is not allowed; allowed values: a positive number")
