@@ -219,6 +219,11 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def shards_of(processes: int, distributed: str) -> int:
+    """How many ways the training states are split: the processes under FSDP (it shards all four), else one."""
+    return processes if processes > 1 and distributed == "fsdp" else 1
+
+
 def micro_batch_for(cfg, per_device: int, gpu_mem_gb: float, *, precision: str = "fp32", shards: int = 1,
                     run: str = "") -> TrainingMemory:
     """The largest divisor of ``per_device`` (a micro-batch's sequences on one device) whose modelled peak fits

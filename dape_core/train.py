@@ -389,11 +389,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def fitting_micro_batch(model_config: GPTConfig, settings: TrainSettings, processes: int, gpu_mem_gb: float) -> int:
     """The memory model's micro-batch of one process (its share of a micro-batch, sharded states under fsdp), printed
     with its modelled peak; a ConfigError naming ``gpu_mem_gb`` when one sequence does not fit."""
-    from dape_core.memory import micro_batch_for
+    from dape_core.memory import micro_batch_for, shards_of
 
-    shards = processes if processes > 1 and settings.distributed == "fsdp" else 1
     memory = micro_batch_for(model_config, settings.batch_size // processes, gpu_mem_gb, precision=settings.precision,
-                             shards=shards)
+                             shards=shards_of(processes, settings.distributed))
     print(f"micro-batch on one GPU ({gpu_mem_gb:g} GB): {settings.batch_size // processes} sequences per process → "
           f"{memory.describe()}", flush=True)
     return memory.micro_batch

@@ -13,7 +13,7 @@ def fit_micro_batches(plan) -> None:
     """Fill ``plan.memory`` (run → :class:`~dape_core.memory.TrainingMemory`) for the runs whose job has
     ``gpu_mem_gb``; a ConfigError names the first run that does not fit and what to change."""
     from dape_core.config.estimate import run_vocab
-    from dape_core.memory import micro_batch_for
+    from dape_core.memory import micro_batch_for, shards_of
     from dape_core.settings import field_names
     from dape_core.settings.model import GPTConfig
 
@@ -25,9 +25,9 @@ def fit_micro_batches(plan) -> None:
         processes = max(1, job["gpu"])
         model = GPTConfig(**{k: s[k] for k in field_names(GPTConfig) if k in s and k != "vocab_size"},
                           vocab_size=run_vocab(plan, s))
-        shards = processes if processes > 1 and job["distributed"] == "fsdp" else 1
         plan.memory[name] = micro_batch_for(model, s["batch_size"] // processes, job["gpu_mem_gb"],
-                                            precision=s["precision"], shards=shards, run=f"run {name}")
+                                            precision=s["precision"], shards=shards_of(processes, job["distributed"]),
+                                            run=f"run {name}")
 
 
 def micro_batch_lines(plan) -> list[str]:
