@@ -461,3 +461,36 @@ def test_report_claims_refuses_a_bad_estimate_rate(tmp_path, capsys):
                   str(tmp_path / "c.md"), "--out-csv", str(tmp_path / "c.csv")])
         assert exit_info.value.code == 2
         assert f"allowed values: {allowed}" in capsys.readouterr().err
+
+
+def test_leaky_runs_keep_their_seed_noise_to_themselves():
+    """Runs without tril (the leakage ablation) share a setting with the causal runs but not their noise: a causal
+    comparison's σ comes from the causal runs only (all their seeds, not the fewer the leaky runs have), a leaky
+    run's from the leaky runs, and the leakage check (a run against its tril twin) from both together."""
+    causal, causal_w = synthetic({m: 0.0 for m in ("Kerple", "ALiBi", "DAPE1x3-ALiBi", "DAPE1x3-Kerple")},
+                                 seeds=(0, 1, 2, 3),
+                                 seed_sd=0.02, window_sd=0.02, rng=11)
+    leaky, leaky_w = synthetic({m: -1.5 for m in ("DAPE1x3-Kerple (no tril)", "DAPE1x3-ALiBi (no tril)")},
+                               seeds=(0, 1, 2), seed_sd=0.4, window_sd=0.02, rng=12, role="leakage")
+    leaky = leaky.assign(tril=False)
+    twins = causal["method"].isin(["DAPE1x3-Kerple", "DAPE1x3-ALiBi"])
+    causal.loc[twins, "roles"] = "every_encoding;leakage"
+    assert set(causal["tril"].astype(bool)) == {True}
+    setting = ("code", "small", "64", "-", "-", "1")
+    alone = SeedNoiseSource(causal, causal_w).noise(("mean", "within", "loss"), True, setting)
+    lm, windows = pd.concat([causal, leaky], ignore_index=True), pd.concat([causal_w, leaky_w], ignore_index=True)
+    source = SeedNoiseSource(lm, windows)
+    together = source.noise(("mean", "within", "loss"), True, setting)
+    assert (together.sd, together.df) == (alone.sd, alone.df) == (together.sd, 3 * 3)
+    assert together.source == "code, T 64, small, tril on (4 runs × 4 seeds)"
+    leak = source.noise(("mean", "within", "loss"), True, setting, "no tril")
+    mixed = source.noise(("mean", "within", "loss"), True, setting, "mixed")
+    assert leak.sd > 5 * alone.sd and leak.df == 1 * 2 and "tril off (2 runs × 3 seeds)" in leak.source
+    assert mixed.df == 5 * 2 and "tril on and off (6 runs × 3 seeds)" in mixed.source
+    with pytest.raises(ValueError, match="regime 'leaky'; allowed values: tril, no tril, mixed"):
+        source.noise(("mean", "within", "loss"), True, setting, "leaky")
+    # the claims read them so: DAPE1x3-Kerple against Kerple (causal) with the causal σ; the leakage check with both
+    record = first_check(check("dape1x3_improves_additive", lm, windows))
+    assert "tril on (4 runs × 4 seeds)" in record["basis"] and "tril off" not in record["basis"]
+    record = first_check(check("leakage_collapse", lm, windows))
+    assert "tril on and off (6 runs × 3 seeds)" in record["basis"]

@@ -12,7 +12,7 @@ import pandas as pd
 from dape_core.report.aggregate import ROLES, in_role
 from dape_core.report.intervals import (POINT, UNDECIDED, Interval, SeedNoise, combine_noise, difference, interval,
                                         seeds_to_decide)
-from dape_core.report.seed_noise import SeedNoiseSource, setting_of
+from dape_core.report.seed_noise import SeedNoiseSource, causal, regime_of, setting_of
 
 SETTING = ["dataset", "train_len", "size"]  # a check's setting inside its role: one set of checks per value
 #: per-window column → the lm_results column whose log stands in for it without per-window data
@@ -48,7 +48,7 @@ def lm_rows(lm: pd.DataFrame | None, role: str) -> pd.DataFrame:
         dp = df["ppl_dp"].astype(float) if "ppl_dp" in df else pd.Series(np.nan, index=df.index)
         df["ppl_dp"] = dp.fillna(df["ppl_local"].astype(float) - df["delta_p"].astype(float))
     if "tril" in df:
-        df["tril"] = df["tril"].astype(str).str.lower().isin(["true", "1", "1.0"])
+        df["tril"] = causal(df["tril"])
     return df
 
 
@@ -116,8 +116,9 @@ class Context:
 
     def noise(self, stat, paired: bool, rows: pd.DataFrame) -> SeedNoise | None:
         """σ of one seed's ``stat`` for the run(s) of ``rows`` (:mod:`~dape_core.report.seed_noise`): their
-        setting's, or the grid's largest where the setting has one seed."""
-        return self.seed_source.noise(stat, paired, setting_of(rows))
+        setting's in their regime (causal, leaky, or both for a paired comparison across them), or the grid's
+        largest where the setting has one seed."""
+        return self.seed_source.noise(stat, paired, setting_of(rows), regime_of(rows))
 
     def interval(self, units, statistic, key: str, inner: str = "windows", seed_noise: SeedNoise | None = None,
                  kind: str = "paired t") -> Interval:
@@ -186,7 +187,7 @@ def compare(ctx: Context, ra: pd.DataFrame, rb: pd.DataFrame, lengths_a, lengths
     if shared:
         units = [seed_unit(ctx, [(ra[ra["seed"] == s], lengths_a, "loss"), (rb[rb["seed"] == s], lengths_b, "loss")])
                  for s in shared]
-        parts = [ctx.noise(stat, True, ra) for stat in stats]
+        parts = [ctx.noise(stat, True, pd.concat([ra, rb])) for stat in stats]
         noise = combine_noise(parts) if all(p is not None for p in parts) else None
         return ctx.interval(units, lambda m: m[:, k:].mean(axis=1) - m[:, :k].mean(axis=1), key, seed_noise=noise)
     units_a = [seed_unit(ctx, [(ra[ra["seed"] == s], lengths_a, "loss")]) for s in sorted(sa)]

@@ -12,7 +12,7 @@ Verdicts (the rules of ``claims.md``):
   multiplicity correction: with k checks the chance that noise alone refutes one is up to k × 2.5 %).
 - Intervals are Student's t on per-seed statistics (:mod:`dape_core.report.intervals`), σ the SD of one seed's
   statistic pooled over the grid's methods in the check's own setting — dataset, size, training length and budget
-  (:mod:`dape_core.report.seed_noise`) —, or the grid's largest for that statistic where the setting has one seed
+  (:mod:`dape_core.report.seed_noise`), causal and leaky (no-tril) runs apart —, or the grid's largest for that statistic where the setting has one seed
   (named "borrowed" in the basis), or the seeds' own spread without any multi-seed setting; one seed and no
   estimate: (−∞, +∞), UNDECIDED. The statistic whose σ a check uses: the mean loss within (×1, also for a model
   evaluated below its training length), beyond (×>1) or over all multiples for perplexity comparisons, the

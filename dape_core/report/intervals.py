@@ -12,7 +12,7 @@ Analysis*, 3rd ed., §3.2 — the predictive form with σ² estimated on ν degr
 seed's statistic:
 
 - with a :class:`SeedNoise` — σ pooled over the grid's methods in the check's own setting (dataset, size,
-  training length and budget), or the grid's largest for that statistic where the setting has one seed
+  training length and budget; causal and leaky runs apart), or the grid's largest for that statistic where the setting has one seed
   (:mod:`dape_core.report.seed_noise`; Bouthillier et al., "Accounting for Variance in Machine Learning
   Benchmarks", MLSys 2021, recommend exactly this pooling when seeds are few) — σ and ν are the estimate's;
 - otherwise, with n ≥ 2 seeds, the units' own sample SD and ν = n − 1 (exact under normality, wide with few

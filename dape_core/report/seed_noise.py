@@ -7,7 +7,10 @@ train_len and batch) and its initialisation of the shared shapes; runs of differ
 
 For a per-run statistic f (e.g. the mean window loss at ×1, or over the multiples beyond ×1), each setting whose
 runs have two or more shared seeds gives a table V[r, s] = f(run r, seed s) over its R multi-seed runs and S
-seeds. Read as a two-way layout with one observation per cell (Montgomery, *Design and Analysis of Experiments*,
+seeds, one table per *regime* of its runs (:data:`REGIMES`): a model without tril sees the tokens it predicts
+(§4.5), its losses and their seed noise are of another kind than a causal model's, so the causal runs' σ is
+pooled over causal runs only and a leaky run's over leaky runs; a paired comparison across the two regimes
+(the leakage check: a run without tril against its tril twin) reads the table of both together ("mixed"). Read as a two-way layout with one observation per cell (Montgomery, *Design and Analysis of Experiments*,
 9th ed., §5.3.5), V = μ_r + β_s + u_rs, β_s what a seed does to every run alike, u_rs what it does to one run
 (each V is a mean over the same finite windows, so u_rs holds that seed's window noise too):
 
@@ -19,7 +22,7 @@ seeds. Read as a two-way layout with one observation per cell (Montgomery, *Desi
 
 :func:`table_variance` is that arithmetic; :class:`SeedNoiseSource` applies it to ``lm_results.csv`` (with
 ``lm_windows.csv``). A check reads σ of its own setting; where its setting has one seed, the largest σ the grid
-measured for that statistic (any setting), named in the basis as borrowed — never silently. Without any
+measured for that statistic (any setting of the same regime), named in the basis as borrowed — never silently. Without any
 multi-seed setting there is no estimate (the check's own spread, or UNDECIDED with one seed).
 
 Statistics (the argument ``stat``):
@@ -45,6 +48,9 @@ import pandas as pd
 from dape_core.report.intervals import SeedNoise
 
 SETTING = ["dataset", "size", "train_len", "steps", "batch_size", "grad_accum"]
+#: a run's regime: causal (tril, the default) or leaky (no tril); "mixed" names the pool of both in one setting
+CAUSAL, LEAKY, MIXED = "tril", "no tril", "mixed"
+REGIMES = (CAUSAL, LEAKY, MIXED)
 COLUMNS = {"loss": "ppl", "loss_dp": "ppl_dp", "loss_local": "ppl_local"}
 
 
@@ -67,6 +73,20 @@ def setting_of(rows: pd.DataFrame) -> tuple | None:
     """The one setting of some rows of ``lm_results.csv``; None when they span several."""
     keys = {tuple(str(v) for v in key) for key in setting_frame(rows)[SETTING].itertuples(index=False)}
     return next(iter(keys)) if len(keys) == 1 else None
+
+
+def regime_of(rows: pd.DataFrame) -> str:
+    """The regime of some rows: causal when every row has tril on (or no ``tril`` column), leaky when none has,
+    mixed otherwise."""
+    if "tril" not in rows or rows.empty:
+        return CAUSAL
+    tril = causal(rows["tril"])
+    return CAUSAL if tril.all() else LEAKY if not tril.any() else MIXED
+
+
+def causal(tril: pd.Series) -> pd.Series:
+    """Which rows have tril on (True in any of the forms a CSV gives it; unset means the default, on)."""
+    return tril.astype(str).str.lower().isin(["true", "1", "1.0", "nan", "none", "<na>", ""])
 
 
 def setting_label(key: tuple) -> str:
@@ -128,11 +148,15 @@ def _statistic(stat: tuple, values: dict[float, dict[str, float]]) -> float:
 @dataclass
 class _Setting:
     key: tuple
+    regime: str
     seeds: list
     runs: dict = field(default_factory=dict)  # run → seed → multiple → column → mean
+    only_regime: bool = True  # the setting has runs of this regime only (its label needs no regime)
 
     def label(self) -> str:
-        return f"{setting_label(self.key)} ({len(self.runs)} runs × {len(self.seeds)} seeds)"
+        regime = "" if self.only_regime else {LEAKY: ", tril off", MIXED: ", tril on and off",
+                                              CAUSAL: ", tril on"}[self.regime]
+        return f"{setting_label(self.key)}{regime} ({len(self.runs)} runs × {len(self.seeds)} seeds)"
 
 
 class SeedNoiseSource:
@@ -151,28 +175,42 @@ class SeedNoiseSource:
         df["multiple"] = (df["eval_len"].astype(float) / df["train_len"].astype(float)).round(4)
         df = df.drop_duplicates(["run", "seed", "eval_len"])
         means = _window_means(windows)
-        for key, g in df.groupby(SETTING, sort=True):
-            seeds_of = g.groupby("run")["seed"].agg(lambda s: set(s))
-            multi = [run for run, seeds in seeds_of.items() if len(seeds) >= 2]
-            if not multi:
-                continue
-            shared = sorted(set.intersection(*[seeds_of[run] for run in multi]))
-            if len(shared) < 2:
-                continue
-            setting = _Setting(tuple(str(k) for k in key), shared)
-            for run in multi:
-                setting.runs[run] = {}
-                for seed in shared:
-                    rows = g[(g["run"] == run) & (g["seed"] == seed)]
-                    per_multiple = {}
-                    for _, row in rows.iterrows():
-                        found = means.get((str(run), int(seed), int(row["eval_len"])))
-                        if found is None:
-                            found = {c: float(np.log(row[p])) for c, p in COLUMNS.items()
-                                     if p in row and pd.notna(row[p]) and row[p] > 0}
-                        per_multiple[float(row["multiple"])] = found
-                    setting.runs[run][seed] = per_multiple
-            self.settings[setting.key] = setting
+        df["regime"] = np.where(causal(df["tril"]), CAUSAL, LEAKY) if "tril" in df else CAUSAL
+        for key, whole in df.groupby(SETTING, sort=True):
+            present = sorted(set(whole["regime"]))
+            pools = [(r, whole[whole["regime"] == r]) for r in present]
+            if len(present) > 1:
+                pools.append((MIXED, whole))
+            for regime, g in pools:
+                setting = self._pool(tuple(str(k) for k in key), regime, g, means)
+                if setting is not None:
+                    setting.only_regime = len(present) == 1
+                    self.settings[(setting.key, regime)] = setting
+
+    @staticmethod
+    def _pool(key: tuple, regime: str, g: pd.DataFrame, means: dict) -> _Setting | None:
+        """The table of one setting and regime: its runs with two or more seeds over the seeds they share."""
+        seeds_of = g.groupby("run")["seed"].agg(lambda s: set(s))
+        multi = [run for run, seeds in seeds_of.items() if len(seeds) >= 2]
+        if not multi:
+            return None
+        shared = sorted(set.intersection(*[seeds_of[run] for run in multi]))
+        if len(shared) < 2:
+            return None
+        setting = _Setting(key, regime, shared)
+        for run in multi:
+            setting.runs[run] = {}
+            for seed in shared:
+                rows = g[(g["run"] == run) & (g["seed"] == seed)]
+                per_multiple = {}
+                for _, row in rows.iterrows():
+                    found = means.get((str(run), int(seed), int(row["eval_len"])))
+                    if found is None:
+                        found = {c: float(np.log(row[p])) for c, p in COLUMNS.items()
+                                 if p in row and pd.notna(row[p]) and row[p] > 0}
+                    per_multiple[float(row["multiple"])] = found
+                setting.runs[run][seed] = per_multiple
+        return setting
 
     def __bool__(self) -> bool:
         return bool(self.settings)
@@ -187,15 +225,18 @@ class SeedNoiseSource:
             self._cache[cache] = table_variance(table, paired)
         return self._cache[cache]
 
-    def noise(self, stat: tuple, paired: bool, setting: tuple | None) -> SeedNoise | None:
-        """σ of one seed's value of ``stat`` for a run of ``setting`` (``paired``: its interaction part): the
-        setting's own estimate, else the largest any setting gives (the basis says it is borrowed); None when no
-        setting gives one."""
-        if setting is not None and setting in self.settings:
-            own = self._variance(setting, stat, paired)
+    def noise(self, stat: tuple, paired: bool, setting: tuple | None, regime: str = CAUSAL) -> SeedNoise | None:
+        """σ of one seed's value of ``stat`` for a run of ``setting`` and ``regime`` (``paired``: its interaction
+        part): the setting's own estimate in that regime, else the largest any setting gives in it (the basis says
+        it is borrowed; a mixed comparison borrows from any pool); None when no setting gives one."""
+        if regime not in REGIMES:
+            raise ValueError(f"seed-noise regime {regime!r}; allowed values: {', '.join(REGIMES)}")
+        if setting is not None and (setting, regime) in self.settings:
+            own = self._variance((setting, regime), stat, paired)
             if own is not None:
-                return SeedNoise(math.sqrt(own[0]), own[1], self.settings[setting].label())
-        found = [(v, key) for key in self.settings if (v := self._variance(key, stat, paired)) is not None]
+                return SeedNoise(math.sqrt(own[0]), own[1], self.settings[(setting, regime)].label())
+        found = [(v, key) for key in self.settings if (regime == MIXED or key[1] == regime)
+                 and (v := self._variance(key, stat, paired)) is not None]
         if not found:
             return None
         (variance, df), key = max(found, key=lambda x: x[0][0])
