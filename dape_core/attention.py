@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -48,6 +49,27 @@ DEFAULT_CHUNK_BYTES = 16 * 2**20  # one chunk's [batch, H, rows, T] fp32 scores 
 ACCELERATOR_SCORE_BYTES = 2**30  # one SDPA call's [batch, H, rows, T] scores on the accelerator path
 MIN_CHUNK_ROWS = 64  # fewer query rows make q·kᵀ a memory-bound, matrix-vector-like product
 PATHS = ("plain", "fast", "materialized")  # the resolved values of ``attention_impl``
+
+
+@dataclass(frozen=True)
+class AttentionPath:
+    """How a model's layers compute attention — never what: every path computes the same function (§3, eq. 1–5).
+    ``impl``: a resolved path (:data:`PATHS`); ``query_chunk_size``: query rows per chunk (None: chosen per path);
+    ``dape_dtype``: the DAPE GEMMs' dtype on the fast path (None: the inputs'); ``recompute_scores``: the
+    materialized path's per-chunk recomputation (None: on). A model builds it once from its settings per call."""
+
+    impl: str = "fast"
+    query_chunk_size: int | None = None
+    dape_dtype: torch.dtype | None = None
+    recompute_scores: bool | None = None
+
+    def __post_init__(self):
+        require_choice("attention_impl", self.impl, PATHS)
+
+    def options(self) -> dict:
+        """The keyword arguments of :func:`attend` this path stands for."""
+        return dict(attention_impl=self.impl, query_chunk_size=self.query_chunk_size, dape_dtype=self.dape_dtype,
+                    recompute_scores=self.recompute_scores)
 
 
 def attend(
@@ -287,7 +309,8 @@ def _attend_rows(q, k, v, row_offset, *, encoding, processor, positions, causal,
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention whose scores go through ``attend``; one processor per layer."""
+    """Multi-head self-attention whose scores go through ``attend`` on a model's :class:`AttentionPath`; one
+    processor per layer."""
 
     def __init__(self, d_model: int, n_head: int, *, causal: bool, dropout: float = 0.0):
         super().__init__()
@@ -300,8 +323,7 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
 
-    def forward(self, x, *, encoding, processor, positions, query_chunk_size=None, attention_impl="fast",
-                dape_dtype=None, recompute_scores=None):
+    def forward(self, x, *, encoding, processor, positions, path: AttentionPath = AttentionPath()):
         b, t, c = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.n_head, self.head_dim).permute(2, 0, 3, 1, 4)
         y = attend(
@@ -311,9 +333,6 @@ class SelfAttention(nn.Module):
             positions=positions,
             causal=self.causal,
             dropout_p=self.dropout if self.training else 0.0,
-            query_chunk_size=query_chunk_size,
-            attention_impl=attention_impl,
-            dape_dtype=dape_dtype,
-            recompute_scores=recompute_scores,
+            **path.options(),
         )
         return self.out(y.transpose(1, 2).reshape(b, t, c))

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from dape_core.attention import SelfAttention
+from dape_core.attention import AttentionPath, SelfAttention
 from dape_core.dape import build_processor
 from dape_core.encoding_facts import facts
 from dape_core.encodings import build_encoding
@@ -89,19 +89,10 @@ class _Stack(nn.Module):
     def encoding(self, layer: int):
         return self.encodings[layer if len(self.encodings) > 1 else 0]
 
-    def forward(self, x, positions, query_chunk_size=None, attention_impl="fast", dape_dtype=None,
-                recompute_scores=None):
+    def forward(self, x, positions, path: AttentionPath = AttentionPath()):
         for i, block in enumerate(self.blocks):
-            x = block(
-                x,
-                encoding=self.encoding(i),
-                processor=self.processors[i] if self.has_processor else None,
-                positions=positions,
-                query_chunk_size=query_chunk_size,
-                attention_impl=attention_impl,
-                dape_dtype=dape_dtype,
-                recompute_scores=recompute_scores,
-            )
+            x = block(x, encoding=self.encoding(i), processor=self.processors[i] if self.has_processor else None,
+                      positions=positions, path=path)
         return x
 
 
@@ -130,9 +121,7 @@ class GPT(nn.Module):
         # positions [T]: 0 … T−1 unless given (randomized encodings draw theirs with dape_core.positions)
         positions = torch.arange(idx.shape[1], device=idx.device) if positions is None else positions.to(idx.device)
         x = self.drop(self.embed(idx))
-        impl = self.resolved_attention_impl(idx.device) if fast_path else "plain"
-        x = self.stack(x, positions, self.cfg.query_chunk_size, impl, TORCH_DTYPES[self.cfg.dape_dtype],
-                       self.cfg.recompute_scores)
+        x = self.stack(x, positions, self.attention_path(idx.device, fast_path))
         if last is not None:
             x = x[:, -last:]
         logits = self.head(self.norm(x))
@@ -143,6 +132,12 @@ class GPT(nn.Module):
     def resolved_attention_impl(self, device: torch.device | str | None = None) -> str:
         """The path ``attention_impl`` runs on ``device`` (default: the parameters'): ``auto`` resolved."""
         return resolve_attention_impl(self.cfg.attention_impl, device or self.head.weight.device)
+
+    def attention_path(self, device: torch.device | str, fast_path: bool = True) -> AttentionPath:
+        """How this decoder's layers attend on ``device`` (its settings resolved once; ``fast_path=False``: the
+        plain reference path)."""
+        return AttentionPath(self.resolved_attention_impl(device) if fast_path else "plain", self.cfg.query_chunk_size,
+                             TORCH_DTYPES[self.cfg.dape_dtype], self.cfg.recompute_scores)
 
     def non_embedding_parameters(self) -> int:
         skip = {id(self.embed.weight), id(self.head.weight)}
@@ -174,9 +169,9 @@ class Encoder(nn.Module):
         elif positions.dim() == 2:
             positions = positions[0]
         x = self.drop(self.embed(tokens) * math.sqrt(self.cfg.d_model))
-        return self.head(self.stack(x, positions, attention_impl=self.resolved_attention_impl(tokens.device),
-                                    dape_dtype=TORCH_DTYPES[self.cfg.dape_dtype],
-                                    recompute_scores=self.cfg.recompute_scores))
+        path = AttentionPath(self.resolved_attention_impl(tokens.device), dape_dtype=TORCH_DTYPES[self.cfg.dape_dtype],
+                             recompute_scores=self.cfg.recompute_scores)
+        return self.head(self.stack(x, positions, path))
 
     def resolved_attention_impl(self, device: torch.device | str | None = None) -> str:
         """The path ``attention_impl`` runs on ``device`` (default: the parameters'): ``auto`` resolved."""

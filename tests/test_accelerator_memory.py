@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch.autograd.graph import saved_tensors_hooks
 
 import dape_core.attention as attention
-from dape_core.attention import SelfAttention, accelerator_chunk_rows
+from dape_core.attention import AttentionPath, SelfAttention, accelerator_chunk_rows
 from dape_core.dape import build_processor
 from dape_core.encodings import Kerple, build_encoding
 from dape_core.settings import AttentionSettings
@@ -68,7 +68,7 @@ def saved_bytes(encoding: str, settings: AttentionSettings, batch: int, n: int, 
 
     with saved_tensors_hooks(pack, lambda tensor: tensor):
         layer(x, encoding=enc, processor=processor, positions=torch.arange(n, device="meta"),
-              attention_impl="materialized", **kwargs)
+              path=AttentionPath("materialized", **kwargs))
     storages.pop(x.untyped_storage()._cdata, None)
     return sum(storages.values())
 
@@ -81,7 +81,7 @@ def sdpa_calls(encoding: str, batch: int, n: int, monkeypatch) -> tuple[int, int
     original_bias = enc.bias
     monkeypatch.setattr(enc, "bias", lambda *a: builds.append(1) or original_bias(*a))
     x = torch.randn(batch, n, WIDTH, device="meta")
-    layer(x, encoding=enc, processor=None, positions=torch.arange(n, device="meta"), attention_impl="materialized")
+    layer(x, encoding=enc, processor=None, positions=torch.arange(n, device="meta"), path=AttentionPath("materialized"))
     return len(calls), len(builds)
 
 
@@ -105,7 +105,7 @@ def test_the_cpu_path_keeps_its_cache_sized_chunks(on_meta, monkeypatch):
     calls = []
     monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **kw: calls.append(1) or efficient_sdpa(*a, **kw))
     layer(torch.randn(32, 512, WIDTH, device="meta"), encoding=enc, processor=None,
-          positions=torch.arange(512, device="meta"), attention_impl="fast")
+          positions=torch.arange(512, device="meta"), path=AttentionPath("fast"))
     assert len(calls) == 8
 
 
@@ -146,8 +146,8 @@ def test_recomputed_chunks_give_the_gradients_of_kept_ones(encoding, settings, m
             module.zero_grad()
         inputs = x.clone().requires_grad_()
         torch.manual_seed(1)
-        out = layer(inputs, encoding=enc, processor=processor, positions=torch.arange(n), attention_impl="materialized",
-                    query_chunk_size=12, recompute_scores=recompute)
+        out = layer(inputs, encoding=enc, processor=processor, positions=torch.arange(n),
+                    path=AttentionPath("materialized", query_chunk_size=12, recompute_scores=recompute))
         out.pow(2).sum().backward()
         grads = [p.grad.clone() for m in (layer, enc, processor) for p in m.parameters() if p.grad is not None]
         return out.detach(), inputs.grad, grads

@@ -13,7 +13,6 @@ import pytest
 from dape_core import config as grid
 from dape_core.errors import ConfigError
 from dape_core.methods import parse_method
-from dape_core.config.options import TRISTATE_SETTINGS
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG_FILES = [REPO / "config.yaml", REPO / "configs" / "smoke.yaml", REPO / "configs" / "paper.yaml"]
@@ -187,15 +186,11 @@ def _parse(module_name: str, options: str, *required: str) -> argparse.Namespace
     return parser.parse_args([*shlex.split(options), *required])
 
 
-def _expected(key, value):
-    return {None: "default", True: "true", False: "false"}[value] if key in TRISTATE_SETTINGS else value
-
-
 def _check_groups(args, groups: dict, settings: dict):
     for options in groups.values():
         assert options, "an empty option group"
         for key in options:
-            assert getattr(args, key) == _expected(key, settings[key]), (key, settings[key])
+            assert getattr(args, key) == settings[key], (key, settings[key])
 
 
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: p.name)
@@ -241,6 +236,22 @@ def test_option_groups_compare_as_mappings_and_format_as_options():
     assert repr(options) == repr({"kernel_size": 3, "tril": False, "eval_lens": [32, 64], "n_layer": None,
                                   "lr": 0.001})
     assert str(options) == f"{options}" == "--kernel-size 3 --no-tril --eval-lens 32 64 --lr 0.001"
+
+
+def test_the_params_fingerprint_of_a_finished_run_stays_as_recorded():
+    """Snakemake reruns a finished job whose recorded params differ (its params trigger): the attention group of a
+    default DAPE1x3-Kerple run, as recorded by earlier versions (unset bool | None settings spelled "default"),
+    is what the plan gives now, while its command line says nothing of the unset settings and --x / --no-x of set
+    ones."""
+    run = grid.build_plan(grid.load_yaml("config.yaml")).lm_runs["code-T128-kerple-dape_v2-k3-w32-B8-S600"]
+    attention = grid.train_options(run["settings"])["attention"]
+    assert repr(attention) == (
+        "{'encoding': 'kerple', 'processor': 'dape_v2', 'kernel_size': 3, 'dape_width': 32, 'tril': True, "
+        "'padding': 'same', 'encoding_shared': 'default', 'attention_impl': 'auto', 'dape_dtype': 'float32', "
+        "'recompute_scores': 'default'}")
+    assert attention["recompute_scores"] is None and "recompute" not in str(attention)
+    assert str(grid.CliOptions(recompute_scores=False, encoding_shared=True)) == "--no-recompute-scores --encoding-shared"
+    assert repr(grid.CliOptions(recompute_scores=False)) == "{'recompute_scores': 'false'}"
 
 
 # ------------------------------------------------------------------------------------------------ schema

@@ -19,7 +19,7 @@ from torch.profiler import ProfilerActivity, profile
 import dape_core.attention as attention
 import dape_core.implementations.blocked as blocked
 import dape_core.implementations.materialized as materialized
-from dape_core.attention import attend
+from dape_core.attention import AttentionPath, attend
 from dape_core.dape import ScoreProcessor, build_processor
 from dape_core.encodings import ENCODINGS, build_encoding
 from dape_core.errors import ConfigError
@@ -162,9 +162,9 @@ def test_encoder_materialized_path_equals_plain_path():
     x = model.embed(torch.randint(0, 3, (2, 11)))
     positions = torch.arange(11)
     with torch.no_grad():
-        reference = model.stack(x, positions, None, "plain")
-        assert_close_scaled(model.stack(x, positions, None, "materialized"), reference)
-        assert_close_scaled(model.stack(x, positions, 3, "materialized"), reference)
+        reference = model.stack(x, positions, AttentionPath("plain"))
+        assert_close_scaled(model.stack(x, positions, AttentionPath("materialized")), reference)
+        assert_close_scaled(model.stack(x, positions, AttentionPath("materialized", 3)), reference)
 
 
 def changes_before(model, t=9, n=16):

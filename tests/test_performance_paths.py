@@ -17,6 +17,7 @@ import dape_core.implementations.blocked as blocked
 from dape_core.dape import ScoreProcessor
 from dape_core.implementations.blocked import blocked_scores
 from dape_core.encodings import ENCODINGS, GeometryCache, build_encoding, geometry
+from dape_core.attention import AttentionPath
 from dape_core.model import GPT, Encoder, EncoderConfig, GPTConfig
 from dape_core.settings import AttentionSettings
 
@@ -148,7 +149,7 @@ def test_encoder_fast_path_equals_plain_path(small_blocks):
     model = Encoder(EncoderConfig(n_layer=2, d_model=16, n_head=4, dropout=0.0, encoding="kerple", processor="dape_v2", kernel_size=3))
     x = model.embed(torch.randint(0, 3, (2, 11)))
     positions = torch.arange(11)
-    torch.testing.assert_close(model.stack(x, positions), model.stack(x, positions, None, "plain"), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(model.stack(x, positions), model.stack(x, positions, AttentionPath("plain")), rtol=1e-5, atol=1e-5)
 
 
 def test_bf16_option_runs_and_stays_close():

@@ -12,7 +12,6 @@ import pytest
 from dape_core import settings
 from dape_core.config import SCHEMA_PATH, group, load_yaml
 from dape_core.config.schema import SETTINGS_BLOCKS, full_schema
-from dape_core.config.options import TRISTATE_SETTINGS
 from dape_core.errors import ConfigError
 from dape_core.settings import AttentionSettings
 
@@ -53,10 +52,6 @@ def _choices(module_name: str) -> dict[str, tuple]:
     return {k: v for cls in classes[module_name] for k, v in settings.choices(cls).items()}
 
 
-def _cli_value(key, value):
-    return {None: "default", True: "true", False: "false"}[value] if key in TRISTATE_SETTINGS else value
-
-
 @pytest.mark.parametrize("module_name", STAGES)
 def test_every_stage_defaults_equal_the_schema(module_name):
     block, groups, required = STAGES[module_name]
@@ -67,7 +62,7 @@ def test_every_stage_defaults_equal_the_schema(module_name):
     for key in passed:
         assert key in props, (module_name, key, "a passed setting the schema does not know")
         if "default" in props[key]:
-            assert getattr(args, key) == _cli_value(key, props[key]["default"]), (module_name, key)
+            assert getattr(args, key) == props[key]["default"], (module_name, key)
 
 
 @pytest.mark.parametrize("module_name", STAGES)
@@ -122,11 +117,17 @@ def test_options_round_trip_through_the_derived_command_line():
 
     parser = argparse.ArgumentParser()
     settings.add_arguments(parser, TimingSettings)
-    args = parser.parse_args(["--processor", "dape_v2", "--kernel-size", "5", "--no-tril", "--encoding-shared", "true",
-                              "--seq-lens", "32", "64", "--equal-tokens", "128"])
+    args = parser.parse_args(["--processor", "dape_v2", "--kernel-size", "5", "--no-tril", "--encoding-shared",
+                              "--no-recompute-scores", "--seq-lens", "32", "64", "--equal-tokens", "128"])
     timing = settings.from_args(TimingSettings, args)
     assert (timing.processor, timing.kernel_size, timing.tril, timing.encoding_shared) == ("dape_v2", 5, False, True)
     assert timing.seq_lens == [32, 64] and timing.equal_tokens == 128 and timing.batch_size is None
+    assert timing.recompute_scores is False
+    # a bool | None left unset on the command line is unset (None), as a key left out of config.yaml
+    unset = settings.from_args(TimingSettings, parser.parse_args([]))
+    assert unset.encoding_shared is None and unset.recompute_scores is None
+    with pytest.raises(SystemExit):  # one spelling: no "default" / "true" / "false" words
+        parser.parse_args(["--recompute-scores", "default"])
 
 
 def test_the_settings_reference_is_generated_from_the_dataclasses():
@@ -163,12 +164,12 @@ def test_the_schema_file_writes_no_default_type_or_allowed_values_of_a_dataclass
     dataclass declares; validation fills in its type, default, allowed values and description from the field."""
     import dataclasses
 
-    from dape_core.config.schema import _dataclass
+    from dape_core.config.schema import declared_fields
 
     raw = load_yaml(SCHEMA_PATH)["$defs"]
     checked = 0
     for block, specs in SETTINGS_BLOCKS.items():
-        declared = {f.name for spec in specs for f in dataclasses.fields(_dataclass(spec))}
+        declared = {name for spec in specs for name in declared_fields(spec)}
         for name, entry in raw[block]["properties"].items():
             if name in declared:
                 assert not {"default", "enum", "type"} & set(entry), (block, name, entry)

@@ -176,7 +176,13 @@ def test_a_sink_file_without_sequences_is_named_with_the_command_that_redoes_it(
 
 # ------------------------------------------------------------------------------------------- the setting
 def test_one_default_in_the_dataclass_the_schema_and_config_yaml():
-    schema = load_yaml(SCHEMA_PATH)["$defs"]["attention_settings"]["properties"]["sink_sequences"]
+    """The default is the dataclass field's: the schema file writes only its constraint, the completed schema and
+    config.yaml (which states it for the reader) agree with the field."""
+    from dape_core.config.schema import full_schema
+
+    raw = load_yaml(SCHEMA_PATH)
+    assert raw["$defs"]["attention_settings"]["properties"]["sink_sequences"] == {"minimum": 1}
+    schema = full_schema(raw)["$defs"]["attention_settings"]["properties"]["sink_sequences"]
     config = load_yaml(REPO / "config.yaml")["defaults"]["lm"]["attention"]["sink_sequences"]
     assert defaults(EvalSettings)["sink_sequences"] == schema["default"] == config >= 8
 

@@ -1,8 +1,9 @@
 """A run's settings as the options of its stage's command, in named groups that rules pass as ``params:``.
 
-Each group is a :class:`CliOptions`: a plain mapping (Snakemake compares its ``repr`` to decide reruns, so a
-changed setting reruns exactly the jobs it reaches) that renders as ``--name value …`` when a rule's shell
-formats it. The groups follow the dataclasses that declare the settings, so a rule's ``params:`` says what the
+Each group is a :class:`CliOptions`: a plain mapping of the settings' values that renders as ``--name value …``
+when a rule's shell formats it; Snakemake compares its ``repr`` to decide reruns (its params trigger), so a changed
+setting reruns exactly the jobs it reaches — that ``repr`` is the group's fingerprint, in a format kept fixed so
+that finished results stay valid (:meth:`CliOptions.__repr__`). The groups follow the dataclasses that declare the settings, so a rule's ``params:`` says what the
 job depends on: ``attention`` (:class:`~dape_core.settings.AttentionSettings`), ``shape`` and ``training``
 (``GPTConfig``, ``TrainSettings``), ``evaluation`` (``EvalSettings``), ``timing`` (``TimingSettings``), ``che``
 (``CHESettings``), ``corpus`` (``TokenizeSettings``), and a fine-tune's ``finetune_model`` (``FinetuneSettings``)
@@ -15,18 +16,26 @@ import json
 import shlex
 from typing import Any, Iterable
 
-from dape_core.settings import TRISTATE_NAMES
-
 # Job-level options that a rule passes itself (wildcards, resources, paths), never from a run's settings.
 JOB_OPTIONS = ("seed", "threads", "distributed", "micro_batch_size")
-TRISTATE_SETTINGS = ("encoding_shared", "recompute_scores")  # bool | None, spelled default / true / false
+#: the ``bool | None`` settings, and how the fingerprint spells their values: as the command line did when the
+#: finished results of earlier versions were recorded (the command line now says ``--x`` / ``--no-x`` / nothing)
+TRISTATE_SETTINGS = ("encoding_shared", "recompute_scores")
+RECORDED_SPELLING = {None: "default", True: "true", False: "false"}
 # EvalSettings fields that only an attention-map job passes (from the run's length and ``attention`` block).
 ATTENTION_MAP_OPTIONS = ("heatmap_len", "sink_sequences")
 
 
 class CliOptions(dict):
     """Settings that format as command-line options: ``--name value`` (lists as several values, booleans as
-    ``--x`` / ``--no-x``, ``bool | None`` as default/true/false, None left out)."""
+    ``--x`` / ``--no-x``, None left out: an unset ``bool | None`` gives no option)."""
+
+    def __repr__(self) -> str:
+        """The fingerprint Snakemake records with a finished job and compares on the next run: the mapping's repr,
+        with each ``bool | None`` setting spelled as it was recorded (:data:`RECORDED_SPELLING`), so a result
+        directory of an earlier version reruns only where a setting really changed."""
+        return repr({name: RECORDED_SPELLING[value] if name in TRISTATE_SETTINGS and value in RECORDED_SPELLING
+                     else value for name, value in self.items()})
 
     def __str__(self) -> str:
         tokens: list[str] = []
@@ -52,11 +61,6 @@ def _format_value(value: Any) -> str:
 
 def select(values: dict, names: Iterable[str]) -> CliOptions:
     return CliOptions((name, values[name]) for name in names)
-
-
-def tristate(values: dict, names: Iterable[str]) -> dict:
-    """``bool | None`` settings as the command line spells them (default / true / false)."""
-    return {**values, **{name: TRISTATE_NAMES[values[name]] for name in names}}
 
 
 # ----------------------------------------------------------------------------------------------- groups
@@ -107,8 +111,7 @@ def corpus_options(settings: dict) -> CliOptions:
 
 def train_options(settings: dict) -> dict[str, CliOptions]:
     """``attention``, ``shape`` and ``training`` of one LM run."""
-    s = tristate(settings, TRISTATE_SETTINGS)
-    return {name: select(s, group(name)) for name in ("attention", "shape", "training")}
+    return {name: select(settings, group(name)) for name in ("attention", "shape", "training")}
 
 
 def eval_options(evaluation: dict) -> CliOptions:
@@ -128,7 +131,7 @@ def attention_map_options(evaluation: dict, attention: dict, heatmap_len: int) -
 def finetune_options(settings: dict, base_model: str | None = None) -> dict[str, CliOptions]:
     """``model`` and ``training`` of one fine-tune run; ``base_model``: the directory it starts from when that is
     another run's output (the workflow knows its path), and ``base_config`` as JSON."""
-    s = tristate(settings, TRISTATE_SETTINGS)
+    s = dict(settings)
     if base_model is not None:
         s["base_model"] = base_model
     if s["base_config"] is not None:
@@ -138,8 +141,7 @@ def finetune_options(settings: dict, base_model: str | None = None) -> dict[str,
 
 def timing_options(settings: dict) -> dict[str, CliOptions]:
     """``attention`` and ``timing`` of one timing run."""
-    s = tristate(settings, TRISTATE_SETTINGS)
-    return {"attention": select(s, group("attention")), "timing": select(s, group("timing"))}
+    return {"attention": select(settings, group("attention")), "timing": select(settings, group("timing"))}
 
 
 class MethodsOption(dict):
@@ -163,5 +165,4 @@ def timing_job_options(job: dict, timing_runs: dict[str, dict]) -> dict:
 
 def che_options(settings: dict) -> dict[str, CliOptions]:
     """``attention`` and ``che`` (task, model, protocol) of one CHE cell."""
-    s = tristate(settings, TRISTATE_SETTINGS)
-    return {"attention": select(s, group("che_attention")), "che": select(s, group("che"))}
+    return {"attention": select(settings, group("che_attention")), "che": select(settings, group("che"))}

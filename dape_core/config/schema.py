@@ -30,10 +30,13 @@ def load_yaml(path: str | Path) -> dict:
         return yaml.load(handle, Loader=SAFE_LOADER) or {}
 
 
-#: schema block ($defs) → the settings dataclasses whose fields complete its properties (first declaring one wins)
+#: schema block ($defs) → the settings dataclasses whose fields complete its properties (first declaring one wins;
+#: "module:Class:a,b" completes only fields a and b)
 SETTINGS_BLOCKS = {
     "lm_settings": ("dape_core.settings.model:GPTConfig", "dape_core.settings.training:TrainSettings"),
     "eval_settings": ("dape_core.settings.evaluation:EvalSettings",),
+    # the attention block's own heatmap_lens and max_windows (2: a few windows of a side evaluation) are its own
+    "attention_settings": ("dape_core.settings.evaluation:EvalSettings:sink_sequences",),
     "finetune_settings": ("dape_core.settings.finetune:FinetuneSettings",
                           "dape_core.settings.training:TrainSettings"),
     "timing_settings": ("dape_core.settings.timing:TimingSettings",),
@@ -47,8 +50,17 @@ JSON_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean", d
 def _dataclass(spec: str):
     import importlib
 
-    module, name = spec.split(":")
+    module, name = spec.split(":")[:2]
     return getattr(importlib.import_module(module), name)
+
+
+def declared_fields(spec: str) -> dict:
+    """Field name → dataclass field of a :data:`SETTINGS_BLOCKS` entry (only the listed ones with ":a,b")."""
+    import dataclasses
+
+    fields = {f.name: f for f in dataclasses.fields(_dataclass(spec))}
+    listed = spec.split(":")[2].split(",") if spec.count(":") == 2 else None
+    return {name: f for name, f in fields.items() if listed is None or name in listed}
 
 
 def json_type(annotation) -> dict:
@@ -95,16 +107,14 @@ def setting_entry(field, annotation, constraints: dict, *, required: bool = Fals
 
 def full_schema(schema: dict) -> dict:
     """The schema with every dataclass-declared setting completed from its dataclass (see the module docstring)."""
-    import dataclasses
     import typing
 
     schema = copy.deepcopy(schema)
     for block, specs in SETTINGS_BLOCKS.items():
         node = schema["$defs"][block]
-        classes = [_dataclass(spec) for spec in specs]
+        sources = [(_dataclass(spec), declared_fields(spec)) for spec in specs]
         for name, constraints in node["properties"].items():
-            for cls in classes:
-                fields = {f.name: f for f in dataclasses.fields(cls)}
+            for cls, fields in sources:
                 if name in fields:
                     node["properties"][name] = setting_entry(fields[name], typing.get_type_hints(cls)[name],
                                                              constraints, required=name in node.get("required", ()))

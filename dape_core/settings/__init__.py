@@ -7,10 +7,10 @@ the settings of each stage that extend or sit beside it: ``model`` (GPTConfig, E
 their settings from here, so building the workflow's plan never imports torch.
 """
 
-from dape_core.settings.fields import (TRISTATE, TRISTATE_NAMES, add_arguments, check_choices, choices, defaults,
+from dape_core.settings.fields import (add_arguments, check_choices, choices, defaults,
                                        field_names, from_args, option_name, setting)
 from dape_core.settings.attention import ATTENTION_IMPLS, DAPE_DTYPES, PADDINGS, PROCESSORS, AttentionSettings
 
-__all__ = ["ATTENTION_IMPLS", "DAPE_DTYPES", "PADDINGS", "PROCESSORS", "TRISTATE", "TRISTATE_NAMES",
+__all__ = ["ATTENTION_IMPLS", "DAPE_DTYPES", "PADDINGS", "PROCESSORS",
            "AttentionSettings", "add_arguments", "check_choices", "choices", "defaults", "field_names", "from_args",
            "option_name", "setting"]

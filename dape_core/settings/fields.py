@@ -1,8 +1,9 @@
 """Settings declared once, as dataclass fields, and the command-line options derived from them.
 
 :func:`setting` declares a field with its allowed values and help; :func:`add_arguments` turns a dataclass's
-fields into ``--kebab-case`` options (booleans as ``--x/--no-x``, lists as several values, ``bool | None`` as
-``default``/``true``/``false``) and :func:`from_args` builds the dataclass back from the parsed options.
+fields into ``--kebab-case`` options (booleans as ``--x/--no-x``, lists as several values; a ``bool | None``
+also as ``--x/--no-x``, unset when neither is given — in ``config.yaml`` too, unset is the key left out or null,
+None in Python) and :func:`from_args` builds the dataclass back from the parsed options.
 """
 
 from __future__ import annotations
@@ -14,10 +15,6 @@ import typing
 from typing import Any, Iterable, Mapping
 
 from dape_core.errors import require_choice
-
-TRISTATE = {"default": None, "true": True, "false": False}  # a ``bool | None`` on the command line
-TRISTATE_NAMES = {value: name for name, value in TRISTATE.items()}
-
 
 def setting(default: Any = dataclasses.MISSING, *, choices: Iterable[Any] | None = None, help: str = "",
             default_factory: Any = dataclasses.MISSING):
@@ -63,12 +60,10 @@ def option_name(name: str) -> str:
 
 
 def _kind(annotation) -> tuple[str, type]:
-    """(scalar | optional | list | tristate, element type) of a field's resolved type."""
+    """(scalar | optional | list, element type) of a field's resolved type (``bool | None``: optional bool)."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
-        if inner == [bool]:
-            return "tristate", bool
         return "optional", inner[0]
     if origin in (list, tuple):
         return "list", args[0]
@@ -88,9 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls, *, exclude: Iterable[str
         if allowed is not None:
             text = f"{text} (one of: {', '.join(map(str, allowed))})" if text else f"one of: {', '.join(map(str, allowed))}"
         kwargs: dict[str, Any] = {"help": text or None, "default": field_defaults.get(f.name)}
-        if kind == "tristate":
-            kwargs.update(choices=tuple(TRISTATE), type=str, default=TRISTATE_NAMES[kwargs["default"]])
-        elif element is bool:
+        if element is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         elif kind == "list":
             default = kwargs["default"]
@@ -102,14 +95,10 @@ def add_arguments(parser: argparse.ArgumentParser, cls, *, exclude: Iterable[str
 
 def from_args(cls, args: argparse.Namespace, **overrides):
     """``cls`` built from the parsed options of its fields (``overrides`` win); choices checked by ``cls``."""
-    hints = typing.get_type_hints(cls)
     values = {}
     for f in dataclasses.fields(cls):
         if f.name in overrides:
             values[f.name] = overrides[f.name]
         elif hasattr(args, f.name):
-            value = getattr(args, f.name)
-            if _kind(hints[f.name])[0] == "tristate" and isinstance(value, str):
-                value = TRISTATE[value]
-            values[f.name] = value
+            values[f.name] = getattr(args, f.name)
     return cls(**values)
