@@ -3,11 +3,12 @@
 Each group is a :class:`CliOptions`: a plain mapping of the settings' values that renders as ``--name value …``
 when a rule's shell formats it; Snakemake compares its ``repr`` to decide reruns (its params trigger), so a changed
 setting reruns exactly the jobs it reaches — that ``repr`` is the group's fingerprint, in a format kept fixed so
-that finished results stay valid (:meth:`CliOptions.__repr__`). The groups follow the dataclasses that declare the settings, so a rule's ``params:`` says what the
-job depends on: ``attention`` (:class:`~dape_core.settings.AttentionSettings`), ``shape`` and ``training``
-(``GPTConfig``, ``TrainSettings``), ``evaluation`` (``EvalSettings``), ``timing`` (``TimingSettings``), ``che``
-(``CHESettings``), ``corpus`` (``TokenizeSettings``), and a fine-tune's ``finetune_model`` (``FinetuneSettings``)
-and ``finetune_training`` (``TrainSettings`` without the multi-process options).
+that finished results stay valid (:meth:`CliOptions.__repr__`). The groups follow the dataclasses that declare the
+settings, so a rule's ``params:`` says what the job depends on: ``attention``
+(:class:`~dape_core.settings.AttentionSettings`), ``shape`` and ``training`` (``GPTConfig``, ``TrainSettings``),
+``evaluation`` (``EvalSettings``), ``timing`` (``TimingSettings``), ``che`` (``CHESettings``), ``corpus``
+(``TokenizeSettings``), and a fine-tune's ``finetune_model`` (``FinetuneSettings``) and ``finetune_training``
+(``TrainSettings`` without the multi-process options).
 """
 
 from __future__ import annotations

@@ -6,13 +6,14 @@ share the seed's data order (``dape_core.train.batch_starts`` draws from (seed, 
 train_len and batch) and its initialisation of the shared shapes; runs of different settings share neither.
 
 For a per-run statistic f (e.g. the mean window loss at ×1, or over the multiples beyond ×1), each setting whose
-runs have two or more shared seeds gives a table V[r, s] = f(run r, seed s) over its R multi-seed runs and S
-seeds, one table per *regime* of its runs (:data:`REGIMES`): a model without tril sees the tokens it predicts
-(§4.5), its losses and their seed noise are of another kind than a causal model's, so the causal runs' σ is
-pooled over causal runs only and a leaky run's over leaky runs; a paired comparison across the two regimes
-(the leakage check: a run without tril against its tril twin) reads the table of both together ("mixed"). Read as a two-way layout with one observation per cell (Montgomery, *Design and Analysis of Experiments*,
-9th ed., §5.3.5), V = μ_r + β_s + u_rs, β_s what a seed does to every run alike, u_rs what it does to one run
-(each V is a mean over the same finite windows, so u_rs holds that seed's window noise too):
+runs have two or more shared seeds gives a table V[r, s] = f(run r, seed s) over its R multi-seed runs and S seeds,
+one table per *regime* of its runs (:data:`REGIMES`): a model without tril sees the tokens it predicts (§4.5), its
+losses and their seed noise are of another kind than a causal model's, so the causal runs' σ is pooled over causal
+runs only and a leaky run's over leaky runs; a paired comparison across the two regimes (the leakage check: a run
+without tril against its tril twin) reads the table of both together ("mixed"). Read as a two-way layout with one
+observation per cell (Montgomery, *Design and Analysis of Experiments*, 9th ed., §5.3.5), V = μ_r + β_s + u_rs, β_s
+what a seed does to every run alike, u_rs what it does to one run (each V is a mean over the same finite windows,
+so u_rs holds that seed's window noise too):
 
 - a *paired* comparison (both methods of one setting and seed) sees u only: the interaction mean square
   Σ (V − V̄_r· − V̄_·s + V̄)² / ((R − 1)(S − 1)) estimates Var(u) per method, pooled over the setting's methods;
@@ -22,8 +23,8 @@ pooled over causal runs only and a leaky run's over leaky runs; a paired compari
 
 :func:`table_variance` is that arithmetic; :class:`SeedNoiseSource` applies it to ``lm_results.csv`` (with
 ``lm_windows.csv``). A check reads σ of its own setting; where its setting has one seed, the largest σ the grid
-measured for that statistic (any setting of the same regime), named in the basis as borrowed — never silently. Without any
-multi-seed setting there is no estimate (the check's own spread, or UNDECIDED with one seed).
+measured for that statistic (any setting of the same regime), named in the basis as borrowed — never silently.
+Without any multi-seed setting there is no estimate (the check's own spread, or UNDECIDED with one seed).
 
 Statistics (the argument ``stat``):
 
