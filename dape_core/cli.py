@@ -1,16 +1,21 @@
 """The ``dape`` command: one sub-command per pipeline stage.
 
 Each stage module defines ``add_arguments(parser)`` and ``run(args)``; modules are imported only when
-their sub-command is used, so ``dape --help`` stays fast.
+their sub-command is used, so ``dape --help`` stays fast. Every stage also takes ``--spec``: the job's settings as
+one JSON object (setting → value, the names of its options), which is how a workflow rule hands a job its settings
+(:class:`dape_core.config.JobSpec`); the command reads it as the same options given one by one and writes it to its
+log (stderr).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import shlex
 import sys
 
 from dape_core.errors import ArtefactError, ConfigError
+from dape_core.settings import fields
 
 # sub-command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -32,7 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
             module = importlib.import_module(module_name)
             p = sub.add_parser(name, help=help_text, description=module.__doc__)
             module.add_arguments(p)
-            p.set_defaults(_module=module)
+            p.add_argument(fields.SPEC_OPTION, default=None, metavar="JSON",
+                           help="the job's settings as one JSON object, setting → value (a workflow rule's spec); "
+                                "an option given beside it wins")
+            p.set_defaults(_module=module, _parser=p)
         else:
             sub.add_parser(name, help=help_text, add_help=False)
     return parser
@@ -45,6 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args()
     if not hasattr(args, "_module"):  # pragma: no cover - argparse guards this
         parser.error(f"unknown command {args.command!r}")
+    if args.spec is not None:
+        try:
+            fields.apply_spec(args._parser, args.spec)
+        except ConfigError as err:
+            parser.exit(2, f"dape {args.command}: error: {err}\n")
+        print(f"dape {args.command} --spec {shlex.quote(args.spec)}", file=sys.stderr, flush=True)  # to rerun it by hand
+        args = parser.parse_args()
     try:
         result = args._module.run(args)
     except (ConfigError, ArtefactError) as err:

@@ -391,13 +391,13 @@ def cases(settings: TimingSettings) -> list[dict]:
     return out
 
 
-def parse_methods(text: str | None, settings: TimingSettings) -> dict[str, TimingSettings]:
-    """``--methods``: run name → its attention settings (JSON, over the attention options); without it, the one
-    method of the options, named by its label."""
+def parse_methods(text: str | dict | None, settings: TimingSettings) -> dict[str, TimingSettings]:
+    """``--methods``: run name → its attention settings (JSON text, or the object a job's spec holds; over the
+    attention options); without it, the one method of the options, named by its label."""
     if text is None:
         return {timed_method(settings, settings.precision): settings}
     try:
-        methods = json.loads(text)
+        methods = json.loads(text) if isinstance(text, str) else text
     except json.JSONDecodeError as err:
         raise ConfigError(f"methods: not valid JSON ({err}); allowed values: a JSON object run name → attention "
                           "settings") from None

@@ -186,11 +186,96 @@ def _parse(module_name: str, options: str, *required: str) -> argparse.Namespace
     return parser.parse_args([*shlex.split(options), *required])
 
 
+def _parse_spec(module_name: str, spec: grid.JobSpec, *required: str) -> argparse.Namespace:
+    """A job's spec read as `dape` reads it: the stage's options, their defaults set from the spec."""
+    import importlib
+
+    from dape_core.settings import fields
+
+    parser = argparse.ArgumentParser()
+    importlib.import_module(module_name).add_arguments(parser)
+    fields.apply_spec(parser, spec.json())
+    return parser.parse_args(list(required))
+
+
 def _check_groups(args, groups: dict, settings: dict):
     for options in groups.values():
         assert options, "an empty option group"
         for key in options:
             assert getattr(args, key) == settings[key], (key, settings[key])
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: p.name)
+def test_a_jobs_spec_reads_as_its_options_given_one_by_one(path):
+    """What a rule hands its job (one JSON spec of its groups and seed) gives the command the same values, of the same
+    types, as the groups' options on the command line (kept for hand use)."""
+    from dape_core.settings import from_args
+    from dape_core.settings.model import GPTConfig
+    from dape_core.settings.training import TrainSettings
+
+    plan = grid.build_plan(grid.load_yaml(path))
+    for run in plan.lm_runs.values():
+        groups = grid.train_options(run["settings"])
+        by_spec = _parse_spec("dape_core.train", grid.JobSpec(*groups.values(), seed=3), "--data-dir", "d",
+                              "--out-dir", "o")
+        by_options = _parse("dape_core.train", " ".join(map(str, groups.values())) + " --seed 3", "--data-dir", "d",
+                            "--out-dir", "o")
+        assert vars(by_spec) == vars(by_options)
+        for cls in (GPTConfig, TrainSettings):
+            assert from_args(cls, by_spec) == from_args(cls, by_options)
+            assert all(type(getattr(by_spec, k)) is type(getattr(by_options, k)) for k in vars(by_options))
+        options = grid.eval_options(run["eval"])
+        required = ("--checkpoint", "c", "--data-dir", "d", "--out", "o")
+        assert vars(_parse_spec("dape_core.evaluate", grid.JobSpec(options), *required)) == vars(
+            _parse("dape_core.evaluate", str(options), *required))
+    for job in plan.timing_jobs.values():
+        groups = grid.timing_job_options(job, plan.timing_runs)
+        args = _parse_spec("dape_core.timing", grid.JobSpec(groups["timing"], methods=dict(groups["methods"])),
+                           "--out", "o")
+        assert args.methods == dict(groups["methods"])
+        assert vars(args) | {"methods": None} == vars(_parse("dape_core.timing", str(groups["timing"]), "--out", "o")
+                                                      ) | {"methods": None}
+    for cell in plan.che_cells.values():
+        groups = grid.che_options(cell["settings"])
+        assert vars(_parse_spec("dape_core.che.runner", grid.JobSpec(*groups.values(), seed=1), "--out", "o")) == vars(
+            _parse("dape_core.che.runner", " ".join(map(str, groups.values())) + " --seed 1", "--out", "o"))
+
+
+@pytest.mark.parametrize("spec, message", [
+    ('{"kernel_sise": 3}', "spec.kernel_sise: not a setting of this command; allowed values: activation_checkpointing"),
+    ('{"kernel_size": "3"}', "spec.kernel_size: '3' is not allowed; allowed values: an integer"),
+    ('{"kernel_size": 3.0}', "spec.kernel_size: 3.0 is not allowed; allowed values: an integer"),
+    ('{"tril": 1}', "spec.tril: 1 is not allowed; allowed values: true, false"),
+    ('{"eval_lens": [64]}', "spec.eval_lens: not a setting of this command"),  # an option of `dape evaluate`
+    ('{"data_dir": "d"}', "spec.data_dir: not a setting of this command"),  # a path stays an option of the job
+    ('[1, 2]', "spec: allowed values: a JSON object setting → value"),
+    ('{"lr": ', "spec: not valid JSON"),
+])
+def test_a_spec_that_does_not_fit_its_command_names_the_setting(spec, message):
+    import importlib
+
+    from dape_core.settings import fields
+
+    parser = argparse.ArgumentParser()
+    importlib.import_module("dape_core.train").add_arguments(parser)
+    with pytest.raises(ConfigError) as err:
+        fields.apply_spec(parser, spec)
+    assert str(err.value).startswith(message), str(err.value)
+
+
+def test_a_spec_promotes_integers_to_declared_floats_and_keeps_unset_settings_unset():
+    """``lr: 1`` in YAML is an integer; `--lr 1` parsed it to 1.0, and the spec gives the same float; None (an unset
+    ``bool | None``) stays None; an option given beside the spec wins."""
+    import importlib
+
+    from dape_core.settings import fields
+
+    parser = argparse.ArgumentParser()
+    importlib.import_module("dape_core.train").add_arguments(parser)
+    fields.apply_spec(parser, '{"lr": 1, "recompute_scores": null, "kernel_size": 3, "processor": "dape_v2"}')
+    args = parser.parse_args(["--data-dir", "d", "--out-dir", "o", "--kernel-size", "5"])
+    assert args.lr == 1.0 and type(args.lr) is float and args.recompute_scores is None
+    assert args.kernel_size == 5 and args.processor == "dape_v2"
 
 
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: p.name)

@@ -124,10 +124,10 @@ def _modified_config(tmp_path, change) -> str:
     return path
 
 
-def _dry_run_after(smoke_run, config_path) -> str:
+def _dry_run_after(smoke_run, config_path, *args) -> str:
     assert smoke_run.returncode == 0, smoke_run.log_tail
     result = snakemake(smoke_run.workdir, config_path, "-n", "--nolock", "--rerun-triggers", "params", "--cores", "2",
-                       timeout=300)
+                       *args, timeout=300)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     return result.stdout + result.stderr
 
@@ -156,11 +156,52 @@ def test_one_runs_learning_rate_reruns_that_run_and_the_aggregation(smoke_run, t
     def change(config):
         config["run_overrides"] = {run: {"lr": 0.002}}
 
-    out = _dry_run_after(smoke_run, _modified_config(tmp_path, change))
+    out = _dry_run_after(smoke_run, _modified_config(tmp_path, change), "-p")
     counts = job_counts(out)
     assert counts["train_lm"] == 1 and counts["evaluate_lm"] == 1, counts
     assert job_outputs(out, "train_lm")[0].startswith(f"results/lm/{run}/seed0/")
     assert set(counts) - {"train_lm", "evaluate_lm"} <= REPORT_RULES, counts
+    spec = _specs(out, "dape train")  # the job's one spec, readable in the printed command
+    assert len(spec) == 1 and spec[0]["lr"] == 0.002 and spec[0]["kernel_size"] == 1 and spec[0]["seed"] == 0
+
+
+def _specs(text: str, command: str) -> list[dict]:
+    """The JSON specs of every `command --spec '…'` in ``text`` (a dry run's printed commands, or a job's log)."""
+    import json
+    import shlex
+
+    found = []
+    for line in text.splitlines():
+        if command in line and " --spec " in line:
+            words = shlex.split(line.split(command, 1)[1].split(" > ", 1)[0])
+            found.append(json.loads(words[words.index("--spec") + 1]))
+    return found
+
+
+@pytest.mark.slow
+def test_each_job_is_handed_one_spec_that_its_log_records(smoke_run):
+    """A rule hands its job one spec, the settings of its fingerprint groups (and its seed): the job's log starts
+    with it, and it holds the run's settings by their names in config.yaml — so the job ran with the plan's
+    values, with no setting given as a separate option."""
+    from dape_core import config as grid
+
+    assert smoke_run.returncode == 0, smoke_run.log_tail
+    plan = build_plan(load_yaml(CONFIGS["smoke"]))
+    for name, seed in plan.train_jobs():
+        log = smoke_run.path(f"logs/lm/{name}/seed{seed}/train.log").read_text()
+        (spec,) = _specs(log.splitlines()[0], "dape train")
+        groups = grid.train_options(plan.lm_runs[name]["settings"])
+        assert spec == {k: v for group in groups.values() for k, v in group.items()} | {"seed": seed}
+    for name, seed in plan.lm_jobs():
+        log = smoke_run.path(f"logs/lm/{name}/seed{seed}/evaluate.log").read_text()
+        (spec,) = _specs(log.splitlines()[0], "dape evaluate")
+        assert spec == dict(grid.eval_options(plan.evaluated_run(name)["eval"]))
+    for name in plan.timing_jobs:
+        (spec,) = _specs(smoke_run.path(f"logs/timing/{name}.log").read_text().splitlines()[0], "dape time")
+        assert sorted(spec["methods"]) == sorted(plan.timing_jobs[name]["runs"])
+    for cell, seed in plan.che_jobs():
+        (spec,) = _specs(smoke_run.path(f"logs/che/{cell}/seed{seed}.log").read_text().splitlines()[0], "dape che")
+        assert spec["task"] == plan.che_cells[cell]["settings"]["task"] and spec["seed"] == seed
 
 
 # ------------------------------------------------------------------------------------------------ environments

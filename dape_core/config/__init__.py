@@ -12,13 +12,13 @@ from dape_core.config.families import (LM_STAGES, RULES, STAGES, Plan, build_pla
                                        expand_family, family_grids, spec_digest, write_report_spec)
 from dape_core.config.names import (che_cell_name, configuration_name, finetune_run_name, lm_run_name, plan_path,
                                     reports_dir, timing_job_name, timing_run_name)
-from dape_core.config.options import (CliOptions, attention_map_options, che_options, corpus_options, eval_options,
+from dape_core.config.options import (CliOptions, JobSpec, attention_map_options, che_options, corpus_options, eval_options,
                                       finetune_options, group, timing_job_options, timing_options,
                                       train_options)
 from dape_core.config.schema import SCHEMA_PATH, load_yaml, validate_schema
 
 __all__ = [
-    "LM_STAGES", "RULES", "SCHEMA_PATH", "STAGES", "CliOptions", "Plan", "attention_map_options", "build_plan",
+    "LM_STAGES", "RULES", "SCHEMA_PATH", "STAGES", "CliOptions", "JobSpec", "Plan", "attention_map_options", "build_plan",
     "che_cell_name", "che_options", "configuration_name", "check_dataset", "corpus_options", "dataset_inputs", "estimate",
     "estimate_line", "eval_options", "expand_family", "family_grids", "finetune_options", "finetune_run_name",
     "group", "lm_run_name", "load_yaml", "plan_path", "reports_dir",

@@ -1,10 +1,16 @@
-"""A run's settings as the options of its stage's command, in named groups that rules pass as ``params:``.
+"""A job's settings: one spec that a rule hands its command, and the named groups Snakemake compares.
+
+A rule hands its job one :class:`JobSpec` (``dape <stage> --spec JSON``): every setting the job reads, by the names
+of the dataclass fields that declare them, as one JSON object that the command reads back into the same dataclasses
+(:func:`dape_core.settings.fields.apply_spec`): no setting is written out as text and parsed again. The same
+settings also enter the rule's ``params:`` in named groups, the fingerprint of the job:
 
 Each group is a :class:`CliOptions`: a plain mapping of the settings' values that renders as ``--name value …``
 when a rule's shell formats it; Snakemake compares its ``repr`` to decide reruns (its params trigger), so a changed
 setting reruns exactly the jobs it reaches — that ``repr`` is the group's fingerprint, in a format kept fixed so
 that finished results stay valid (:meth:`CliOptions.__repr__`). The groups follow the dataclasses that declare the
-settings, so a rule's ``params:`` says what the job depends on: ``attention``
+settings, so a rule's ``params:`` says what the job depends on (a spec holds exactly its groups' settings and job
+values from wildcards, tested, so a job reruns exactly when its spec changes): ``attention``
 (:class:`~dape_core.settings.AttentionSettings`), ``shape`` and ``training`` (``GPTConfig``, ``TrainSettings``),
 ``evaluation`` (``EvalSettings``), ``timing`` (``TimingSettings``), ``che`` (``CHESettings``), ``corpus``
 (``TokenizeSettings``), and a fine-tune's ``finetune_model`` (``FinetuneSettings``) and ``finetune_training``
@@ -54,6 +60,32 @@ class CliOptions(dict):
 
     def __format__(self, spec: str) -> str:
         return format(str(self), spec)
+
+
+class JobSpec:
+    """Every setting one job reads: its option groups (:class:`CliOptions`) and job values such as the seed of its
+    wildcards, formatted as one quoted JSON argument of ``--spec``. Not a builtin type, so Snakemake's params trigger
+    leaves it out: the rule's group params, which hold the same settings, are the fingerprint it compares."""
+
+    def __init__(self, *groups: dict, **job_values: Any):
+        self.settings: dict[str, Any] = {}
+        for values in (*groups, job_values):
+            for name, value in values.items():
+                if name in self.settings and self.settings[name] != value:
+                    raise ValueError(f"{name}: two values in one job's spec ({self.settings[name]!r}, {value!r})")
+                self.settings[name] = value
+
+    def json(self) -> str:
+        return json.dumps(self.settings, separators=(",", ":"))
+
+    def __str__(self) -> str:
+        return shlex.quote(self.json())
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+    def __repr__(self) -> str:
+        return f"JobSpec({self.json()})"
 
 
 def _format_value(value: Any) -> str:

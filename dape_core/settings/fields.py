@@ -3,18 +3,22 @@
 :func:`setting` declares a field with its allowed values and help; :func:`add_arguments` turns a dataclass's
 fields into ``--kebab-case`` options (booleans as ``--x/--no-x``, lists as several values; a ``bool | None``
 also as ``--x/--no-x``, unset when neither is given — in ``config.yaml`` too, unset is the key left out or null,
-None in Python) and :func:`from_args` builds the dataclass back from the parsed options.
+None in Python) and :func:`from_args` builds the dataclass back from the parsed options. :func:`apply_spec` reads a
+job's spec — every setting of one job as one JSON object, as a workflow rule hands it — into the same options, with
+the values' JSON types checked instead of parsed from text.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import types
 import typing
 from typing import Any, Iterable, Mapping
 
-from dape_core.errors import require_choice
+from dape_core.errors import ConfigError, require_choice
+
 
 def setting(default: Any = dataclasses.MISSING, *, choices: Iterable[Any] | None = None, help: str = "",
             default_factory: Any = dataclasses.MISSING):
@@ -102,3 +106,61 @@ def from_args(cls, args: argparse.Namespace, **overrides):
         elif hasattr(args, f.name):
             values[f.name] = getattr(args, f.name)
     return cls(**values)
+
+
+# ----------------------------------------------------------------------------------------------- a job's spec
+SPEC_OPTION = "--spec"
+
+
+def _spec_value(action: argparse.Action, value: Any) -> Any:
+    """``value`` of a spec's setting as its option takes it: JSON keeps the type, so a value is checked against the
+    option's type instead of parsed (an integer where a float is declared becomes that float). The error names the
+    setting and what it allows."""
+    name = action.dest
+    if isinstance(action, argparse.BooleanOptionalAction) or action.const is True:
+        if not isinstance(value, bool):
+            raise ConfigError(f"spec.{name}: {value!r} is not allowed; allowed values: true, false")
+        return value
+    element = action.type if action.type in (int, float, str) else None
+    if element is None:  # an option whose own type function reads it (JSON-valued options)
+        return value
+    if action.nargs in ("+", "*"):
+        if not isinstance(value, list):
+            raise ConfigError(f"spec.{name}: {value!r} is not allowed; allowed values: a list, each {_KINDS[element]}")
+        return [_scalar(name, element, v) for v in value]
+    return _scalar(name, element, value)
+
+
+_KINDS = {int: "an integer", float: "a number", str: "a string"}
+
+
+def _scalar(name: str, element: type, value: Any) -> Any:
+    fits = (isinstance(value, str) if element is str else
+            isinstance(value, int) and not isinstance(value, bool) if element is int else
+            isinstance(value, (int, float)) and not isinstance(value, bool))
+    if not fits:
+        raise ConfigError(f"spec.{name}: {value!r} is not allowed; allowed values: {_KINDS[element]}")
+    return element(value)
+
+
+def apply_spec(parser: argparse.ArgumentParser, text: str) -> dict[str, Any]:
+    """A job's spec (``--spec``: one JSON object, setting → value, as a workflow rule hands it) made the defaults of
+    ``parser``'s options, so that the command reads it exactly as the same options given one by one (an option given
+    beside the spec wins). Every key must be a setting of the command. None is an option left out, as on the command
+    line: the setting keeps its default (unset, for a ``bool | None``). Returns the settings read."""
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"spec: not valid JSON ({err}); allowed values: a JSON object setting → value") from None
+    if not isinstance(spec, dict):
+        raise ConfigError("spec: allowed values: a JSON object setting → value")
+    actions = {a.dest: a for a in parser._actions if a.option_strings and a.dest not in ("help", "spec")}
+    values = {}
+    for name, value in spec.items():
+        if name not in actions or actions[name].required:
+            allowed = ", ".join(sorted(n for n, a in actions.items() if not a.required))
+            raise ConfigError(f"spec.{name}: not a setting of this command; allowed values: {allowed}")
+        if value is not None:
+            values[name] = _spec_value(actions[name], value)
+    parser.set_defaults(**values)
+    return values

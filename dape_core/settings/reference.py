@@ -79,7 +79,8 @@ def reference() -> str:
     out = ["# Settings reference", "",
            "Generated from the settings dataclasses by `python -m dape_core.settings.reference --write "
            "docs/settings.md`; do not edit by hand (`tests/test_settings.py` checks it is current). A setting has "
-           "one name in `config.yaml`, on the command line (`--kebab-case`) and in the constructor; `null` in "
+           "one name in `config.yaml`, in a job's spec (`--spec`, the JSON object a workflow rule hands its job), on "
+           "the command line (`--kebab-case`) and in the constructor; `null` in "
            "`config.yaml` is unset (the help says what unset means). Checks across settings (a kernel with "
            "`dape_v1`, lengths against `max_position`, …) run when the configuration is validated.", ""]
     for title, where, cls, excluded in sections():

@@ -5,6 +5,8 @@ rule che:
     output:
         che="results/che/{cell}/seed{seed}.csv",
     params:
+        spec=spec_of(che_groups, seed=True),  # `dape che --spec JSON`
+        # the fingerprint: the spec's settings in groups, which Snakemake's params trigger compares
         attention=che_options("attention"),
         che=che_options("che"),
     threads: threads_of("che")
@@ -17,4 +19,4 @@ rule che:
     conda:
         "../../envs/lm.yaml"
     shell:
-        "dape che {params.attention} {params.che} --seed {wildcards.seed} --threads {threads} --out {output.che} > {log} 2>&1"
+        "dape che --spec {params.spec} --threads {threads} --out {output.che} > {log} 2>&1"

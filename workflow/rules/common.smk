@@ -1,9 +1,10 @@
 """The plan (config.yaml's families expanded into runs by dape_core.config), each job's options and the targets.
 
-Rules read their settings only through the functions below, as named `params:` groups (attention, shape,
-training, evaluation, timing, che, corpus, and a fine-tune's model and training: the dataclasses that declare them). Each group is a mapping that
-Snakemake compares between runs, so a changed setting reruns exactly the jobs it reaches; in a shell command it
-formats as `--name value` options. Resources (threads, mem_mb, runtime, gpu) come from the configuration's
+Rules read their settings only through the functions below. Each rule hands its job one spec (`params.spec`, a
+grid.JobSpec: every setting the job reads, `dape <stage> --spec JSON`), and lists the same settings as named
+`params:` groups (attention, shape, training, evaluation, timing, methods, che, corpus, and a fine-tune's model and
+training: the dataclasses that declare them) — the fingerprint Snakemake compares between runs, so a changed setting
+reruns exactly the jobs it reaches. Resources (threads, mem_mb, runtime, gpu) come from the configuration's
 `resources` block alone (`job_resources`; a training job's follow its run's model size, `train_job`); the report
 rules are local rules and need none.
 """
@@ -175,9 +176,32 @@ def model_environment(wildcards):
     return "../../envs/hf.yaml" if wildcards.run in PLAN.finetune_runs else "../../envs/lm.yaml"
 
 
+def spec_of(groups, seed=False):
+    """A params function: the job's spec — the option groups ``groups(wildcards)`` returns (name → group, or one
+    group), with the seed of its wildcards where ``seed``."""
+
+    def spec(wildcards):
+        values = groups(wildcards)
+        values = [values] if isinstance(values, grid.CliOptions) else values.values()
+        return grid.JobSpec(*values, **({"seed": int(wildcards.seed)} if seed else {}))
+
+    return spec
+
+
+def timing_spec(wildcards):
+    """A timing job's spec: its timing settings and ``methods`` (run name → attention settings)."""
+    groups = timing_groups(wildcards)
+    return grid.JobSpec(groups["timing"], methods=dict(groups["methods"]))
+
+
+def lm_groups(wildcards):
+    """An LM run's training options: attention, shape and training."""
+    return grid.train_options(PLAN.lm_runs[wildcards.run]["settings"])
+
+
 def lm_options(group):
-    """One group of an LM run's training options (attention, shape or training), as a params function."""
-    return lambda wildcards: grid.train_options(PLAN.lm_runs[wildcards.run]["settings"])[group]
+    """One group of an LM run's training options, as a params function."""
+    return lambda wildcards: lm_groups(wildcards)[group]
 
 
 def eval_options(wildcards):
@@ -206,10 +230,14 @@ def finetune_inputs(wildcards):
     return inputs | ({"base": base} if base else {})
 
 
+def finetune_groups(wildcards):
+    """A fine-tune run's model and training options."""
+    return grid.finetune_options(PLAN.finetune_runs[wildcards.run]["settings"], finetune_base(wildcards.run, wildcards.seed))
+
+
 def finetune_options(group):
     """model or training options of one fine-tune run, as a params function."""
-    return lambda wildcards: grid.finetune_options(PLAN.finetune_runs[wildcards.run]["settings"],
-                                                   finetune_base(wildcards.run, wildcards.seed))[group]
+    return lambda wildcards: finetune_groups(wildcards)[group]
 
 
 def lm_files(name, jobs=None):
@@ -234,10 +262,14 @@ def leakage_jobs():
 
 
 # ------------------------------------------------------------------------------------------------ timing, CHE
+def timing_groups(wildcards):
+    """timing (what its runs share) and methods (their attention settings) of one timing job."""
+    return grid.timing_job_options(PLAN.timing_jobs[wildcards.timing_job], PLAN.timing_runs)
+
+
 def timing_options(group):
-    """timing (what its runs share) or methods (their attention settings) of one timing job, as a params
-    function."""
-    return lambda wildcards: grid.timing_job_options(PLAN.timing_jobs[wildcards.timing_job], PLAN.timing_runs)[group]
+    """One group of a timing job's options, as a params function."""
+    return lambda wildcards: timing_groups(wildcards)[group]
 
 
 def timing_files(suffix="csv"):
@@ -245,9 +277,14 @@ def timing_files(suffix="csv"):
     return [f"results/timing/{name}.{suffix}" for name in PLAN.timing_jobs]
 
 
+def che_groups(wildcards):
+    """attention and che options of one CHE cell."""
+    return grid.che_options(PLAN.che_cells[wildcards.cell]["settings"])
+
+
 def che_options(group):
-    """attention or che options of one CHE cell, as a params function."""
-    return lambda wildcards: grid.che_options(PLAN.che_cells[wildcards.cell]["settings"])[group]
+    """One group of a CHE cell's options, as a params function."""
+    return lambda wildcards: che_groups(wildcards)[group]
 
 
 def che_files():

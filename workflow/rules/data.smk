@@ -13,7 +13,8 @@ rule tokenize:
         tokenizer="results/data/{dataset}/tokenizer.json",
         meta="results/data/{dataset}/meta.json",
     params:
-        corpus=corpus_options,
+        spec=spec_of(corpus_options),  # `dape tokenize --spec JSON`
+        corpus=corpus_options,  # the fingerprint
         out_dir=lambda wildcards, output: str(Path(output.meta).parent),
     priority: 20  # every LM job waits for the corpora
     threads: threads_of("tokenize")
@@ -24,4 +25,4 @@ rule tokenize:
     conda:
         "../../envs/data.yaml"
     shell:
-        "dape tokenize {params.corpus} --out-dir {params.out_dir} > {log} 2>&1"
+        "dape tokenize --spec {params.spec} --out-dir {params.out_dir} > {log} 2>&1"

@@ -12,6 +12,8 @@ rule finetune_lm:
         summary="results/lm/{run}/seed{seed}/summary.json",
         metrics="results/lm/{run}/seed{seed}/metrics.jsonl",
     params:
+        spec=spec_of(finetune_groups, seed=True),  # `dape finetune --spec JSON`
+        # the fingerprint: the spec's settings in groups, which Snakemake's params trigger compares
         model=finetune_options("model"),
         training=finetune_options("training"),
         data_dir=lambda wildcards, input: str(Path(input.meta_json).parent),
@@ -31,5 +33,5 @@ rule finetune_lm:
     conda:
         "../../envs/hf.yaml"
     shell:
-        "dape finetune --data-dir {params.data_dir} --out-dir {params.out_dir} --checkpoint-dir {params.checkpoint_dir}"
-        " {params.model} {params.training} --seed {wildcards.seed} --threads {threads} --no-progress > {log} 2>&1"
+        "dape finetune --spec {params.spec} --data-dir {params.data_dir} --out-dir {params.out_dir}"
+        " --checkpoint-dir {params.checkpoint_dir} --threads {threads} --no-progress > {log} 2>&1"

@@ -11,6 +11,8 @@ rule train_lm:
         summary="results/lm/{run}/seed{seed}/summary.json",
         metrics="results/lm/{run}/seed{seed}/metrics.jsonl",
     params:
+        spec=spec_of(lm_groups, seed=True),  # every setting of the job: `dape train --spec JSON`
+        # the fingerprint: the spec's settings in groups, which Snakemake's params trigger compares
         attention=lm_options("attention"),
         shape=lm_options("shape"),
         training=lm_options("training"),
@@ -33,9 +35,8 @@ rule train_lm:
     conda:
         "../../envs/lm.yaml"
     shell:
-        "{params.launcher} --data-dir {params.data_dir} --out-dir {params.out_dir} --checkpoint-dir {params.checkpoint_dir}"
-        " {params.attention} {params.shape} {params.training} --seed {wildcards.seed} --mem-mb {resources.mem_mb}"
-        " --no-progress > {log} 2>&1"
+        "{params.launcher} --spec {params.spec} --data-dir {params.data_dir} --out-dir {params.out_dir}"
+        " --checkpoint-dir {params.checkpoint_dir} --mem-mb {resources.mem_mb} --no-progress > {log} 2>&1"
 
 
 rule evaluate_lm:
@@ -45,7 +46,8 @@ rule evaluate_lm:
         eval="results/lm/{run}/seed{seed}/eval.csv",
         windows="results/lm/{run}/seed{seed}/windows.csv",
     params:
-        evaluation=eval_options,
+        spec=spec_of(eval_options),  # `dape evaluate --spec JSON`
+        evaluation=eval_options,  # the fingerprint
         data_dir=lambda wildcards, input: str(Path(input.meta).parent),
     threads: threads_of("evaluate_lm")
     resources:
@@ -57,7 +59,7 @@ rule evaluate_lm:
     conda:
         model_environment  # envs/hf.yaml for a finetune family's Hugging Face decoder
     shell:
-        "dape evaluate --checkpoint {input.model} --data-dir {params.data_dir} {params.evaluation}"
+        "dape evaluate --spec {params.spec} --checkpoint {input.model} --data-dir {params.data_dir}"
         " --threads {threads} --out {output.eval} --windows-out {output.windows} > {log} 2>&1"
 
 
@@ -69,7 +71,8 @@ rule attention_maps:
         sink="results/lm/{run}/seed{seed}/attention/L{length}/sink.csv",
         maps="results/lm/{run}/seed{seed}/attention/L{length}/maps.npz",
     params:
-        evaluation=attention_map_options,
+        spec=spec_of(attention_map_options),  # `dape evaluate --spec JSON`
+        evaluation=attention_map_options,  # the fingerprint
         data_dir=lambda wildcards, input: str(Path(input.meta).parent),
     threads: threads_of("attention_maps")
     resources:
@@ -81,6 +84,6 @@ rule attention_maps:
     conda:
         "../../envs/lm.yaml"
     shell:
-        "dape evaluate --checkpoint {input.model} --data-dir {params.data_dir} {params.evaluation}"
+        "dape evaluate --spec {params.spec} --checkpoint {input.model} --data-dir {params.data_dir}"
         " --threads {threads} --out {output.eval} --sink-out {output.sink} --heatmap-out {output.maps}"
         " > {log} 2>&1"

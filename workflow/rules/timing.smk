@@ -11,6 +11,8 @@ rule time_lm:
         timing="results/timing/{timing_job}.csv",
         repeats="results/timing/{timing_job}.repeats.csv",
     params:
+        spec=timing_spec,  # `dape time --spec JSON`: the timing settings and the methods
+        # the fingerprint: the spec's settings in groups, which Snakemake's params trigger compares
         timing=timing_options("timing"),
         methods=timing_options("methods"),
     threads: threads_of("time_lm")
@@ -23,5 +25,5 @@ rule time_lm:
     conda:
         "../../envs/lm.yaml"
     shell:
-        "dape time {params.timing} --methods {params.methods} --threads {threads} --out {output.timing}"
+        "dape time --spec {params.spec} --threads {threads} --out {output.timing}"
         " --repeats-out {output.repeats} > {log} 2>&1"
