@@ -4,7 +4,10 @@
 
 Cases, run round-robin so that the machine's load falls on all of them alike: a one-rule Snakefile (what Snakemake
 itself costs), then ``config.yaml`` and ``configs/paper.yaml`` on this checkout and, with ``--before``, on a
-``git worktree`` of that commit (its own ``dape_core`` first on the path). Each run is a fresh process in an empty
+``git worktree`` of that commit (its own ``dape_core`` first on the path), and for each configuration a Snakefile of
+as many trivial jobs as its DAG has (one wildcard rule and ``all``): what Snakemake alone spends on that many jobs
+(building, checking and printing each), so that ``own_s`` — a configuration's median less its floor's — is what
+parsing this workflow and expanding its plan cost. Each run is a fresh process in an empty
 directory: ``python -m snakemake -n --cores 2 --configfile CONFIG``, every job printed as a dry run prints it. One
 more run per case under ``python -X importtime`` records whether parsing imported torch. Printed and written: the
 median seconds per case, its ratio to the one-rule Snakefile's, and the after / before ratio.
@@ -29,20 +32,36 @@ CONFIGS = ("config.yaml", "configs/paper.yaml")
 ONE_RULE = 'rule one:\n    output: "x"\n    shell: "touch x"\n'
 
 
+def trivial_jobs(count: int) -> str:
+    """A Snakefile of ``count`` jobs that do nothing of their own (``count - 1`` of one wildcard rule, and all)."""
+    return (f'rule all:\n    input: expand("x/{{i}}", i=range({count - 1}))\n'
+            'rule one:\n    output: "x/{i}"\n    shell: "touch {output}"\n')
+
+
+def total_jobs(stdout: str) -> int:
+    """The job count of a dry run's ``Job stats`` table (its ``total`` row)."""
+    for line in stdout.splitlines():
+        words = line.split()
+        if len(words) == 2 and words[0] == "total" and words[1].isdigit():
+            return int(words[1])
+    raise SystemExit("snakemake -n printed no job total")
+
+
 def snakemake_command(tree: Path, config: str | None, workdir: Path, *, importtime: bool = False) -> list[str]:
     python = [sys.executable, *(["-X", "importtime"] if importtime else []), "-m", "snakemake"]
-    if config is None:
+    if config is None or config.startswith("rule "):
         return [*python, "--snakefile", str(workdir / "Snakefile"), "--directory", str(workdir), "-n", "--cores", "2"]
     return [*python, "--snakefile", str(tree / "Snakefile"), "--directory", str(workdir), "-n", "--cores", "2",
             "--configfile", str(tree / config)]
 
 
-def run_once(tree: Path, config: str | None, *, importtime: bool = False) -> tuple[float, str]:
-    """Seconds of one `snakemake -n` in a fresh directory, and its stderr; a failed parse stops the benchmark."""
+def run_once(tree: Path, config: str | None, *, importtime: bool = False) -> tuple[float, str, str]:
+    """Seconds of one `snakemake -n` in a fresh directory, its stdout and stderr; a failed parse stops the benchmark.
+    ``config``: a configuration file, None (the one-rule Snakefile) or a Snakefile's text."""
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        if config is None:
-            (workdir / "Snakefile").write_text(ONE_RULE)
+        if config is None or config.startswith("rule "):
+            (workdir / "Snakefile").write_text(config or ONE_RULE)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")])}
         start = time.perf_counter()
         result = subprocess.run(snakemake_command(tree, config, workdir, importtime=importtime), cwd=tree, env=env,
@@ -51,11 +70,11 @@ def run_once(tree: Path, config: str | None, *, importtime: bool = False) -> tup
     if result.returncode != 0:
         raise SystemExit(f"snakemake -n failed for {config or 'the one-rule Snakefile'} in {tree}:\n"
                          f"{(result.stdout + result.stderr)[-3000:]}")
-    return seconds, result.stderr
+    return seconds, result.stdout, result.stderr
 
 
 def imports_torch(tree: Path, config: str | None) -> bool:
-    _, stderr = run_once(tree, config, importtime=True)
+    _, _, stderr = run_once(tree, config, importtime=True)
     return any(line.startswith("import time:") and line.split("|")[-1].strip() == "torch"
                for line in stderr.splitlines())
 
@@ -78,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         trees["before"] = worktree(args.before)
     cases = [("snakemake (one rule)", "-", None)] + [(config, version, config) for config in CONFIGS
                                                      for version in trees]
+    jobs = {config: total_jobs(run_once(ROOT, config)[1]) for config in CONFIGS}
+    floors = {config: f"snakemake ({jobs[config]} trivial jobs)" for config in CONFIGS}
+    cases += [(floors[config], "-", trivial_jobs(jobs[config])) for config in CONFIGS]
+    case_jobs = jobs | {floors[config]: jobs[config] for config in CONFIGS}
     times: dict[tuple[str, str], list[float]] = {(name, version): [] for name, version, _ in cases}
     try:
         for _ in range(args.repeats):
@@ -92,9 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name, version, _ in cases:
         median = statistics.median(times[(name, version)])
-        rows.append({"case": name, "version": version, "median_s": round(median, 3),
-                     "min_s": round(min(times[(name, version)]), 3), "repeats": args.repeats,
-                     "x_one_rule": round(median / baseline, 2), "imports_torch": torch[(name, version)]})
+        floor = statistics.median(times[(floors[name], "-")]) if name in floors else None
+        rows.append({"case": name, "version": version, "jobs": case_jobs.get(name, 1),
+                     "median_s": round(median, 3), "min_s": round(min(times[(name, version)]), 3),
+                     "repeats": args.repeats, "x_one_rule": round(median / baseline, 2),
+                     "own_s": round(median - floor, 3) if floor is not None else None,
+                     "imports_torch": torch[(name, version)]})
     frame = pd.DataFrame(rows)
     if args.before:
         medians = frame.set_index(["case", "version"])["median_s"]

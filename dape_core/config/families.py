@@ -256,7 +256,7 @@ def expand_family(spec: dict, defaults: dict, where: str) -> list[dict]:
         axes.append(entries)
     runs = []
     for combo in itertools.product(*axes):
-        settings = copy.deepcopy(base)
+        settings = plain_copy(base)
         for entry in combo:
             settings = _merge(settings, entry, where, allowed)
         runs.append(settings)
@@ -266,21 +266,31 @@ def expand_family(spec: dict, defaults: dict, where: str) -> list[dict]:
 def _merge(base: dict, update: dict, where: str, allowed: Iterable[str]) -> dict:
     """``base`` with ``update`` applied; nested mappings (``eval``, ``attention``) merge key by key."""
     allowed = set(allowed)
-    out = copy.deepcopy(base)
+    out = dict(base)  # nested values are copied where they are replaced or merged (plain_copy)
     for key, value in update.items():
         if key not in allowed:
             raise ConfigError(f"{where}.{key}: unknown setting; allowed values: {', '.join(sorted(allowed))}")
         if key in OPEN_MAPPINGS:
             both = isinstance(out.get(key), dict) and isinstance(value, dict)
-            out[key] = {**out[key], **copy.deepcopy(value)} if both else copy.deepcopy(value)
+            out[key] = {**out[key], **plain_copy(value)} if both else plain_copy(value)
         elif isinstance(out.get(key), dict):
             if not isinstance(value, dict):
                 raise ConfigError(f"{where}.{key}: {value!r} is not allowed; allowed values: a mapping of "
                                   f"{', '.join(out[key])}")
             out[key] = _merge(out[key], value, f"{where}.{key}", out[key])
         else:
-            out[key] = copy.deepcopy(value)
+            out[key] = plain_copy(value)
     return out
+
+
+def plain_copy(value):
+    """A copy of a configuration value (mappings, lists and scalars, as YAML gives them): what copy.deepcopy makes
+    of it, without its bookkeeping, which costs most of the plan of a large grid."""
+    if isinstance(value, dict):
+        return {key: plain_copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain_copy(item) for item in value]
+    return value
 
 
 # ----------------------------------------------------------------------------------------------- LM runs
@@ -388,7 +398,8 @@ def _add_finetune_family(plan: Plan, family: str, spec: dict, grids: list[dict],
     defaults = finetune_defaults(plan.config["defaults"])
     base_run = None
     if spec.get("base") is not None:
-        base = _merge(_merge(defaults, spec["set"], f"{where}.set", defaults), spec["base"], f"{where}.base", defaults)
+        base = plain_copy(_merge(_merge(defaults, spec["set"], f"{where}.set", defaults), spec["base"], f"{where}.base",
+                                 defaults))
         base_run = _add_finetune(plan, family, dict(spec, seeds=plan.families[family]["seeds"]), base, f"{where}.base",
                                  base_run=None)
     for i, grid in enumerate(grids):

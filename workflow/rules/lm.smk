@@ -23,7 +23,7 @@ rule train_lm:
         # `dape train`, or torchrun with one process per GPU of the run's size (resources.train_lm.sizes)
         launcher=train_launcher,
     wildcard_constraints:
-        run=alternatives(PLAN.lm_runs),  # fine-tune runs: finetune_lm (finetune.smk)
+        run=segment_other_than(PLAN.finetune_runs),  # fine-tune runs: finetune_lm (finetune.smk)
     priority: 10  # the longest jobs first, so that short ones fill the end of the schedule
     threads: train_threads
     resources:
