@@ -7,9 +7,10 @@ the grouped options its rules pass) and :mod:`~dape_core.config.estimate` (jobs 
 ``python -m dape_core.config CONFIG`` prints the jobs of each family and the estimate.
 """
 
+from dape_core.config.checks import check_dataset, dataset_inputs
 from dape_core.config.estimate import estimate, estimate_line, training_flops
-from dape_core.config.families import (LM_STAGES, RULES, STAGES, Plan, build_plan, check_dataset, dataset_inputs,
-                                       expand_family, family_grids, spec_digest, write_report_spec)
+from dape_core.config.families import (LM_STAGES, RULES, STAGES, Plan, build_plan, expand_family, family_grids,
+                                       spec_digest, write_report_spec)
 from dape_core.config.names import (che_cell_name, configuration_name, finetune_run_name, lm_run_name, plan_path,
                                     reports_dir, timing_job_name, timing_run_name)
 from dape_core.config.options import (CliOptions, JobSpec, attention_map_options, che_options, corpus_options, eval_options,

@@ -5,10 +5,10 @@ A configuration has ``datasets`` (name → options of ``dape tokenize``), ``defa
 crossed in order, ``seeds``, ``set`` overrides), ``run_overrides`` (one run's settings), ``resources`` (per rule)
 and ``estimate``.
 :func:`build_plan` validates it — the JSON schema (single-field types and ranges, defaults filled in), then the
-checks that need several fields, the registries or files, which build each run's settings dataclasses so that a
-setting is checked where it is declared — and expands the families into a :class:`Plan`. A run listed by several
-families is trained once; two families that give one name different settings are an error. Every error is a
-:class:`~dape_core.errors.ConfigError` naming the field and the allowed values.
+checks that need several fields, the registries or files (:mod:`dape_core.config.checks`) — and expands the
+families into a :class:`Plan`. A run listed by several families is trained once; two families that give one name
+different settings are an error. Every error is a :class:`~dape_core.errors.ConfigError` naming the field and the
+allowed values.
 
 A ``finetune`` family's runs are Hugging Face decoders (``dape finetune``), evaluated as every language model (its
 ``eval`` settings start from ``defaults.lm.eval``): with a ``base`` block, the family's base model is one more run
@@ -24,8 +24,10 @@ import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Iterable
 
+from dape_core.config.checks import (check_che_run, check_dataset, check_finetune_run, check_lm_run, check_timing_run,
+                                     check_train_processes)
 from dape_core.config.names import (FINETUNE_NAME_SETTINGS, LM_NAME_SETTINGS, che_cell_name, lm_run_name,
                                     timing_job_name, timing_run_name)
 from dape_core.config.schema import SCHEMA_PATH, validate_schema
@@ -53,14 +55,6 @@ def _finetune_settings() -> tuple[str, ...]:
     from dape_core.config.options import group
 
     return ("dataset", "tag", "base_run", *group("finetune_model"), *group("finetune_training"))
-
-
-def checked(where: str, build: Callable):
-    """``build()``, with a ConfigError's field prefixed by ``where`` (``families.x.`` + ``kernel_size: …``)."""
-    try:
-        return build()
-    except ConfigError as err:
-        raise ConfigError(f"{where}.{err}") from None
 
 
 # ----------------------------------------------------------------------------------------------- plan
@@ -196,7 +190,6 @@ def build_plan(config: dict, *, check_schema: bool = True, schema_path: str | Pa
     return plan
 
 
-
 def family_grids(spec: dict) -> list[dict]:
     """The family's grids: its own ``set``/``axes``/``seeds``, or each of ``grids`` on top of the family's ``set``."""
     if not spec.get("grids"):
@@ -303,7 +296,6 @@ def normalise_lm(settings: dict, defaults: dict) -> dict:
     if settings["eval"].get("delta_p_window") is None:
         settings["eval"] = dict(settings["eval"], delta_p_window=settings["train_len"])
     return settings
-
 
 
 def _add_lm(plan: Plan, family: str, spec: dict, settings: dict, where: str) -> None:
@@ -502,38 +494,6 @@ def _families_listing(plan: Plan, name: str) -> list[str]:
     return [f for f, meta in plan.families.items() if name in meta["runs"]]
 
 
-# ----------------------------------------------------------------------------------------------- datasets
-def check_dataset(name: str, s: dict) -> dict:
-    """Tokenize settings; files are checked only for local sources (a Hub DAG dry-runs without its data)."""
-    where = f"datasets.{name}"
-    if s["source"] == "local":
-        if not s["data_files"]:
-            raise ConfigError(f"{where}.data_files: required for source 'local'; allowed values: existing files")
-        for path in s["data_files"]:
-            if not Path(path).is_file():
-                raise ConfigError(f"{where}.data_files: path {path!r} does not exist; allowed values: existing files")
-        if s["tokenizer"] == "file" and not (s["tokenizer_file"] and Path(s["tokenizer_file"]).is_file()):
-            raise ConfigError(f"{where}.tokenizer_file: path {s['tokenizer_file']!r} does not exist; allowed values: "
-                              "an existing tokenizer.json")
-    if s["source"] == "hub" and not s["dataset"]:
-        raise ConfigError(f"{where}.dataset: required for source 'hub'; "
-                          "allowed values: a Hub dataset name or directory")
-    if s["tokenizer"] == "file" and not s["tokenizer_file"]:
-        raise ConfigError(f"{where}.tokenizer_file: required for tokenizer 'file'; "
-                          "allowed values: a tokenizer.json path")
-    if (s["filter_field"] is None) != (s["filter_value"] is None):
-        raise ConfigError(f"{where}.filter_field / filter_value: give both or neither; "
-                          "allowed values: a field and a value")
-    return s
-
-
-def dataset_inputs(s: dict) -> list[str]:
-    """Files a tokenize job reads (declared as inputs only for local sources)."""
-    if s["source"] != "local":
-        return []
-    return list(s["data_files"]) + ([s["tokenizer_file"]] if s["tokenizer"] == "file" else [])
-
-
 def spec_digest(spec: dict) -> str:
     """A short hash of the report spec: the params of the rule that writes it (a changed spec reruns it)."""
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -548,8 +508,6 @@ def write_report_spec(path: str | Path, spec: dict, log: str | Path | None = Non
         io.write_text(log, f"{len(spec['families'])} families, {len(spec['lm_runs'])} LM runs → {path}\n")
 
 
-
-
 # ----------------------------------------------------------------------------------------------- run checks
 def _method_entry(label: str, where: str) -> dict:
     """A ``method`` axis entry: the label's settings (tril only when the label says "(no tril)")."""
@@ -557,96 +515,3 @@ def _method_entry(label: str, where: str) -> dict:
     if entry["tril"]:
         del entry["tril"]
     return entry
-
-
-def _only(settings: dict, cls) -> dict:
-    from dape_core.settings import field_names
-
-    names = field_names(cls)
-    return {k: v for k, v in settings.items() if k in names}
-
-
-def check_lm_run(s: dict, where: str, datasets: dict, *, extrapolates: bool) -> None:
-    """One LM run: its model, training and evaluation dataclasses accept it, and the cross-field rules hold."""
-    from dape_core.settings.evaluation import EvalSettings
-    from dape_core.settings.model import GPTConfig, require_max_position
-    from dape_core.settings.training import TrainSettings, require_training_steps
-
-    require_choice(f"{where}.dataset", s["dataset"], datasets)
-    model = checked(where, lambda: GPTConfig(**_only(s, GPTConfig)))
-    checked(where, lambda: require_training_steps(TrainSettings(**_only(s, TrainSettings))))
-    ev = s["eval"]
-    checked(f"{where}.eval", lambda: EvalSettings(**_only(ev, EvalSettings)))
-    checked(f"{where}.eval", lambda: require_max_position(model, max(ev["eval_lens"]), "eval_lens"))
-    _check_eval_lengths(s, where, extrapolates)
-
-
-def check_finetune_run(s: dict, where: str, datasets: dict, *, extrapolates: bool) -> None:
-    """One fine-tune run: its model (a base directory that exists, or a fresh configuration), training and evaluation
-    dataclasses accept it, and the evaluation's cross-field rules hold."""
-    from dape_core.settings.evaluation import EvalSettings
-    from dape_core.settings.finetune import FinetuneSettings, check_steps
-    from dape_core.settings.training import TrainSettings
-
-    require_choice(f"{where}.dataset", s["dataset"], datasets)
-    model = _only(s, FinetuneSettings)
-    if s["base_run"] is not None:
-        model["base_model"] = s["base_run"]  # the base run's output, known to the workflow
-    elif s["base_model"] is not None and not Path(s["base_model"]).is_dir():
-        raise ConfigError(f"{where}.base_model: {s['base_model']!r} is not a directory; allowed values: a local "
-                          "Hugging Face model directory, or null with base_config")
-    model_settings = checked(where, lambda: FinetuneSettings(**model))
-    train_settings = checked(where, lambda: TrainSettings(**_only(s, TrainSettings)))
-    checked(where, lambda: check_steps(model_settings, train_settings))
-    ev = s["eval"]
-    checked(f"{where}.eval", lambda: EvalSettings(**_only(ev, EvalSettings)))
-    _check_eval_lengths(s, where, extrapolates)
-
-
-def _check_eval_lengths(s: dict, where: str, extrapolates: bool) -> None:
-    ev = s["eval"]
-    if ev["delta_p_window"] is not None and ev["delta_p_window"] > s["train_len"]:
-        raise ConfigError(f"{where}.eval.delta_p_window: {ev['delta_p_window']} is not allowed; allowed values: "
-                          f"1 … train_len ({s['train_len']}), or null for train_len")
-    for length in ev["eval_lens"]:
-        if extrapolates and length < s["train_len"]:
-            raise ConfigError(f"{where}.eval.eval_lens: {length} is shorter than train_len {s['train_len']}; allowed "
-                              "values: evaluation lengths ≥ train_len in a family that extrapolates "
-                              "(or set extrapolates: false)")
-
-
-def check_train_processes(plan: Plan) -> None:
-    """A training job with several GPUs runs one process each, which split its global batch evenly (the
-    micro-batch that fits ``gpu_mem_gb`` is the memory model's, chosen by the job itself or by
-    :func:`dape_core.config.memory_plan.fit_micro_batches`: it traces the model with torch)."""
-    sizes = plan.config["resources"]["train_lm"]["sizes"]
-    for name, run in plan.lm_runs.items():
-        size, batch_size = run["settings"]["size"], run["settings"]["batch_size"]
-        gpu = plan.resources("train_lm", size)["gpu"]
-        if gpu > 1 and batch_size % gpu:
-            where = f"resources.train_lm.sizes.{size}.gpu" if "gpu" in sizes.get(size, {}) else "resources.train_lm.gpu"
-            raise ConfigError(f"{where}: {gpu} processes do not divide batch_size {batch_size} of run {name}; "
-                              "allowed values: a divisor of the batch_size of every run it applies to")
-
-
-def check_timing_run(s: dict, where: str) -> None:
-    """One timing run: TimingSettings accepts it; exactly one of batch_size and equal_tokens, which divides
-    every length."""
-    from dape_core.settings.timing import TimingSettings
-
-    if (s["batch_size"] is None) == (s["equal_tokens"] is None):
-        raise ConfigError(f"{where}.batch_size / equal_tokens: give exactly one (the other null); allowed values: "
-                          "a positive batch_size, or equal_tokens divisible by every seq_len")
-    checked(where, lambda: TimingSettings(**_only(s, TimingSettings)))
-    if s["equal_tokens"] is not None:
-        for length in s["seq_lens"]:
-            if s["equal_tokens"] % length:
-                raise ConfigError(f"{where}.equal_tokens: {s['equal_tokens']} is not divisible by seq_len {length}; "
-                                  "allowed values: multiples of every seq_len")
-
-
-def check_che_run(s: dict, where: str) -> None:
-    """One CHE cell: CHESettings accepts it (task, attention settings, shape and protocol)."""
-    from dape_core.settings.che import CHESettings
-
-    checked(where, lambda: CHESettings(**_only(s, CHESettings)))
