@@ -99,11 +99,20 @@ def _norm(value) -> str:
     return str(int(number)) if number.is_integer() else text
 
 
+@lru_cache(maxsize=None)
+def _step_defaults() -> dict:
+    """The defaults of the :data:`STEP_KEY` settings, as their dataclasses declare them."""
+    from dape_core.settings import AttentionSettings
+    from dape_core.settings.fields import defaults
+    from dape_core.settings.training import TrainSettings
+
+    return {**defaults(AttentionSettings), "precision": defaults(TrainSettings)["precision"]}
+
+
 def step_key(settings: Mapping) -> tuple[str, ...]:
     """A run's :data:`STEP_KEY`: ``attention_impl`` auto (or absent, as in lm_results.csv) is the GPU's
-    ``materialized``; absent tril/padding/encoding_shared/recompute_scores/precision take their defaults."""
-    defaults = {"tril": True, "padding": "same", "encoding_shared": None, "precision": "fp32",
-                "attention_impl": "auto", "recompute_scores": None, "kernel_size": 1}
+    ``materialized``; an absent setting takes its declared default."""
+    defaults = _step_defaults()
     values = {name: settings.get(name, defaults.get(name)) for name in STEP_KEY}
     if _norm(values["attention_impl"]) == "auto":
         values["attention_impl"] = "materialized"
