@@ -199,6 +199,15 @@ def test_each_job_is_handed_one_spec_that_its_log_records(smoke_run):
     for name in plan.timing_jobs:
         (spec,) = _specs(smoke_run.path(f"logs/timing/{name}.log").read_text().splitlines()[0], "dape time")
         assert sorted(spec["methods"]) == sorted(plan.timing_jobs[name]["runs"])
+    for name, seed in plan.finetune_jobs():
+        log = smoke_run.path(f"logs/lm/{name}/seed{seed}/finetune.log").read_text()
+        (spec,) = _specs(log.splitlines()[0], "dape finetune")
+        settings = plan.finetune_runs[name]["settings"]
+        assert spec["seed"] == seed and spec["processor"] == settings["processor"]
+        assert spec["kernel_size"] == settings["kernel_size"] and spec["steps"] == settings["steps"]
+    for dataset, settings in plan.datasets.items():
+        (spec,) = _specs(smoke_run.path(f"logs/data/{dataset}.log").read_text().splitlines()[0], "dape tokenize")
+        assert spec == dict(grid.corpus_options(settings))
     for cell, seed in plan.che_jobs():
         (spec,) = _specs(smoke_run.path(f"logs/che/{cell}/seed{seed}.log").read_text().splitlines()[0], "dape che")
         assert spec["task"] == plan.che_cells[cell]["settings"]["task"] and spec["seed"] == seed

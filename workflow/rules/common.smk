@@ -12,6 +12,7 @@ rules are local rules and need none.
 import os
 import re
 import sys
+from functools import lru_cache
 from pathlib import Path
 
 from snakemake.logging import logger
@@ -113,6 +114,7 @@ class TrainLauncher:
         return f"dape train --threads {self.threads}{micro}"
 
 
+@lru_cache(maxsize=None)  # read by each of a training job's resources, its threads and its launcher
 def train_job(run):
     """resources.train_lm for one LM run: the rule's values updated by those of the run's size."""
     return PLAN.resources("train_lm", PLAN.lm_runs[run]["settings"]["size"])
@@ -208,7 +210,12 @@ def timing_spec(wildcards):
 
 def lm_groups(wildcards):
     """An LM run's training options: attention, shape and training."""
-    return grid.train_options(PLAN.lm_runs[wildcards.run]["settings"])
+    return _lm_groups(wildcards.run)
+
+
+@lru_cache(maxsize=None)  # each job's spec and its three groups read them (the same mappings: Snakemake only reads)
+def _lm_groups(run):
+    return grid.train_options(PLAN.lm_runs[run]["settings"])
 
 
 def lm_options(group):
@@ -276,7 +283,12 @@ def leakage_jobs():
 # ------------------------------------------------------------------------------------------------ timing, CHE
 def timing_groups(wildcards):
     """timing (what its runs share) and methods (their attention settings) of one timing job."""
-    return grid.timing_job_options(PLAN.timing_jobs[wildcards.timing_job], PLAN.timing_runs)
+    return _timing_groups(wildcards.timing_job)
+
+
+@lru_cache(maxsize=None)
+def _timing_groups(job):
+    return grid.timing_job_options(PLAN.timing_jobs[job], PLAN.timing_runs)
 
 
 def timing_options(group):
@@ -291,7 +303,12 @@ def timing_files(suffix="csv"):
 
 def che_groups(wildcards):
     """attention and che options of one CHE cell."""
-    return grid.che_options(PLAN.che_cells[wildcards.cell]["settings"])
+    return _che_groups(wildcards.cell)
+
+
+@lru_cache(maxsize=None)
+def _che_groups(cell):
+    return grid.che_options(PLAN.che_cells[cell]["settings"])
 
 
 def che_options(group):
