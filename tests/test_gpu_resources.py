@@ -134,12 +134,12 @@ def test_paper_dry_run_starts_torchrun_for_the_multi_gpu_sizes(tmp_path, monkeyp
     # each job gets resources.train_lm.gpu_mem_gb and picks the memory model's micro-batch when it starts
     gpu_mem_gb = plan.config["resources"]["train_lm"]["gpu_mem_gb"]
     assert big["command"].startswith("torchrun --standalone --nproc-per-node 4 -m dape_core.cli train "
-                                     f"--distributed fsdp --threads 8 --gpu-mem-gb {gpu_mem_gb:g} "
-                                     "--data-dir results/data/books3 "), big["command"]
+                                     f"--distributed fsdp --threads 8 --gpu-mem-gb {gpu_mem_gb:g} --spec '"), big["command"]
+    assert " --data-dir results/data/books3 " in big["command"]
     for size in ("125M", "350M"):
         job = jobs[runs[size]]
         assert (job["resources"]["gpu"], job["resources"]["cpus_per_gpu"]) == ("1", "8"), (size, job)
-        assert job["command"].startswith(f"dape train --threads 8 --gpu-mem-gb {gpu_mem_gb:g} --data-dir "), (
+        assert job["command"].startswith(f"dape train --threads 8 --gpu-mem-gb {gpu_mem_gb:g} --spec '"), (
             size, job["command"])
         assert "torchrun" not in job["command"] and "--distributed" not in job["command"]
     assert "slurm_partition=cpu" in out.split("rule tokenize:")[1].split("\n\n")[0]  # the one CPU rule
@@ -169,4 +169,4 @@ def test_two_gpu_job_runs_two_gloo_processes_and_its_gpus_rerun_nothing(tmp_path
     forced = snakemake(workdir, tmp_path / "one.yaml", "-n", "-p", "--cores", "2", target, "--forcerun", target,
                        timeout=300)
     assert job_counts(forced.stdout) == {"train_lm": 1}, forced.stdout[-3000:]
-    assert "dape train --threads 1 --data-dir " in forced.stdout  # one process with the configured thread
+    assert "dape train --threads 1 --spec '" in forced.stdout  # one process with the configured thread
