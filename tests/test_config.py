@@ -278,6 +278,13 @@ def test_a_spec_promotes_integers_to_declared_floats_and_keeps_unset_settings_un
     assert args.kernel_size == 5 and args.processor == "dape_v2"
 
 
+def test_a_target_of_no_run_stops_with_one_line_naming_it():
+    """Run wildcards match any one path segment; a name the plan does not know stops where its job is built."""
+    plan = grid.build_plan(grid.load_yaml("config.yaml"))
+    with pytest.raises(ConfigError, match=r"^run: 'nonexistent' is not a run of this configuration; allowed values"):
+        plan.evaluated_run("nonexistent")
+
+
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: p.name)
 def test_every_setting_reaches_its_command_under_the_same_name(path):
     """The option groups a rule passes parse with each stage's own parser, to the same values."""

@@ -95,8 +95,14 @@ class Plan:
         return [(name, seed) for name, run in self.finetune_runs.items() for seed in run["seeds"]]
 
     def evaluated_run(self, name: str) -> dict:
-        """An LM run or a fine-tune run (both have ``settings``, ``eval``, ``seeds`` and ``families``)."""
-        return self.lm_runs[name] if name in self.lm_runs else self.finetune_runs[name]
+        """An LM run or a fine-tune run (both have ``settings``, ``eval``, ``seeds`` and ``families``); a name of
+        neither (a target the plan does not know) is a ConfigError naming it."""
+        if name in self.lm_runs:
+            return self.lm_runs[name]
+        if name in self.finetune_runs:
+            return self.finetune_runs[name]
+        raise ConfigError(f"run: {name!r} is not a run of this configuration; allowed values: the {len(self.lm_runs)} "
+                          f"LM and {len(self.finetune_runs)} fine-tune runs of the plan (results/plan.json lists them)")
 
     def attention_jobs(self) -> list[tuple[str, int, int]]:
         """(run, seed, heat-map length) of the runs of families with attention_maps."""
