@@ -283,6 +283,10 @@ def test_a_target_of_no_run_stops_with_one_line_naming_it():
     plan = grid.build_plan(grid.load_yaml("config.yaml"))
     with pytest.raises(ConfigError, match=r"^run: 'nonexistent' is not a run of this configuration; allowed values"):
         plan.evaluated_run("nonexistent")
+    cell = next(iter(plan.che_cells))
+    assert plan.che_cell(cell) is plan.che_cells[cell]
+    with pytest.raises(ConfigError, match=r"^cell: 'nonexistent' is not a CHE cell of this configuration; allowed"):
+        plan.che_cell("nonexistent")
 
 
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: p.name)

@@ -104,6 +104,13 @@ class Plan:
         raise ConfigError(f"run: {name!r} is not a run of this configuration; allowed values: the {len(self.lm_runs)} "
                           f"LM and {len(self.finetune_runs)} fine-tune runs of the plan (results/plan.json lists them)")
 
+    def che_cell(self, name: str) -> dict:
+        """A CHE cell (``settings`` and ``seeds``); a name the plan does not know is a ConfigError naming it."""
+        if name in self.che_cells:
+            return self.che_cells[name]
+        raise ConfigError(f"cell: {name!r} is not a CHE cell of this configuration; allowed values: the "
+                          f"{len(self.che_cells)} cells of the plan (results/plan.json lists them)")
+
     def attention_jobs(self) -> list[tuple[str, int, int]]:
         """(run, seed, heat-map length) of the runs of families with attention_maps."""
         return [(name, seed, length) for name, run in self.lm_runs.items() for seed in run["attention_seeds"]

@@ -308,7 +308,7 @@ def che_groups(wildcards):
 
 @lru_cache(maxsize=None)
 def _che_groups(cell):
-    return grid.che_options(PLAN.che_cells[cell]["settings"])
+    return grid.che_options(PLAN.che_cell(cell)["settings"])
 
 
 def che_options(group):
