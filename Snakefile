@@ -36,3 +36,6 @@ rule all:
     input:
         all_targets(),
     localrule: True
+
+
+give_known_parameters(globals())  # common.smk: Snakemake need not inspect them again for each job

@@ -9,9 +9,11 @@ reruns exactly the jobs it reaches. Resources (threads, mem_mb, runtime, gpu) co
 rules are local rules and need none.
 """
 
+import inspect
 import os
 import re
 import sys
+import types
 from functools import lru_cache
 from pathlib import Path
 
@@ -62,6 +64,39 @@ wildcard_constraints:
     cell=SEGMENT,
     seed=r"\d+",
     length=r"\d+",
+
+
+# ------------------------------------------------------------------------------------------------ job functions
+def known_parameters(func):
+    """``func``, carrying its parameters where Snakemake looks before it inspects a function's signature.
+
+    Snakemake reads the parameters of every input, params and resources function again for each job it builds
+    (`snakemake.common.get_function_params`: `inspect.signature` unless the function has `_overwrite_params`,
+    Snakemake's own attribute for forced parameters). Set once here, the same parameters save about half a second
+    of the paper grid's DAG (benchmarks/dag_parse.py)."""
+    func._overwrite_params = inspect.signature(func).parameters
+    return func
+
+
+def give_known_parameters(namespace):
+    """known_parameters for every function this workflow's files define (the closures are given theirs where
+    their factories make them)."""
+    rules_dir = str(Path(workflow.basedir).resolve())
+    for value in list(namespace.values()):
+        if isinstance(value, types.FunctionType) and str(Path(value.__code__.co_filename).resolve()).startswith(
+                rules_dir):
+            known_parameters(value)
+
+
+def input_folder(name):
+    """A params function: the folder of the job's input file ``name``."""
+    return known_parameters(lambda wildcards, input: str(Path(getattr(input, name)).parent))
+
+
+def output_folder(name):
+    """A params function: the folder of the job's output file ``name`` (a name, or its position)."""
+    return known_parameters(lambda wildcards, output: str(Path(output[name] if isinstance(name, int)
+                                                                    else getattr(output, name)).parent))
 
 
 # ------------------------------------------------------------------------------------------------ resources
@@ -148,7 +183,7 @@ def train_job_resources():
             job = train_job(wildcards.run)
             return slurm_resources(job).get(key, {"cpus_per_gpu": job["threads"], "gpu_model": ""}.get(key))
 
-        return of_run
+        return known_parameters(of_run)
 
     return {key: value(key) for key in keys}
 
@@ -199,7 +234,7 @@ def spec_of(groups, seed=False):
         values = [values] if isinstance(values, grid.CliOptions) else values.values()
         return grid.JobSpec(*values, **({"seed": int(wildcards.seed)} if seed else {}))
 
-    return spec
+    return known_parameters(spec)
 
 
 def timing_spec(wildcards):
@@ -220,7 +255,7 @@ def _lm_groups(run):
 
 def lm_options(group):
     """One group of an LM run's training options, as a params function."""
-    return lambda wildcards: lm_groups(wildcards)[group]
+    return known_parameters(lambda wildcards: lm_groups(wildcards)[group])
 
 
 def eval_options(wildcards):
@@ -256,7 +291,7 @@ def finetune_groups(wildcards):
 
 def finetune_options(group):
     """model or training options of one fine-tune run, as a params function."""
-    return lambda wildcards: finetune_groups(wildcards)[group]
+    return known_parameters(lambda wildcards: finetune_groups(wildcards)[group])
 
 
 def lm_files(name, jobs=None):
@@ -293,7 +328,7 @@ def _timing_groups(job):
 
 def timing_options(group):
     """One group of a timing job's options, as a params function."""
-    return lambda wildcards: timing_groups(wildcards)[group]
+    return known_parameters(lambda wildcards: timing_groups(wildcards)[group])
 
 
 def timing_files(suffix="csv"):
@@ -313,7 +348,7 @@ def _che_groups(cell):
 
 def che_options(group):
     """One group of a CHE cell's options, as a params function."""
-    return lambda wildcards: che_groups(wildcards)[group]
+    return known_parameters(lambda wildcards: che_groups(wildcards)[group])
 
 
 def che_files():
@@ -332,7 +367,7 @@ def report_spec():
 
 def family_param(key):
     """A family's setting (title, paper, sweep, …) as a params function."""
-    return lambda wildcards: PLAN.families[wildcards.family].get(key)
+    return known_parameters(lambda wildcards: PLAN.families[wildcards.family].get(key))
 
 
 def table_files():

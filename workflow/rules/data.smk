@@ -15,7 +15,7 @@ rule tokenize:
     params:
         spec=spec_of(corpus_options),  # `dape tokenize --spec JSON`
         corpus=corpus_options,  # the fingerprint
-        out_dir=lambda wildcards, output: str(Path(output.meta).parent),
+        out_dir=output_folder("meta"),
     priority: 20  # every LM job waits for the corpora
     threads: threads_of("tokenize")
     resources:

@@ -16,8 +16,8 @@ rule finetune_lm:
         # the fingerprint: the spec's settings in groups, which Snakemake's params trigger compares
         model=finetune_options("model"),
         training=finetune_options("training"),
-        data_dir=lambda wildcards, input: str(Path(input.meta_json).parent),
-        out_dir=lambda wildcards, output: str(Path(output.summary).parent),
+        data_dir=input_folder("meta_json"),
+        out_dir=output_folder("summary"),
         # outside the outputs, so that a failed job's clean-up keeps them and a rerun resumes
         checkpoint_dir="results/checkpoints/{run}/seed{seed}",
     wildcard_constraints:

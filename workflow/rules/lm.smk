@@ -16,8 +16,8 @@ rule train_lm:
         attention=lm_options("attention"),
         shape=lm_options("shape"),
         training=lm_options("training"),
-        data_dir=lambda wildcards, input: str(Path(input.meta).parent),
-        out_dir=lambda wildcards, output: str(Path(output.model).parent),
+        data_dir=input_folder("meta"),
+        out_dir=output_folder("model"),
         # outside the outputs, so that a failed job's clean-up keeps them and a rerun resumes
         checkpoint_dir="results/checkpoints/{run}/seed{seed}",
         # `dape train`, or torchrun with one process per GPU of the run's size (resources.train_lm.sizes)
@@ -48,7 +48,7 @@ rule evaluate_lm:
     params:
         spec=spec_of(eval_options),  # `dape evaluate --spec JSON`
         evaluation=eval_options,  # the fingerprint
-        data_dir=lambda wildcards, input: str(Path(input.meta).parent),
+        data_dir=input_folder("meta"),
     threads: threads_of("evaluate_lm")
     resources:
         **job_resources("evaluate_lm"),
@@ -73,7 +73,7 @@ rule attention_maps:
     params:
         spec=spec_of(attention_map_options),  # `dape evaluate --spec JSON`
         evaluation=attention_map_options,  # the fingerprint
-        data_dir=lambda wildcards, input: str(Path(input.meta).parent),
+        data_dir=input_folder("meta"),
     threads: threads_of("attention_maps")
     resources:
         **job_resources("attention_maps"),

@@ -104,7 +104,7 @@ rule tables:
         table_files(),
     params:
         sources=report_sources,
-        out_dir=lambda wildcards, output: str(Path(output[0]).parent),
+        out_dir=output_folder(0),
     localrule: True
     log:
         "logs/report/tables.log",
