@@ -4,6 +4,7 @@ losses written by `dape evaluate` and collected by `dape report lm`; `--bootstra
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -222,6 +223,9 @@ def test_runs_of_different_batch_streams_are_unpaired():
         assert checks and all(c["basis"].startswith("unpaired t, seed noise of code, T ") for c in checks)
         assert all("T 32, small, 100 steps × batch 32 (3 runs × 3 seeds)" in c["basis"]
                    and "T 64, small, 100 steps × batch 16 (3 runs × 3 seeds)" in c["basis"] for c in checks)
+        written = re.findall(r"\(ν ([^)]+)\)", record["seed_noise"])  # Welch's ν, to 3 significant digits
+        assert written and written == [f"{c['seed_df']:.3g}" for c in checks][:len(written)]
+        assert any(c["seed_df"] != int(c["seed_df"]) for c in checks)
     source = SeedNoiseSource(lm, windows)
     within = source.noise(("mean", "within", "loss"), False, ("code", "small", "32", "100", "32", "1"))
     interaction = source.noise(("mean", "within", "loss"), True, ("code", "small", "32", "100", "32", "1"))

@@ -304,7 +304,7 @@ def evaluate_claims(lm: pd.DataFrame | None, timing: pd.DataFrame | None = None,
             basis = "; ".join(dict.fromkeys(c["basis"] for c in checks if c.get("basis")))
         numbers = {f"{i}: {c['text'].split(':')[0]}": {k: v for k, v in c.items() if k != "text"}
                    for i, c in enumerate(checks)}
-        noise = "; ".join(dict.fromkeys(f"σ {c['seed_sd']:.3g} (ν {c['seed_df']})" for c in checks
+        noise = "; ".join(dict.fromkeys(f"σ {c['seed_sd']:.3g} (ν {c['seed_df']:.3g})" for c in checks
                                         if c.get("seed_sd") is not None))
         record = {"claim_id": claim.claim_id, "section": claim.section, "statement": claim.statement,
                   "rule": claim.rule, "core": claim.core, "informational": claim.informational,
