@@ -106,6 +106,20 @@ def test_a_csv_without_the_calibration_columns_is_refused_naming_the_field(tmp_p
         grid.estimate(grid.build_plan(calibrated_config(calibration=str(bad))))
 
 
+def test_a_cut_or_empty_calibration_csv_stops_with_one_line_naming_it(tmp_path):
+    """A calibration cut in its last row (no tokens/s, no status) or with no rows is refused, never read as a
+    throughput."""
+    text = FIXTURE.read_text()
+    cut = tmp_path / "cut.csv"
+    cut.write_text(text.rstrip("\n").rsplit(",", 2)[0] + "\n")  # the last row stops before its tokens/s
+    with pytest.raises(ConfigError, match=r"^estimate\.calibration: .*cut\.csv data row \d+ is cut or damaged"):
+        grid.estimate(grid.build_plan(calibrated_config(calibration=str(cut))))
+    empty = tmp_path / "empty.csv"
+    empty.write_text("\n".join(text.splitlines()[:2]) + "\n")  # the comment and the header, no row
+    with pytest.raises(ConfigError, match=r"^estimate\.calibration: .*empty\.csv holds no rows"):
+        grid.estimate(grid.build_plan(calibrated_config(calibration=str(empty))))
+
+
 def test_the_printed_estimate_names_the_figure_of_every_training_shape(tmp_path, capsys):
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(calibrated_config()))

@@ -232,11 +232,27 @@ def load_calibration(assumptions: dict) -> tuple[list[dict] | None, str]:
                       "FLOP estimate")
     import pandas as pd
 
-    frame = pd.read_csv(path, comment="#")
+    try:
+        frame = pd.read_csv(path, comment="#")
+    except (pd.errors.EmptyDataError, pd.errors.ParserError) as err:
+        raise ConfigError(f"estimate.calibration: {path} is not a readable CSV ({err}); allowed values: a CSV of "
+                          "benchmarks/calibrate_gpu.py") from None
     missing = [c for c in CALIBRATION_COLUMNS if c not in frame.columns]
     if missing:
         raise ConfigError(f"estimate.calibration: {path} lacks the columns {', '.join(missing)}; allowed values: a "
                           f"CSV of benchmarks/calibrate_gpu.py (columns {', '.join(CALIBRATION_COLUMNS)})")
+    if frame.empty:
+        raise ConfigError(f"estimate.calibration: {path} holds no rows; allowed values: a CSV of "
+                          "benchmarks/calibrate_gpu.py with at least one measured case")
+    ok = frame["status"] == "ok"
+    rate = pd.to_numeric(frame["tokens_per_s"], errors="coerce")
+    whole = frame[list(CALIBRATION_COLUMNS)].notna().all(axis=1) & (rate > 0)
+    damaged = [i for i, (status, fine) in enumerate(zip(frame["status"], whole)) if pd.isna(status) or
+               (status == "ok" and not fine)]
+    if damaged:
+        raise ConfigError(f"estimate.calibration: {path} data row {damaged[0] + 1} is cut or damaged (no status, or an "
+                          "`ok` row without every key and a positive tokens_per_s); allowed values: a whole CSV of "
+                          "benchmarks/calibrate_gpu.py, which rewrites it")
     devices = sorted(frame["device"].astype(str).unique())
     device = assumptions.get("calibration_device")
     if device is None and len(devices) > 1:
