@@ -96,6 +96,24 @@ def test_the_accelerator_path_traces_to_one_graph(encoding, proc):
     assert graph_breaks(gpt(encoding, proc), idx, targets, positions=positions) == []
 
 
+@pytest.mark.parametrize("encoding, proc", [("kerple", "none"), ("kerple", "v2"), ("fire", "v1")])
+def test_the_accelerator_path_traces_to_one_graph_under_autocast_where_its_check_is_untraceable(
+        encoding, proc, monkeypatch):
+    """bf16 autocast, with ``torch.amp.is_autocast_available`` untraceable as TorchDynamo of torch 2.11 finds it on
+    CUDA (where it broke the graph at every layer, measured on an H100): still one graph, and the same loss."""
+    untraceable = dynamo.disable(torch.amp.is_autocast_available)
+    monkeypatch.setattr(torch.amp, "is_autocast_available", untraceable)
+    idx, targets, positions = batch(encoding, 0)
+    model = gpt(encoding, proc)
+
+    def loss(idx, targets):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return model(idx, targets, positions=positions)[1]
+
+    assert graph_breaks(loss, idx, targets) == []
+    assert torch.compile(loss, fullgraph=True, backend="aot_eager")(idx, targets).item() == loss(idx, targets).item()
+
+
 @pytest.mark.parametrize("encoding, proc", [("alibi", "v2"), ("xl", "v2"), ("cope", "v1"), ("rope", "v2")])
 def test_the_cpu_path_traces_to_one_graph(encoding, proc):
     idx, targets, positions = batch(encoding, 0)
