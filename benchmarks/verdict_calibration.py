@@ -36,7 +36,8 @@ A trial is *decided* when :func:`dape_core.report.intervals.decide` at a zero ma
 each basis's false-decision rate (effect 0) and power (effect 2 seed-SDs; timing: a rise of 2 SDs of one cell's
 ratio), each with its Monte-Carlo SE √(p(1 − p)/trials).
 
-    python benchmarks/verdict_calibration.py [--trials 2000] [--sink-trials 500] [--che-trials 100] [--sink-only]
+    python benchmarks/verdict_calibration.py [--trials 10000] [--jobs N] [--sink-trials 500] [--che-trials 100]
+                                             [--sink-only | --bases-only]
                                              [--out benchmarks/results/verdict_calibration.csv]
 """
 
@@ -44,7 +45,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -64,7 +67,7 @@ REGIMES = {  # (seed main effect SD, interaction SD)
     "seed main effect dominates": (4 * WINDOW_SE, 0.5 * WINDOW_SE),
     "window noise dominates": (0.5 * WINDOW_SE, 0.25 * WINDOW_SE),
 }
-SEEDS = (1, 2, 3, 5, 8)
+SEEDS = (1, 2, 3, 4, 5, 8)
 OUT = ROOT / "benchmarks" / "results" / "verdict_calibration.csv"
 
 
@@ -254,71 +257,99 @@ def _rate(hits: int, trials: int) -> tuple[float, float]:
     return p, math.sqrt(max(p * (1 - p), 1.0 / trials) / trials)
 
 
+def cell_rng(seed: int, *key) -> np.random.Generator:
+    """A cell's own random stream, from ``seed`` and the cell's name: a cell draws the same trials whichever other
+    cells run beside it (adding a seed count leaves every other row as it was)."""
+    name = "|".join(map(str, key)).encode()
+    return np.random.default_rng(np.random.SeedSequence([seed, zlib.crc32(name)]))
+
+
+def basis_cell(task: tuple) -> dict:
+    """One row: a basis × window variant × regime × seed count; ``trials`` null trials (as many at 2 seed-SDs)."""
+    kind, windows, regime, n, trials, seed, power = task
+    rng = cell_rng(seed, kind, windows, regime, n)
+    main_sd, inter_sd = REGIMES[regime]
+    unit = seed_sd(main_sd, inter_sd, kind in ("paired", "own spread"))
+
+    def once(shift):
+        if kind == "unpaired":
+            return unpaired_trial(rng, n, main_sd, inter_sd, windows, shift)
+        if kind == "one run":
+            return level_trial(rng, n, main_sd, inter_sd, windows, shift)
+        return paired_trial(rng, n, main_sd, inter_sd, windows, shift, own_spread=kind != "paired")
+
+    rate, se = _rate(sum(once(0.0) for _ in range(trials)), trials)
+    row = {"basis": kind, "per_window_data": windows, "regime": regime, "seeds": n,
+           "sigma_from": ("the pair's own seeds" if kind == "own spread" else
+                          "a borrowed 7 × 2 grid" if n == 1 else f"its setting's 7 × {n} grid"),
+           "trials": trials, "false_decisions": rate, "false_decisions_se": se}
+    if power:
+        row["power_at_2_sd"], row["power_se"] = _rate(sum(once(2 * unit) for _ in range(trials)), trials)
+    return row
+
+
+def timing_row(task: tuple) -> dict:
+    """The timing rule's row at ``rounds`` interleaved rounds per cell."""
+    rounds, trials, seed, power = task
+    rng = cell_rng(seed, "timing", rounds)
+    rate, se = _rate(sum(timing_trial(rng, rounds, 0.0) for _ in range(trials)), trials)
+    row = {"basis": "timing (ratio of medians, rounds resampled)", "per_window_data": False,
+           "regime": "interleaved rounds, 5 % outliers", "seeds": rounds, "sigma_from": "bootstrap of rounds",
+           "trials": trials, "false_decisions": rate, "false_decisions_se": se}
+    if power:
+        spread = np.std([np.median(a) / np.median(b) for a, b in (timing_cell(rng, rounds) for _ in range(400))])
+        row["power_at_2_sd"], row["power_se"] = _rate(
+            sum(timing_trial(rng, rounds, 2 * spread) for _ in range(trials)), trials)
+    return row
+
+
 def calibration(trials: int, seed: int = 0, seeds=SEEDS, regimes=tuple(REGIMES), power: bool = True,
-                timing_rounds=(10, 20), sink_trials: int = 0) -> pd.DataFrame:
-    """One row per basis × regime × seed count: false-decision rate and power with their Monte-Carlo SEs."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for regime in regimes:
-        main_sd, inter_sd = REGIMES[regime]
-        for n in seeds:
-            for kind in ("paired", "unpaired", "one run", "own spread"):
-                if kind == "own spread" and n < 2:
-                    continue
-                for windows in (True, False):
-                    paired = kind in ("paired", "own spread")
-                    unit = seed_sd(main_sd, inter_sd, paired)
+                timing_rounds=(10, 20), sink_trials: int = 0, jobs: int = 1) -> pd.DataFrame:
+    """One row per basis × regime × seed count: false-decision rate and power with their Monte-Carlo SEs; each
+    cell on its own random stream (:func:`cell_rng`), ``jobs`` cells at a time in worker processes."""
+    cells = [(kind, windows, regime, n, trials, seed, power) for regime in regimes for n in seeds
+             for kind in ("paired", "unpaired", "one run", "own spread") if not (kind == "own spread" and n < 2)
+             for windows in (True, False)]
+    timings = [(rounds, trials, seed, power) for rounds in timing_rounds]
+    if jobs > 1:
+        from concurrent.futures import ProcessPoolExecutor
 
-                    def once(shift):
-                        if kind == "unpaired":
-                            return unpaired_trial(rng, n, main_sd, inter_sd, windows, shift)
-                        if kind == "one run":
-                            return level_trial(rng, n, main_sd, inter_sd, windows, shift)
-                        return paired_trial(rng, n, main_sd, inter_sd, windows, shift, own_spread=kind != "paired")
-
-                    rate, se = _rate(sum(once(0.0) for _ in range(trials)), trials)
-                    row = {"basis": kind, "per_window_data": windows, "regime": regime, "seeds": n,
-                           "sigma_from": ("the pair's own seeds" if kind == "own spread" else
-                                          "a borrowed 7 × 2 grid" if n == 1 else f"its setting's 7 × {n} grid"),
-                           "trials": trials, "false_decisions": rate, "false_decisions_se": se}
-                    if power:
-                        row["power_at_2_sd"], row["power_se"] = _rate(
-                            sum(once(2 * unit) for _ in range(trials)), trials)
-                    rows.append(row)
-    for rounds in timing_rounds:
-        rate, se = _rate(sum(timing_trial(rng, rounds, 0.0) for _ in range(trials)), trials)
-        row = {"basis": "timing (ratio of medians, rounds resampled)", "per_window_data": False,
-               "regime": "interleaved rounds, 5 % outliers", "seeds": rounds, "sigma_from": "bootstrap of rounds",
-               "trials": trials, "false_decisions": rate, "false_decisions_se": se}
-        if power:
-            spread = np.std([np.median(a) / np.median(b) for a, b in (timing_cell(rng, rounds) for _ in range(400))])
-            row["power_at_2_sd"], row["power_se"] = _rate(
-                sum(timing_trial(rng, rounds, 2 * spread) for _ in range(trials)), trials)
-        rows.append(row)
+        with ProcessPoolExecutor(jobs) as pool:
+            rows = list(pool.map(basis_cell, cells)) + list(pool.map(timing_row, timings))
+    else:
+        rows = [basis_cell(c) for c in cells] + [timing_row(t) for t in timings]
     if sink_trials:
+        rng = cell_rng(seed, "sink and CHE")
         rows += sink_rows(sink_trials, rng, power=power) + che_rows(max(1, sink_trials // 5), rng, power=power)
     return pd.DataFrame(rows)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--trials", type=int, default=2000)
+    p.add_argument("--trials", type=int, default=10000)
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="cells computed at a time (processes)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sink-trials", type=int, default=500, help="trials per cell of the sink and CHE rules (slower: "
                    "they run the claims' own checks on simulated tables)")
     p.add_argument("--che-trials", type=int, default=100, help="trials per cell of the CHE rule (12 tasks each)")
     p.add_argument("--sink-only", action="store_true", help="recompute the sink and CHE rows alone and replace them "
                    "in --out (the other rows kept)")
+    p.add_argument("--bases-only", action="store_true", help="recompute the interval bases and the timing rule alone "
+                   "and keep the sink and CHE rows of --out")
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args(argv)
-    if args.sink_only:
+    if args.bases_only:
+        kept = pd.read_csv(args.out)
+        kept = kept[kept["basis"].str.startswith(("sink", "CHE"))]
+        df = pd.concat([calibration(args.trials, args.seed, jobs=args.jobs), kept], ignore_index=True)
+    elif args.sink_only:
         kept = pd.read_csv(args.out)
         kept = kept[~kept["basis"].str.startswith(("sink", "CHE"))]
         rng = np.random.default_rng(args.seed)
         df = pd.concat([kept, pd.DataFrame(sink_rows(args.sink_trials, rng) + che_rows(args.che_trials, rng))],
                        ignore_index=True)
     else:
-        df = calibration(args.trials, args.seed, sink_trials=args.sink_trials)
+        df = calibration(args.trials, args.seed, sink_trials=args.sink_trials, jobs=args.jobs)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(args.out, index=False, float_format="%.4f")
     worst = df.loc[df["false_decisions"].idxmax()]

@@ -24,8 +24,8 @@ Two methods trained on the same initialisation and batch stream (same setting, s
 with σ_B²/n_B + σ_A²/n_A and the Welch–Satterthwaite degrees of freedom (Welch, *Biometrika* 34, 1947).
 
 Calibration: :mod:`benchmarks.verdict_calibration` simulates two identically distributed methods (seed main
-effect, method × seed interaction, window effects and per-window noise, in a seed-dominated and a
-window-dominated regime) at every basis used here — 1 seed with the grid's σ, 2, 3, 5 and 8 seeds, paired and
+effect, method × seed interaction, window effects and per-window noise; the interaction, the seed main effect or
+the windows dominating) at every basis used here — 1 seed with the grid's σ, 2, 3, 4, 5 and 8 seeds, paired and
 unpaired, with and without per-window data — and counts how often :func:`decide` calls them different at a zero
 margin (nominal 5 %); ``tests/test_verdict_calibration.py`` fails when a basis exceeds 7 %.
 
