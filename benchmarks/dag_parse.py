@@ -10,13 +10,16 @@ as many trivial jobs as its DAG has (one wildcard rule and ``all``): what Snakem
 parsing this workflow and expanding its plan cost. Each run is a fresh process in an empty
 directory: ``python -m snakemake -n --cores 2 --configfile CONFIG``, every job printed as a dry run prints it. One
 more run per case under ``python -X importtime`` records whether parsing imported torch. Printed and written: the
-median seconds per case, its ratio to the one-rule Snakefile's, and the after / before ratio.
+median seconds per case, its ratio to the one-rule Snakefile's, and the after / before ratio, with the executor
+plugins installed beside the interpreter (Snakemake imports each at start-up: run it with the interpreter of the
+environment to measure, e.g. that of ``make install``, which has none, or of ``make install-test``, which has slurm).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import pkgutil
 import platform
 import statistics
 import subprocess
@@ -79,6 +82,13 @@ def imports_torch(tree: Path, config: str | None) -> bool:
                for line in stderr.splitlines())
 
 
+def executor_plugins() -> list[str]:
+    """The Snakemake executor plugins installed beside this interpreter: Snakemake imports every one of them at
+    start-up (the slurm plugin brings pandas with it), so they are part of what a parse costs here."""
+    return sorted(m.name.removeprefix("snakemake_executor_plugin_") for m in pkgutil.iter_modules()
+                  if m.ispkg and m.name.startswith("snakemake_executor_plugin_"))
+
+
 def worktree(commit: str) -> Path:
     path = Path(tempfile.mkdtemp(prefix="dag-parse-before-"))
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(path), commit], check=True,
@@ -128,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                                       if v == "after" and (c, "before") in medians else None
                                       for c, v in zip(frame["case"], frame["version"])]
     frame["commit_before"] = args.before or ""
+    frame["executor_plugins"] = " ".join(executor_plugins()) or "none"
     frame["machine"] = f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
     frame["date"] = time.strftime("%Y-%m-%d")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
