@@ -247,7 +247,8 @@ def che_rows(trials: int, rng, seeds=(1, 2, 3), power: bool = True) -> list[dict
                    "false_decisions_se": float(np.std(shares) / math.sqrt(trials))}
             if power:
                 gained = [che_trial(rng, n, seed_sd, inter_sd, 2 * unit) for _ in range(trials)]
-                row["power_at_2_sd"], row["power_se"] = float(np.mean(gained)), float(np.std(gained) / math.sqrt(trials))
+                row["power_at_2_sd"] = float(np.mean(gained))
+                row["power_se"] = float(np.std(gained) / math.sqrt(trials))
             rows.append(row)
     return rows
 
