@@ -325,6 +325,20 @@ def calibration(trials: int, seed: int = 0, seeds=SEEDS, regimes=tuple(REGIMES),
     return pd.DataFrame(rows)
 
 
+def kept_rows(path: str, rules: bool) -> pd.DataFrame:
+    """The rows of an earlier results file that a partial rerun keeps: those of the sink and CHE rules (``rules``) or
+    all the others. A missing, cut or foreign file stops with one line naming it."""
+    columns = {"basis", "per_window_data", "regime", "seeds", "trials", "false_decisions", "false_decisions_se"}
+    try:
+        earlier = pd.read_csv(path)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise SystemExit(f"{path}: cannot read the earlier results this partial rerun keeps rows of ({err})")
+    if not columns <= set(earlier.columns) or earlier[sorted(columns - {"basis"})].isna().any().any():
+        raise SystemExit(f"{path}: not a complete verdict_calibration results file (it needs the columns "
+                         f"{', '.join(sorted(columns))}, filled in every row)")
+    return earlier[earlier["basis"].astype(str).str.startswith(("sink", "CHE")) == rules]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--trials", type=int, default=10000)
@@ -333,19 +347,18 @@ def main(argv=None) -> int:
     p.add_argument("--sink-trials", type=int, default=500, help="trials per cell of the sink and CHE rules (slower: "
                    "they run the claims' own checks on simulated tables)")
     p.add_argument("--che-trials", type=int, default=100, help="trials per cell of the CHE rule (12 tasks each)")
-    p.add_argument("--sink-only", action="store_true", help="recompute the sink and CHE rows alone and replace them "
-                   "in --out (the other rows kept)")
-    p.add_argument("--bases-only", action="store_true", help="recompute the interval bases and the timing rule alone "
-                   "and keep the sink and CHE rows of --out")
+    only = p.add_mutually_exclusive_group()
+    only.add_argument("--sink-only", action="store_true", help="recompute the sink and CHE rows alone and replace "
+                      "them in --out (the other rows kept)")
+    only.add_argument("--bases-only", action="store_true", help="recompute the interval bases and the timing rule "
+                      "alone and keep the sink and CHE rows of --out")
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args(argv)
     if args.bases_only:
-        kept = pd.read_csv(args.out)
-        kept = kept[kept["basis"].str.startswith(("sink", "CHE"))]
+        kept = kept_rows(args.out, rules=True)
         df = pd.concat([calibration(args.trials, args.seed, jobs=args.jobs), kept], ignore_index=True)
     elif args.sink_only:
-        kept = pd.read_csv(args.out)
-        kept = kept[~kept["basis"].str.startswith(("sink", "CHE"))]
+        kept = kept_rows(args.out, rules=False)
         rng = np.random.default_rng(args.seed)
         df = pd.concat([kept, pd.DataFrame(sink_rows(args.sink_trials, rng) + che_rows(args.che_trials, rng))],
                        ignore_index=True)

@@ -83,3 +83,24 @@ def test_the_che_rule_decides_two_identical_methods_at_most_7_percent_of_tasks()
     # the tasks of one trial share its pooled σ, so their decisions are correlated: 40 trials (480 tasks)
     assert np.mean([vc.che_trial(rng, 2, seed_sd, inter_sd, 0.0) for _ in range(40)]) <= 0.07
     assert np.mean([vc.che_trial(rng, 3, seed_sd, inter_sd, 4 * inter_sd) for _ in range(3)]) > 0.5
+
+
+def test_a_partial_rerun_keeps_the_other_rows_and_refuses_a_missing_or_cut_file(tmp_path):
+    """--bases-only / --sink-only keep the rows of the earlier file they do not recompute; a missing, cut or foreign
+    file stops with one line naming it instead of being merged."""
+    import pandas as pd
+
+    shipped = ROOT / "benchmarks" / "results" / "verdict_calibration.csv"
+    rules = vc.kept_rows(str(shipped), rules=True)
+    others = vc.kept_rows(str(shipped), rules=False)
+    assert set(rules["basis"].str.split().str[0]) == {"sink", "CHE"}
+    assert {"paired", "unpaired", "one run", "own spread"} <= set(others["basis"])
+    assert len(rules) + len(others) == len(pd.read_csv(shipped))
+    cut = tmp_path / "cut.csv"
+    cut.write_text(shipped.read_text()[:300])
+    foreign = tmp_path / "foreign.csv"
+    foreign.write_text("a,b\n1,2\n")
+    for path in (tmp_path / "missing.csv", cut, foreign):
+        with pytest.raises(SystemExit) as stop:
+            vc.kept_rows(str(path), rules=True)
+        assert str(path) in str(stop.value) and "\n" not in str(stop.value)
