@@ -203,6 +203,28 @@ def test_kernel_not_always_largest():
     assert verdict(cid, kernels()[lambda d: d["method"].isin(["DAPE-Kerple", "DAPE1x3-Kerple"])]) == NOT_RUN
 
 
+def test_the_kernel_rule_confirms_on_intervals_corrected_for_all_its_comparisons(monkeypatch):
+    """"Some smaller kernel beats the largest" is one of m comparisons (3 smaller kernels × 2 multiples here): the
+    CONFIRMED side reads each interval at the Bonferroni level over all m, which widens a t-interval by
+    t_{ν,1−0.025/m} / t_{ν,0.975}; one comparison, a point or an unbounded interval stays as it is."""
+    from dape_core.report import intervals, lm_checks
+
+    seen = []
+    real = lm_checks.simultaneous
+    monkeypatch.setattr(lm_checks, "simultaneous", lambda iv, m: seen.append(m) or real(iv, m))
+    assert verdict("kernel_size_not_always_largest", kernels()) == CONFIRMED
+    assert seen and set(seen) == {6}
+    noise = intervals.SeedNoise(0.02, 4.0, "grid")
+    iv = intervals.Interval(0.01, 0.0, 0.03, "paired t", 3, 1, 0.02, noise)
+    wide = intervals.simultaneous(iv, 6)
+    scale = intervals.t_quantile(4.0, 1 - 0.025 / 6) / intervals.t_quantile(4.0)
+    assert wide.low == pytest.approx(0.01 - 0.01 * scale) and wide.high == pytest.approx(0.01 + 0.02 * scale)
+    assert scale > 1.5 and intervals.simultaneous(iv, 1) == iv
+    assert intervals.simultaneous(replace(iv, low=-np.inf), 6).low == -np.inf
+    decided_at = [intervals.seeds_to_decide(iv, side=1, confirm=0.0, refute=0.0, comparisons=m)[0] for m in (1, 6)]
+    assert decided_at[0] < decided_at[1]
+
+
 # --------------------------------------------------------------------------- §4.2 equal tokens
 T = "equal_tokens"
 

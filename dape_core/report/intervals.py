@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -261,7 +261,21 @@ def decide(iv: Interval, *, side: int, confirm: float, refute: float) -> str:
     return CONFIRMED if high <= confirm and high < refute else REFUTED if low > refute else UNDECIDED
 
 
-def seeds_to_decide(iv: Interval, *, side: int, confirm: float, refute: float) -> tuple[int | None, str]:
+def simultaneous(iv: Interval, comparisons: int) -> Interval:
+    """``iv`` widened to the Bonferroni level 1 − 0.05 / ``comparisons`` (Dunn, *JASA* 56, 1961): of that many
+    intervals, all cover their true values with probability ≥ 95 %, so "some interval lies above the threshold"
+    decides two identical methods at most 5 % of the time. A t-interval's half-widths scale by t_{ν,1−0.025/m} /
+    t_{ν,0.975}; a point, an unbounded interval or one without a seed-noise estimate is returned as it is."""
+    noise = iv.seed_noise
+    if comparisons <= 1 or noise is None or iv.basis == POINT or not (np.isfinite(iv.low) and np.isfinite(iv.high)):
+        return iv
+    scale = t_quantile(noise.df, 1 - (1 - LEVEL) / (2 * comparisons)) / t_quantile(noise.df)
+    return replace(iv, low=iv.estimate - (iv.estimate - iv.low) * scale,
+                   high=iv.estimate + (iv.high - iv.estimate) * scale)
+
+
+def seeds_to_decide(iv: Interval, *, side: int, confirm: float, refute: float,
+                    comparisons: int = 1) -> tuple[int | None, str]:
     """Seeds per method at which :func:`decide` would reach a verdict at the observed effect with 80 % power, by
     the sample size of a comparison of means (Chow, Shao & Wang, *Sample Size Calculations in Clinical Research*,
     2nd ed., §3.1) with t quantiles: the smallest n ≥ ((t_{ν,0.975} + t_{ν,0.8}) · σ / δ)², σ = ``unit_sd`` (one
@@ -269,7 +283,8 @@ def seeds_to_decide(iv: Interval, *, side: int, confirm: float, refute: float) -
     setting at least n − 1), δ the distance
     from the estimate to the threshold it lies beyond (CONFIRMED's, or REFUTED's on the other side). (None, why)
     when no number of seeds decides: an estimate between the two thresholds stays UNDECIDED however many seeds,
-    and without σ there is nothing to scale; "> MAX_SEEDS" is capped."""
+    and without σ there is nothing to scale; "> MAX_SEEDS" is capped. With ``comparisons`` > 1 the interval is one
+    of that many Bonferroni-corrected ones (:func:`simultaneous`): t_{ν,1−0.025/m} in place of t_{ν,0.975}."""
     est, s = iv.estimate, iv.unit_sd
     if iv.basis == POINT:
         return None, "point verdict: no seeds"
@@ -287,7 +302,8 @@ def seeds_to_decide(iv: Interval, *, side: int, confirm: float, refute: float) -
     known = 0.0 if iv.seed_noise is None or iv.seed_noise.source == OWN_SPREAD else iv.seed_noise.df
     for n in range(max(iv.n_seeds + 1, 2), MAX_SEEDS + 1):
         df = max(known, n - 1)  # n seeds of the check's own runs estimate σ on at least n − 1 degrees of freedom
-        if n >= ((t_quantile(df) + t_quantile(df, POWER)) * s / delta) ** 2:
+        level = 1 - (1 - LEVEL) / (2 * max(1, comparisons))
+        if n >= ((t_quantile(df, level) + t_quantile(df, POWER)) * s / delta) ** 2:
             return n, f"{n} (towards {towards})"
     return None, f"> {MAX_SEEDS} (towards {towards})"
 

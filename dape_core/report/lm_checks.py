@@ -12,7 +12,8 @@ import pandas as pd
 from dape_core.report.claim_context import (SETTING, Context, compare, exp, fmt, gain_of, geometric_mean, in_range,
                                             interval_text, lm_rows, name_of, pct, pick, record, runs_of, seed_unit,
                                             seeds_with, settings, stat_of)
-from dape_core.report.intervals import CONFIRMED, REFUTED, UNDECIDED, Interval, decide, seeds_to_decide
+from dape_core.report.intervals import (CONFIRMED, REFUTED, UNDECIDED, Interval, decide, seeds_to_decide,
+                                        simultaneous)
 from dape_core.report.seed_noise import where_of
 
 #: (A, B, where, threshold name): A beats B at ``where`` (within, beyond, all) with margin t[threshold name]; a
@@ -144,10 +145,13 @@ def leakage(ctx: Context, t: Mapping) -> list[dict]:
 
 def kernel_not_largest(ctx: Context, t: Mapping) -> list[dict]:
     """One check over every setting × encoding × multiple ≥ ×1 of the kernel sweep with ≥ 3 kernel sizes: each
-    smaller kernel against the largest, gain above ``t["margin"]`` somewhere (CONFIRMED) or below 0 everywhere."""
+    smaller kernel against the largest. CONFIRMED when some smaller kernel's gain lies above ``t["margin"]`` on its
+    Bonferroni interval over all m comparisons (:func:`~dape_core.report.intervals.simultaneous`: "some of m" at
+    most 5 % for identical kernels); REFUTED when every comparison's 95 % interval lies below 0 (all of them: an
+    intersection, at most 5 % without a correction)."""
     df = lm_rows(ctx.lm, "kernel_sweep")
     df = df[df["method"].str.startswith("DAPE") & (df["multiple"] >= 1)]
-    supported, cells, contradicted, total, bases, noises, to_confirm = [], 0, 0, 0, set(), set(), []
+    cells = []  # (label, multiple, [(kernel, largest, interval on the log scale, rows)])
     for label, g in settings(df, SETTING + ["encoding"]):
         train_len = int(g["train_len"].iloc[0])
         for m, gm in g.groupby("multiple"):
@@ -155,32 +159,42 @@ def kernel_not_largest(ctx: Context, t: Mapping) -> list[dict]:
             if len(kernels) < 3:
                 continue
             largest, lengths = kernels[-1], [int(round(m * train_len))]
-            verdicts = []
+            found = []
             for k in kernels[:-1]:
                 iv = compare(ctx, gm[gm["kernel_size"] == k], gm[gm["kernel_size"] == largest], lengths, lengths,
                               f"kernel|{label}|{m:g}|{k}|{largest}", (stat_of(where_of(m)),) * 2)
-                if iv is None:
-                    continue
-                gain = iv.map(gain_of)
-                bases.add(gain.basis)
-                verdicts.append(decide(gain, side=1, confirm=t["margin"], refute=0.0))
-                if gain.seed_noise is not None:
-                    noises.add(gain.seed_noise.text())
-                needed = seeds_to_decide(gain, side=1, confirm=t["margin"], refute=0.0)[0]
-                if verdicts[-1] == UNDECIDED and needed is not None and gain.estimate > 0:
-                    to_confirm.append((needed, runs_of(gm[gm["kernel_size"].isin([k, largest])])))
-                if verdicts[-1] == CONFIRMED:
-                    supported.append(f"{label} ×{m:g}: k={k} beats k={largest} by {pct(gain.estimate)}"
-                                     f"{interval_text(gain)}")
-            if not verdicts:
-                continue
-            total += 1
-            cells += CONFIRMED in verdicts
-            contradicted += all(v == REFUTED for v in verdicts)
-    if total == 0:
+                if iv is not None:
+                    found.append((k, largest, iv, gm[gm["kernel_size"].isin([k, largest])]))
+            if found:
+                cells.append((label, m, found))
+    comparisons = sum(len(found) for _, _, found in cells)
+    supported, confirmed_cells, contradicted, bases, noises, to_confirm = [], 0, 0, set(), set(), []
+    for label, m, found in cells:
+        verdicts = []
+        for k, largest, iv, rows in found:
+            gain, joint = iv.map(gain_of), simultaneous(iv, comparisons).map(gain_of)
+            bases.add(gain.basis)
+            if gain.seed_noise is not None:
+                noises.add(gain.seed_noise.text())
+            if decide(joint, side=1, confirm=t["margin"], refute=0.0) == CONFIRMED:
+                verdicts.append(CONFIRMED)
+                supported.append(f"{label} ×{m:g}: k={k} beats k={largest} by {pct(gain.estimate)}"
+                                 f"{interval_text(joint)}")
+            elif decide(gain, side=1, confirm=t["margin"], refute=0.0) == REFUTED:
+                verdicts.append(REFUTED)
+            else:
+                verdicts.append(UNDECIDED)
+                needed = seeds_to_decide(joint, side=1, confirm=t["margin"], refute=0.0, comparisons=comparisons)[0]
+                if needed is not None and gain.estimate > 0:
+                    to_confirm.append((needed, runs_of(rows)))
+        confirmed_cells += CONFIRMED in verdicts
+        contradicted += all(v == REFUTED for v in verdicts)
+    if not cells:
         return []
+    total = len(cells)
     verdict = CONFIRMED if supported else REFUTED if contradicted == total else UNDECIDED
-    text = (f"{total} setting × multiple cells: in {cells} a smaller kernel beats the largest beyond the noise, in "
+    text = (f"{total} setting × multiple cells, {comparisons} comparisons (Bonferroni over them for a smaller kernel "
+            f"beating the largest): in {confirmed_cells} a smaller kernel beats the largest beyond the noise, in "
             f"{contradicted} the largest beats every smaller one" + (f"; e.g. {supported[0]}" if supported else ""))
     result = {"verdict": verdict, "text": f"{text} → {verdict}; {'; '.join(sorted(bases | noises))}",
               "basis": "; ".join(sorted(bases)), "cases": supported, "n_compared": total,
