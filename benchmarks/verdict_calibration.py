@@ -325,6 +325,17 @@ def calibration(trials: int, seed: int = 0, seeds=SEEDS, regimes=tuple(REGIMES),
     return pd.DataFrame(rows)
 
 
+def positive_int(text: str) -> int:
+    """An argument that must be a whole number ≥ 1 (argparse names the option in its error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: allowed values: a whole number ≥ 1")
+    return value
+
+
 def kept_rows(path: str, rules: bool) -> pd.DataFrame:
     """The rows of an earlier results file that a partial rerun keeps: those of the sink and CHE rules (``rules``) or
     all the others. A missing, cut or foreign file stops with one line naming it."""
@@ -341,8 +352,9 @@ def kept_rows(path: str, rules: bool) -> pd.DataFrame:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--trials", type=int, default=10000)
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="cells computed at a time (processes)")
+    p.add_argument("--trials", type=positive_int, default=10000, help="trials per cell of the interval bases")
+    p.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1,
+                   help="cells computed at a time (processes)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sink-trials", type=int, default=500, help="trials per cell of the sink and CHE rules (slower: "
                    "they run the claims' own checks on simulated tables)")
