@@ -225,6 +225,24 @@ def test_the_kernel_rule_confirms_on_intervals_corrected_for_all_its_comparisons
     assert decided_at[0] < decided_at[1]
 
 
+def test_the_kernel_rule_takes_the_seed_noise_of_the_one_length_it_compares(monkeypatch):
+    """Each cell compares two kernels at one multiple, so its σ is that of the statistic at that multiple
+    (("at", m, "loss")), not of the mean over the beyond range, which averages the per-length noise away."""
+    from dape_core.report import lm_checks
+    from dape_core.report.seed_noise import _statistic
+
+    asked = []
+    real = lm_checks.compare
+    monkeypatch.setattr(lm_checks, "compare", lambda ctx, ra, rb, la, lb, key, stats: asked.append((la, stats))
+                        or real(ctx, ra, rb, la, lb, key, stats))
+    verdict("kernel_size_not_always_largest", kernels())
+    assert {(tuple(lengths), stats) for lengths, stats in asked} == {
+        ((64,), (("at", 1.0, "loss"),) * 2), ((128,), (("at", 2.0, "loss"),) * 2)}
+    values = {1.0: {"loss": 2.0}, 2.0: {"loss": 2.5}, 4.0: {"loss": 3.5}}
+    assert _statistic(("at", 2.0, "loss"), values) == 2.5 and np.isnan(_statistic(("at", 8.0, "loss"), values))
+    assert _statistic(("mean", "beyond", "loss"), values) == 3.0
+
+
 # --------------------------------------------------------------------------- §4.2 equal tokens
 T = "equal_tokens"
 

@@ -145,7 +145,7 @@ def leakage(ctx: Context, t: Mapping) -> list[dict]:
 
 def kernel_not_largest(ctx: Context, t: Mapping) -> list[dict]:
     """One check over every setting × encoding × multiple ≥ ×1 of the kernel sweep with ≥ 3 kernel sizes: each
-    smaller kernel against the largest. CONFIRMED when some smaller kernel's gain lies above ``t["margin"]`` on its
+    smaller kernel against the largest at that one length, with the seed noise of the statistic at that multiple. CONFIRMED when some smaller kernel's gain lies above ``t["margin"]`` on its
     Bonferroni interval over all m comparisons (:func:`~dape_core.report.intervals.simultaneous`: "some of m" at
     most 5 % for identical kernels); REFUTED when every comparison's 95 % interval lies below 0 (all of them: an
     intersection, at most 5 % without a correction)."""
@@ -162,7 +162,7 @@ def kernel_not_largest(ctx: Context, t: Mapping) -> list[dict]:
             found = []
             for k in kernels[:-1]:
                 iv = compare(ctx, gm[gm["kernel_size"] == k], gm[gm["kernel_size"] == largest], lengths, lengths,
-                              f"kernel|{label}|{m:g}|{k}|{largest}", (stat_of(where_of(m)),) * 2)
+                              f"kernel|{label}|{m:g}|{k}|{largest}", (("at", float(m), "loss"),) * 2)
                 if iv is not None:
                     found.append((k, largest, iv, gm[gm["kernel_size"].isin([k, largest])]))
             if found:

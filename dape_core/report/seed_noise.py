@@ -31,6 +31,7 @@ Statistics (the argument ``stat``):
 - ``("mean", where, column)``: the mean of ``column`` (loss, loss_dp, loss_local) over the multiples of
   ``where`` — "within" (×1; also used for a model evaluated at or below its training length), "beyond" (every
   multiple > 1), "all" (≥ 1);
+- ``("at", multiple, column)``: ``column`` at one multiple (a comparison at a single length);
 - ``("growth", lo, hi)``: the largest loss(×m) − loss(×1) over lo ≤ m ≤ hi (the explosion statistic);
 - ``("delta_p",)``: the mean over multiples ≥ 2 of loss_local − loss_dp (the ΔP statistic).
 
@@ -133,6 +134,10 @@ def _statistic(stat: tuple, values: dict[float, dict[str, float]]) -> float:
         keep = {"within": lambda m: m == 1, "beyond": lambda m: m > 1, "all": lambda m: m >= 1}[where]
         xs = [v[column] for m, v in values.items() if keep(m) and column in v]
         return float(np.mean(xs)) if xs else math.nan
+    if kind == "at":
+        _, multiple, column = stat
+        at = values.get(float(multiple), {})
+        return float(at[column]) if column in at else math.nan
     if kind == "growth":
         _, lo, hi = stat
         if 1.0 not in values:
@@ -143,7 +148,7 @@ def _statistic(stat: tuple, values: dict[float, dict[str, float]]) -> float:
         xs = [v["loss_local"] - v["loss_dp"] for m, v in values.items()
               if m >= 2 and "loss_local" in v and "loss_dp" in v]
         return float(np.mean(xs)) if xs else math.nan
-    raise ValueError(f"seed-noise statistic {stat!r}; allowed values: mean, growth, delta_p")
+    raise ValueError(f"seed-noise statistic {stat!r}; allowed values: mean, at, growth, delta_p")
 
 
 @dataclass
