@@ -145,10 +145,11 @@ def leakage(ctx: Context, t: Mapping) -> list[dict]:
 
 def kernel_not_largest(ctx: Context, t: Mapping) -> list[dict]:
     """One check over every setting × encoding × multiple ≥ ×1 of the kernel sweep with ≥ 3 kernel sizes: each
-    smaller kernel against the largest at that one length, with the seed noise of the statistic at that multiple. CONFIRMED when some smaller kernel's gain lies above ``t["margin"]`` on its
-    Bonferroni interval over all m comparisons (:func:`~dape_core.report.intervals.simultaneous`: "some of m" at
-    most 5 % for identical kernels); REFUTED when every comparison's 95 % interval lies below 0 (all of them: an
-    intersection, at most 5 % without a correction)."""
+    smaller kernel against the largest at that one length, with the seed noise of the statistic at that multiple.
+    CONFIRMED when some smaller kernel's gain lies above ``t["margin"]`` on its Bonferroni interval over all m
+    comparisons (:func:`~dape_core.report.intervals.simultaneous`: "some of m" at most 5 % for identical kernels);
+    REFUTED when every comparison's 95 % interval lies below 0 (all of them: an intersection, at most 5 % without a
+    correction)."""
     df = lm_rows(ctx.lm, "kernel_sweep")
     df = df[df["method"].str.startswith("DAPE") & (df["multiple"] >= 1)]
     cells = []  # (label, multiple, [(kernel, largest, interval on the log scale, rows)])
