@@ -30,14 +30,22 @@ Bases (those of :mod:`dape_core.report.intervals`, as the claims use them):
   che_results.csv): Kerple and DAPE1x3-Kerple on the 12 permutation-variant tasks, n seeds, one learning rate;
   a cell's best OOD accuracy = task level + seed effect (shared by the two methods of a seed) + method × seed
   interaction; σ of one cell pooled over the cells with several seeds (the check's own estimator, scaled by √2
-  for a paired difference); the share of tasks decided (won or lost) at a zero margin.
+  for a paired difference); the share of tasks decided (won or lost) at a zero margin;
+- ``kernel size``: the informational kernel-size rule as the claim runs it
+  (:func:`dape_core.report.lm_checks.kernel_not_largest` on a simulated lm_results.csv): DAPE-Kerple with kernels 1,
+  3, 5 and 7 at ×1 … ×16 (15 comparisons of a smaller kernel against the largest, each at one length, Bonferroni
+  over them), n seeds; a run's log perplexity at a length = level + seed effect (shared by the kernels of a seed) +
+  run × seed effect + run × seed × length noise, in two regimes (either part 3 × the other); σ of the statistic at
+  each length from the setting's kernels × n table, or with one seed borrowed from a 7 × 2 grid of another setting
+  (the default's case); power: kernel 3 better by 2 SDs of one run's statistic at every length.
 
 A trial is *decided* when :func:`dape_core.report.intervals.decide` at a zero margin is not UNDECIDED. The CSV holds
 each basis's false-decision rate (effect 0) and power (effect 2 seed-SDs; timing: a rise of 2 SDs of one cell's
 ratio), each with its Monte-Carlo SE √(p(1 − p)/trials).
 
     python benchmarks/verdict_calibration.py [--trials 10000] [--jobs N] [--sink-trials 500] [--che-trials 100]
-                                             [--sink-only | --bases-only]
+                                             [--kernel-trials 1000] [--kernel-power-trials 200]
+                                             [--only {bases,sink,kernel}]
                                              [--out benchmarks/results/verdict_calibration.csv]
 """
 
@@ -253,6 +261,76 @@ def che_rows(trials: int, rng, seeds=(1, 2, 3), power: bool = True) -> list[dict
     return rows
 
 
+KERNELS, KERNEL_MULTIPLES, KERNEL_TRAIN_LEN = (1, 3, 5, 7), (1, 2, 4, 8, 16), 32
+KERNEL_REGIMES = {  # (run × seed SD, run × seed × length SD) of a run's log perplexity at one length
+    "run noise dominates": (0.03, 0.01),
+    "per-length noise dominates": (0.01, 0.03),
+}
+KERNEL_METHODS = {k: "DAPE-Kerple" if k == 1 else f"DAPE1x{k}-Kerple" for k in KERNELS}
+
+
+def kernel_table(rng, n: int, run_sd: float, length_sd: float, shift: float = 0.0) -> pd.DataFrame:
+    """Rows of lm_results.csv: the kernel sweep (DAPE-Kerple with kernels 1, 3, 5, 7; role kernel_sweep; 600 steps)
+    at ×1 … ×16, n seeds, kernel 3 moved by ``shift`` in log perplexity at every length; with one seed also the grid
+    its seed noise is borrowed from (7 runs × 2 seeds at 1200 steps, role central, the same noise)."""
+    level = {m: math.log(10.0) + 0.2 * math.log2(m) for m in KERNEL_MULTIPLES}
+    rows = []
+
+    def add(role: str, steps: int, runs: dict, seeds: int, moved: str | None):
+        seed_effect = rng.normal(0.0, 0.05, seeds)  # shared by the runs of a seed: one batch stream
+        for method, kernel in runs.items():
+            for s in range(seeds):
+                run_effect = seed_effect[s] + rng.normal(0.0, run_sd) - (shift if method == moved else 0.0)
+                for m in KERNEL_MULTIPLES:
+                    rows.append((f"{method}-S{steps}", role, kernel, steps, s, method, m * KERNEL_TRAIN_LEN,
+                                 math.exp(level[m] + run_effect + rng.normal(0.0, length_sd))))
+
+    add("kernel_sweep", 600, {method: k for k, method in KERNEL_METHODS.items()}, n, KERNEL_METHODS[3])
+    if n == 1:
+        add("central", 1200, {f"M{i}": 1 for i in range(R)}, 2, None)
+    df = pd.DataFrame(rows, columns=["run", "roles", "kernel_size", "steps", "seed", "method", "eval_len", "ppl"])
+    return df.assign(families="f", dataset="code", encoding="kerple", processor="dape_v2", dape_width=32, tril=True,
+                     size="small", train_len=KERNEL_TRAIN_LEN, batch_size=16, status="ok")
+
+
+def kernel_trial(rng, n: int, run_sd: float, length_sd: float, shift: float) -> bool:
+    """Decided? The kernel-size rule as the claim runs it (:func:`dape_core.report.lm_checks.kernel_not_largest`
+    on a simulated lm_results.csv) at a zero margin."""
+    from dape_core.report.claim_context import Context
+    from dape_core.report.lm_checks import kernel_not_largest
+
+    [check] = kernel_not_largest(Context(kernel_table(rng, n, run_sd, length_sd, shift)), {"margin": 0.0})
+    return check["verdict"] != UNDECIDED
+
+
+def kernel_cell(task: tuple) -> dict:
+    """One row of the kernel-size rule: a regime × seed count, ``trials`` null trials (and power trials)."""
+    regime, n, trials, power_trials, seed = task
+    rng = cell_rng(seed, "kernel", regime, n)
+    run_sd, length_sd = KERNEL_REGIMES[regime]
+    comparisons = (len(KERNELS) - 1) * len(KERNEL_MULTIPLES)
+    rate, se = _rate(sum(kernel_trial(rng, n, run_sd, length_sd, 0.0) for _ in range(trials)), trials)
+    row = {"basis": f"kernel size (a smaller kernel against the largest at each length, Bonferroni over "
+                    f"{comparisons})", "per_window_data": False, "regime": regime, "seeds": n,
+           "sigma_from": "a borrowed 7 × 2 grid" if n == 1 else f"its setting's {len(KERNELS)} × {n} grid",
+           "trials": trials, "false_decisions": rate, "false_decisions_se": se}
+    if power_trials:
+        unit = math.sqrt(run_sd ** 2 + length_sd ** 2)  # SD of one run × seed's statistic at one length
+        row["power_at_2_sd"], row["power_se"] = _rate(
+            sum(kernel_trial(rng, n, run_sd, length_sd, 2 * unit) for _ in range(power_trials)), power_trials)
+    return row
+
+
+def kernel_rows(trials: int, seed: int, seeds=SEEDS, power_trials: int = 0, jobs: int = 1) -> list[dict]:
+    cells = [(regime, n, trials, power_trials, seed) for regime in KERNEL_REGIMES for n in seeds]
+    if jobs > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(jobs) as pool:
+            return list(pool.map(kernel_cell, cells))
+    return [kernel_cell(c) for c in cells]
+
+
 def _rate(hits: int, trials: int) -> tuple[float, float]:
     p = hits / trials
     return p, math.sqrt(max(p * (1 - p), 1.0 / trials) / trials)
@@ -305,9 +383,11 @@ def timing_row(task: tuple) -> dict:
 
 
 def calibration(trials: int, seed: int = 0, seeds=SEEDS, regimes=tuple(REGIMES), power: bool = True,
-                timing_rounds=(10, 20), sink_trials: int = 0, jobs: int = 1) -> pd.DataFrame:
+                timing_rounds=(10, 20), sink_trials: int = 0, che_trials: int = 0, kernel_trials: int = 0,
+                kernel_power_trials: int = 0, jobs: int = 1) -> pd.DataFrame:
     """One row per basis × regime × seed count: false-decision rate and power with their Monte-Carlo SEs; each
-    cell on its own random stream (:func:`cell_rng`), ``jobs`` cells at a time in worker processes."""
+    cell on its own random stream (:func:`cell_rng`), ``jobs`` cells at a time in worker processes. The rules that
+    run the claims' own checks join with ``sink_trials`` (sink and CHE) and ``kernel_trials``."""
     cells = [(kind, windows, regime, n, trials, seed, power) for regime in regimes for n in seeds
              for kind in ("paired", "unpaired", "one run", "own spread") if not (kind == "own spread" and n < 2)
              for windows in (True, False)]
@@ -320,9 +400,24 @@ def calibration(trials: int, seed: int = 0, seeds=SEEDS, regimes=tuple(REGIMES),
     else:
         rows = [basis_cell(c) for c in cells] + [timing_row(t) for t in timings]
     if sink_trials:
-        rng = cell_rng(seed, "sink and CHE")
-        rows += sink_rows(sink_trials, rng, power=power) + che_rows(max(1, sink_trials // 5), rng, power=power)
+        rows += sink_che_rows(sink_trials, che_trials or max(1, sink_trials // 5), seed, power=power)
+    if kernel_trials:
+        rows += kernel_rows(kernel_trials, seed, power_trials=kernel_power_trials if power else 0, jobs=jobs)
     return pd.DataFrame(rows)
+
+
+def sink_che_rows(sink_trials: int, che_trials: int, seed: int, power: bool = True) -> list[dict]:
+    """The sink and CHE rules' rows, on one random stream."""
+    rng = cell_rng(seed, "sink and CHE")
+    return sink_rows(sink_trials, rng, power=power) + che_rows(che_trials, rng, power=power)
+
+
+#: the groups of rows a partial rerun recomputes (``--only``): each a test of a row's basis
+GROUPS = {
+    "bases": lambda basis: not basis.startswith(("sink", "CHE", "kernel")),
+    "sink": lambda basis: basis.startswith(("sink", "CHE")),
+    "kernel": lambda basis: basis.startswith("kernel"),
+}
 
 
 def positive_int(text: str) -> int:
@@ -336,9 +431,9 @@ def positive_int(text: str) -> int:
     return value
 
 
-def kept_rows(path: str, rules: bool) -> pd.DataFrame:
-    """The rows of an earlier results file that a partial rerun keeps: those of the sink and CHE rules (``rules``) or
-    all the others. A missing, cut or foreign file stops with one line naming it."""
+def kept_rows(path: str, recomputed: str) -> pd.DataFrame:
+    """The rows of an earlier results file that a partial rerun of the group ``recomputed`` (of ``GROUPS``) keeps:
+    those of the other groups. A missing, cut or foreign file stops with one line naming it."""
     columns = {"basis", "per_window_data", "regime", "seeds", "trials", "false_decisions", "false_decisions_se"}
     try:
         earlier = pd.read_csv(path)
@@ -347,7 +442,7 @@ def kept_rows(path: str, rules: bool) -> pd.DataFrame:
     if not columns <= set(earlier.columns) or earlier[sorted(columns - {"basis"})].isna().any().any():
         raise SystemExit(f"{path}: not a complete verdict_calibration results file (it needs the columns "
                          f"{', '.join(sorted(columns))}, filled in every row)")
-    return earlier[earlier["basis"].astype(str).str.startswith(("sink", "CHE")) == rules]
+    return earlier[~earlier["basis"].astype(str).map(GROUPS[recomputed])]
 
 
 def main(argv=None) -> int:
@@ -356,26 +451,30 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1,
                    help="cells computed at a time (processes)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--sink-trials", type=int, default=500, help="trials per cell of the sink and CHE rules (slower: "
-                   "they run the claims' own checks on simulated tables)")
-    p.add_argument("--che-trials", type=int, default=100, help="trials per cell of the CHE rule (12 tasks each)")
-    only = p.add_mutually_exclusive_group()
-    only.add_argument("--sink-only", action="store_true", help="recompute the sink and CHE rows alone and replace "
-                      "them in --out (the other rows kept)")
-    only.add_argument("--bases-only", action="store_true", help="recompute the interval bases and the timing rule "
-                      "alone and keep the sink and CHE rows of --out")
+    p.add_argument("--sink-trials", type=positive_int, default=500, help="trials per cell of the sink rule "
+                   "(slower: it runs the claim's own check on simulated tables)")
+    p.add_argument("--che-trials", type=positive_int, default=100, help="trials per cell of the CHE rule (12 tasks "
+                   "each)")
+    p.add_argument("--kernel-trials", type=positive_int, default=1000, help="null trials per cell of the "
+                   "kernel-size rule (its own check on simulated tables, about 0.2 s a trial)")
+    p.add_argument("--kernel-power-trials", type=positive_int, default=200, help="trials per cell of the "
+                   "kernel-size rule's power")
+    p.add_argument("--only", choices=sorted(GROUPS), help="recompute one group of rows (bases: the interval bases "
+                   "and the timing rule; sink: the sink and CHE rules; kernel: the kernel-size rule) and keep the "
+                   "others from --out")
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args(argv)
-    if args.bases_only:
-        kept = kept_rows(args.out, rules=True)
-        df = pd.concat([calibration(args.trials, args.seed, jobs=args.jobs), kept], ignore_index=True)
-    elif args.sink_only:
-        kept = kept_rows(args.out, rules=False)
-        rng = np.random.default_rng(args.seed)
-        df = pd.concat([kept, pd.DataFrame(sink_rows(args.sink_trials, rng) + che_rows(args.che_trials, rng))],
-                       ignore_index=True)
+    if args.only is None:
+        df = calibration(args.trials, args.seed, sink_trials=args.sink_trials, che_trials=args.che_trials,
+                         kernel_trials=args.kernel_trials, kernel_power_trials=args.kernel_power_trials,
+                         jobs=args.jobs)
     else:
-        df = calibration(args.trials, args.seed, sink_trials=args.sink_trials, jobs=args.jobs)
+        kept = kept_rows(args.out, args.only)
+        fresh = {"bases": lambda: calibration(args.trials, args.seed, jobs=args.jobs).to_dict("records"),
+                 "sink": lambda: sink_che_rows(args.sink_trials, args.che_trials, args.seed),
+                 "kernel": lambda: kernel_rows(args.kernel_trials, args.seed,
+                                               power_trials=args.kernel_power_trials, jobs=args.jobs)}[args.only]()
+        df = pd.concat([kept, pd.DataFrame(fresh)], ignore_index=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(args.out, index=False, float_format="%.4f")
     worst = df.loc[df["false_decisions"].idxmax()]

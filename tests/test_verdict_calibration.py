@@ -55,11 +55,14 @@ def test_the_shipped_results_cover_every_basis_within_5_percent_and_2_se():
 
     shipped = pd.read_csv(ROOT / "benchmarks" / "results" / "verdict_calibration.csv")
     assert set(shipped["basis"]) >= {"paired", "unpaired", "one run", "own spread"}
-    rules = shipped["basis"].str.startswith(("sink", "CHE"))
+    rules = shipped["basis"].str.startswith(("sink", "CHE", "kernel"))
     bases = shipped[~rules]
     assert set(bases["seeds"]) >= {1, 2, 3, 4, 5, 8} and bases["trials"].min() >= 10000
     for rule in ("sink", "CHE"):
         assert set(shipped.loc[shipped["basis"].str.startswith(rule), "seeds"]) >= {1, 2, 3}, rule
+    kernel = shipped[shipped["basis"].str.startswith("kernel")]
+    assert set(kernel["regime"]) == set(vc.KERNEL_REGIMES) and kernel["trials"].min() >= 1000
+    assert all(set(g["seeds"]) >= set(vc.SEEDS) for _, g in kernel.groupby("regime"))
     assert (shipped["false_decisions"] <= 0.05 + 2 * shipped["false_decisions_se"]).all()
     assert shipped["power_at_2_sd"].notna().all()
 
@@ -85,24 +88,53 @@ def test_the_che_rule_decides_two_identical_methods_at_most_7_percent_of_tasks()
     assert np.mean([vc.che_trial(rng, 3, seed_sd, inter_sd, 4 * inter_sd) for _ in range(3)]) > 0.5
 
 
+def test_the_kernel_size_rule_decides_identical_kernels_at_most_7_percent():
+    """The kernel-size check itself (15 comparisons of a smaller kernel against the largest, Bonferroni over them)
+    on simulated sweeps of four identical kernels: with one seed and a borrowed σ (the default's case) and with 4
+    seeds where the per-length noise dominates (the case that decided 14 % before each length took its own σ)."""
+    regime = vc.KERNEL_REGIMES["per-length noise dominates"]
+    rng = np.random.default_rng(11)
+    decided = [vc.kernel_trial(rng, n, *regime, 0.0) for n in (1, 4) for _ in range(120)]
+    assert np.mean(decided) <= 0.07, np.mean(decided)
+    unit = float(np.hypot(*regime))
+    assert np.mean([vc.kernel_trial(rng, 4, *regime, 4 * unit) for _ in range(10)]) >= 0.8  # a real gap is decided
+
+
+def test_the_kernel_size_rule_needs_its_correction():
+    """Without the Bonferroni widening (each of the 15 comparisons at 95 %), the same check decides identical
+    kernels far more often than 7 %: the correction is what calibrates it."""
+    from dape_core.report import lm_checks
+
+    regime = vc.KERNEL_REGIMES["per-length noise dominates"]
+    rng = np.random.default_rng(13)
+    uncorrected = pytest.MonkeyPatch()
+    uncorrected.setattr(lm_checks, "simultaneous", lambda iv, comparisons: iv)
+    try:
+        decided = [vc.kernel_trial(rng, 4, *regime, 0.0) for _ in range(60)]
+    finally:
+        uncorrected.undo()
+    assert np.mean(decided) > 0.15, np.mean(decided)
+
+
 def test_a_partial_rerun_keeps_the_other_rows_and_refuses_a_missing_or_cut_file(tmp_path):
-    """--bases-only / --sink-only keep the rows of the earlier file they do not recompute; a missing, cut or foreign
-    file stops with one line naming it instead of being merged."""
+    """--only GROUP keeps the rows of the earlier file it does not recompute; a missing, cut or foreign file stops
+    with one line naming it instead of being merged."""
     import pandas as pd
 
     shipped = ROOT / "benchmarks" / "results" / "verdict_calibration.csv"
-    rules = vc.kept_rows(str(shipped), rules=True)
-    others = vc.kept_rows(str(shipped), rules=False)
-    assert set(rules["basis"].str.split().str[0]) == {"sink", "CHE"}
-    assert {"paired", "unpaired", "one run", "own spread"} <= set(others["basis"])
-    assert len(rules) + len(others) == len(pd.read_csv(shipped))
+    first = {group: set(vc.kept_rows(str(shipped), group)["basis"].str.split().str[0]) for group in vc.GROUPS}
+    assert first["bases"] == {"sink", "CHE", "kernel"}
+    assert first["sink"] >= {"paired", "unpaired", "one", "own", "kernel"} and not first["sink"] & {"sink", "CHE"}
+    assert first["kernel"] >= {"paired", "sink", "CHE"} and "kernel" not in first["kernel"]
+    whole = len(pd.read_csv(shipped))
+    assert sum(whole - len(vc.kept_rows(str(shipped), group)) for group in vc.GROUPS) == whole  # a partition
     cut = tmp_path / "cut.csv"
     cut.write_text(shipped.read_text()[:300])
     foreign = tmp_path / "foreign.csv"
     foreign.write_text("a,b\n1,2\n")
     for path in (tmp_path / "missing.csv", cut, foreign):
         with pytest.raises(SystemExit) as stop:
-            vc.kept_rows(str(path), rules=True)
+            vc.kept_rows(str(path), "sink")
         assert str(path) in str(stop.value) and "\n" not in str(stop.value)
 
 

@@ -498,3 +498,25 @@ def test_leaky_runs_keep_their_seed_noise_to_themselves():
     assert "tril on (4 runs × 4 seeds)" in record["basis"] and "tril off" not in record["basis"]
     record = first_check(check("leakage_collapse", lm, windows))
     assert "tril on and off (6 runs × 3 seeds)" in record["basis"]
+
+
+def test_a_run_setting_is_keyed_as_the_whole_table_keys_it():
+    """setting_of reads the rows' distinct raw values in Python (the checks ask it thousands of times); its key is
+    the one setting_frame gives the table, for the forms a CSV gives a setting: numbers as int, float or text,
+    missing values and missing columns; rows of two settings have none."""
+    from dape_core.report.seed_noise import SETTING, setting_frame, setting_of
+
+    def by_frame(rows):
+        keys = {tuple(str(v) for v in key) for key in setting_frame(rows)[SETTING].itertuples(index=False)}
+        return next(iter(keys)) if len(keys) == 1 else None
+
+    forms = {"dataset": ["code", None], "size": ["small", math.nan, None], "train_len": [32, 32.0, "32", math.nan],
+             "steps": [600, "600", 600.0, None], "batch_size": [16, 16.0, "x"], "grad_accum": [1, 1.0, math.nan, 2]}
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        columns = [c for c in SETTING if rng.random() < 0.8]
+        rows = pd.DataFrame([{c: forms[c][int(rng.integers(0, len(forms[c])))] for c in columns}
+                             for _ in range(int(rng.integers(1, 4)))])
+        assert setting_of(rows) == by_frame(rows), rows
+    assert setting_of(pd.DataFrame({"dataset": ["code", "prose"], "train_len": [32, 32]})) is None
+    assert setting_of(pd.DataFrame({"train_len": [32, "32", 32.0]})) == ("-", "-", "32", "-", "-", "1")

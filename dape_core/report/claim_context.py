@@ -12,7 +12,7 @@ import pandas as pd
 from dape_core.report.aggregate import ROLES, in_role
 from dape_core.report.intervals import (POINT, UNDECIDED, Interval, SeedNoise, combine_noise, difference, interval,
                                         seeds_to_decide)
-from dape_core.report.seed_noise import SeedNoiseSource, causal, regime_of, setting_of
+from dape_core.report.seed_noise import MIXED, SeedNoiseSource, causal, regime_of, setting_of
 
 SETTING = ["dataset", "train_len", "size"]  # a check's setting inside its role: one set of checks per value
 #: per-window column → the lm_results column whose log stands in for it without per-window data
@@ -133,15 +133,30 @@ class Context:
         """One method × seed × evaluation length (one row per run): the per-window ``column`` indexed by window
         (runs of one method and seed averaged), or without per-window data the log of the row's perplexity;
         +∞ when a run diverged."""
-        if np.isinf(rows["ppl"].to_numpy(dtype=float)).any():
+        return self.piece_of(records(rows, column), column)
+
+    def piece_of(self, rows: list[tuple], column: str = "loss") -> pd.Series | float:
+        """:meth:`piece` of rows given as :func:`records` (a check asks thousands: no frame per piece)."""
+        if any(np.isinf(float(ppl)) for _, _, _, ppl, _ in rows):
             return float("inf")
-        found = [self.windows.get((run, int(seed), int(n)))
-                 for run, seed, n in zip(rows["run"], rows["seed"], rows["eval_len"])]
+        found = [self.windows.get((run, int(seed), int(n))) for run, seed, n, _, _ in rows]
         if all(f is not None and len(f) and column in f for f in found):
             series = pd.concat([f[column] for f in found], axis=1, join="inner").mean(axis=1)
             if len(series):
                 return series
-        return float(np.log(rows[PPL_OF[column]].astype(float)).mean())
+        if any(value is MISSING for *_, value in rows):
+            raise KeyError(PPL_OF[column])
+        return float(np.log(np.array([value for *_, value in rows], dtype=float)).mean())
+
+
+MISSING = object()  # a row without the perplexity a column stands for
+
+
+def records(rows: pd.DataFrame, column: str = "loss") -> list[tuple]:
+    """(run, seed, eval_len, ppl, the perplexity ``column`` stands for) per row of ``rows``."""
+    stands_for = rows[PPL_OF[column]].tolist() if PPL_OF[column] in rows else [MISSING] * len(rows)
+    return list(zip(rows["run"].tolist(), rows["seed"].tolist(), rows["eval_len"].tolist(), rows["ppl"].tolist(),
+                    stands_for))
 
 
 def unit_of(pieces: list) -> np.ndarray:
@@ -160,15 +175,22 @@ def unit_of(pieces: list) -> np.ndarray:
 
 def seeds_with(rows: pd.DataFrame, lengths, columns=("loss",)) -> set:
     """Seeds with a row at every one of ``lengths`` (with the perplexities ``columns`` stand for)."""
-    ok = rows[rows[[PPL_OF[c] for c in columns]].notna().all(axis=1)]
-    have = ok.groupby("seed")["eval_len"].agg(set)
+    ok = rows[[PPL_OF[c] for c in columns]].notna().all(axis=1).to_numpy()
+    have: dict = {}
+    for seed, n, kept in zip(rows["seed"].tolist(), rows["eval_len"].tolist(), ok):
+        if kept:
+            have.setdefault(seed, set()).add(n)
     return {seed for seed, lens in have.items() if set(lengths) <= lens}
 
 
 def seed_unit(ctx: Context, parts) -> np.ndarray:
-    """The unit of one seed: ``parts`` lists (rows of one method and seed, evaluation lengths, column)."""
-    return unit_of([ctx.piece(rows[rows["eval_len"] == n], column) for rows, lengths, column in parts
-                  for n in lengths])
+    """The unit of one seed: ``parts`` lists (rows of one method and seed, evaluation lengths, column); the rows a
+    frame or their :func:`records` for that column."""
+    pieces = []
+    for rows, lengths, column in parts:
+        rows = records(rows, column) if isinstance(rows, pd.DataFrame) else rows
+        pieces += [ctx.piece_of([r for r in rows if r[2] == n], column) for n in lengths]
+    return unit_of(pieces)
 
 
 def compare(ctx: Context, ra: pd.DataFrame, rb: pd.DataFrame, lengths_a, lengths_b, key: str,
@@ -181,19 +203,31 @@ def compare(ctx: Context, ra: pd.DataFrame, rb: pd.DataFrame, lengths_a, lengths
     sa, sb = seeds_with(ra, lengths_a), seeds_with(rb, lengths_b)
     if not sa or not sb:
         return None
-    setting = setting_of(ra)
-    shared = sorted(sa & sb) if setting is not None and setting == setting_of(rb) else []
+    setting_a, setting_b = setting_of(ra), setting_of(rb)
+    regime_a, regime_b = regime_of(ra), regime_of(rb)
+    shared = sorted(sa & sb) if setting_a is not None and setting_a == setting_b else []
+    by_seed_a, by_seed_b = _by_seed(ra), _by_seed(rb)
     k = len(lengths_a)
     if shared:
-        units = [seed_unit(ctx, [(ra[ra["seed"] == s], lengths_a, "loss"), (rb[rb["seed"] == s], lengths_b, "loss")])
+        units = [seed_unit(ctx, [(by_seed_a[s], lengths_a, "loss"), (by_seed_b[s], lengths_b, "loss")])
                  for s in shared]
-        parts = [ctx.noise(stat, True, pd.concat([ra, rb])) for stat in stats]
+        regime = regime_a if regime_a == regime_b else MIXED  # regime_of(both): tril on and off pool together
+        parts = [ctx.seed_source.noise(stat, True, setting_a, regime) for stat in stats]
         noise = combine_noise(parts) if all(p is not None for p in parts) else None
         return ctx.interval(units, lambda m: m[:, k:].mean(axis=1) - m[:, :k].mean(axis=1), key, seed_noise=noise)
-    units_a = [seed_unit(ctx, [(ra[ra["seed"] == s], lengths_a, "loss")]) for s in sorted(sa)]
-    units_b = [seed_unit(ctx, [(rb[rb["seed"] == s], lengths_b, "loss")]) for s in sorted(sb)]
+    units_a = [seed_unit(ctx, [(by_seed_a[s], lengths_a, "loss")]) for s in sorted(sa)]
+    units_b = [seed_unit(ctx, [(by_seed_b[s], lengths_b, "loss")]) for s in sorted(sb)]
     return ctx.difference(units_b, units_a, lambda m: m.mean(axis=1), key,
-                          noise_b=ctx.noise(stats[1], False, rb), noise_a=ctx.noise(stats[0], False, ra))
+                          noise_b=ctx.seed_source.noise(stats[1], False, setting_b, regime_b),
+                          noise_a=ctx.seed_source.noise(stats[0], False, setting_a, regime_a))
+
+
+def _by_seed(rows: pd.DataFrame, column: str = "loss") -> dict:
+    """seed → the :func:`records` of that seed."""
+    out: dict = {}
+    for record in records(rows, column):
+        out.setdefault(record[1], []).append(record)
+    return out
 
 
 def stat_of(where: str) -> tuple:

@@ -47,6 +47,7 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Callable, Sequence
 
 import numpy as np
@@ -68,8 +69,10 @@ MAX_SEEDS = 100
 Statistic = Callable[[np.ndarray], np.ndarray]
 
 
+@lru_cache(maxsize=4096)
 def t_quantile(df: float, q: float = 0.5 + LEVEL / 2) -> float:
-    """Student's t quantile (scipy.stats.t); the normal one for ν = ∞."""
+    """Student's t quantile (scipy.stats.t); the normal one for ν = ∞. Cached: a report asks the same few
+    (ν, q) pairs thousands of times (:func:`seeds_to_decide` scans n = 2 … ``MAX_SEEDS``)."""
     return float(stats.norm.ppf(q) if not np.isfinite(df) else stats.t.ppf(q, df))
 
 

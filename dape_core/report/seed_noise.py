@@ -66,14 +66,44 @@ def setting_frame(df: pd.DataFrame) -> pd.DataFrame:
     for column in ("train_len", "steps", "batch_size"):
         numeric = pd.to_numeric(df[column], errors="coerce")
         df[column] = numeric.astype("Int64").astype(str).where(numeric.notna(), "-")
-    df["size"] = df["size"].fillna("-").astype(str)
-    df["dataset"] = df["dataset"].fillna("-").astype(str)
+    for column in ("size", "dataset"):
+        df[column] = df[column].astype(object).fillna("-").astype(str)
     return df
 
 
+def _number(value) -> float:
+    """A setting's count as :func:`setting_frame` reads it (``pd.to_numeric``, errors → nan)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def setting_key(values: dict) -> tuple:
+    """The key of one row's setting, the strings :func:`setting_frame` gives its ``SETTING`` columns (``values``:
+    column → raw value; a column it lacks counts as missing)."""
+    key = []
+    for column in SETTING:
+        value = values.get(column)
+        if column == "grad_accum":
+            count = _number(value) if column in values else math.nan
+            key.append(str(1 if math.isnan(count) else int(count)))
+        elif column in ("train_len", "steps", "batch_size"):
+            count = _number(value) if column in values else math.nan
+            key.append("-" if math.isnan(count) else str(int(count)) if count.is_integer() else str(count))
+        else:
+            key.append("-" if column not in values or pd.isna(value) else str(value))
+    return tuple(key)
+
+
 def setting_of(rows: pd.DataFrame) -> tuple | None:
-    """The one setting of some rows of ``lm_results.csv``; None when they span several."""
-    keys = {tuple(str(v) for v in key) for key in setting_frame(rows)[SETTING].itertuples(index=False)}
+    """The one setting of some rows of ``lm_results.csv``; None when they span several (or none). Keyed as
+    :func:`setting_frame` keys a table, on the rows' distinct raw values (the checks ask it thousands of times)."""
+    if rows.empty:
+        return None
+    present = [column for column in SETTING if column in rows]
+    distinct = set(zip(*(rows[column].tolist() for column in present))) if present else {()}
+    keys = {setting_key(dict(zip(present, values))) for values in distinct}
     return next(iter(keys)) if len(keys) == 1 else None
 
 
@@ -82,7 +112,7 @@ def regime_of(rows: pd.DataFrame) -> str:
     mixed otherwise."""
     if "tril" not in rows or rows.empty:
         return CAUSAL
-    tril = causal(rows["tril"])
+    tril = causal(pd.Series(rows["tril"].unique()))
     return CAUSAL if tril.all() else LEAKY if not tril.any() else MIXED
 
 
@@ -204,18 +234,17 @@ class SeedNoiseSource:
         if len(shared) < 2:
             return None
         setting = _Setting(key, regime, shared)
-        for run in multi:
-            setting.runs[run] = {}
-            for seed in shared:
-                rows = g[(g["run"] == run) & (g["seed"] == seed)]
-                per_multiple = {}
-                for _, row in rows.iterrows():
-                    found = means.get((str(run), int(seed), int(row["eval_len"])))
-                    if found is None:
-                        found = {c: float(np.log(row[p])) for c, p in COLUMNS.items()
-                                 if p in row and pd.notna(row[p]) and row[p] > 0}
-                    per_multiple[float(row["multiple"])] = found
-                setting.runs[run][seed] = per_multiple
+        setting.runs = {run: {seed: {} for seed in shared} for run in multi}
+        present = {c: p for c, p in COLUMNS.items() if p in g}
+        for run, seed, n, multiple, *ppls in zip(g["run"], g["seed"], g["eval_len"], g["multiple"],
+                                                 *(g[p].tolist() for p in present.values())):
+            per_multiple = setting.runs.get(run, {}).get(seed)
+            if per_multiple is None:
+                continue
+            found = means.get((str(run), int(seed), int(n)))
+            if found is None:
+                found = {c: float(np.log(v)) for c, v in zip(present, ppls) if pd.notna(v) and v > 0}
+            per_multiple[float(multiple)] = found
         return setting
 
     def __bool__(self) -> bool:
