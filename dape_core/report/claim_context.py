@@ -137,7 +137,7 @@ class Context:
 
     def piece_of(self, rows: list[tuple], column: str = "loss") -> pd.Series | float:
         """:meth:`piece` of rows given as :func:`records` (a check asks thousands: no frame per piece)."""
-        if any(np.isinf(float(ppl)) for _, _, _, ppl, _ in rows):
+        if np.isinf(np.array([ppl for _, _, _, ppl, _ in rows], dtype=float)).any():
             return float("inf")
         found = [self.windows.get((run, int(seed), int(n))) for run, seed, n, _, _ in rows]
         if all(f is not None and len(f) and column in f for f in found):
