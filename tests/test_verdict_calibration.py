@@ -138,10 +138,19 @@ def test_a_partial_rerun_keeps_the_other_rows_and_refuses_a_missing_or_cut_file(
         assert str(path) in str(stop.value) and "\n" not in str(stop.value)
 
 
-@pytest.mark.parametrize("option, value", [("--jobs", "0"), ("--trials", "-3"), ("--trials", "many")])
+@pytest.mark.parametrize("option, value", [("--jobs", "0"), ("--trials", "-3"), ("--trials", "many"),
+                                           ("--kernel-trials", "0"), ("--sink-trials", "-1")])
 def test_a_bad_count_is_refused_with_the_option_and_the_allowed_values(option, value, capsys):
     with pytest.raises(SystemExit) as stop:
         vc.main([option, value])
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert f"argument {option}" in err and "allowed values: a whole number ≥ 1" in err
+
+
+def test_an_unknown_group_to_recompute_is_refused_with_the_groups(capsys):
+    with pytest.raises(SystemExit) as stop:
+        vc.main(["--only", "timing"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --only" in err and all(group in err for group in vc.GROUPS)
