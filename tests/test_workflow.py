@@ -50,6 +50,23 @@ def test_dry_run_builds_the_dag(tmp_path, name):
 
 
 @pytest.mark.slow
+def test_a_configuration_without_language_models_asks_for_no_language_model_report(tmp_path):
+    """A CHE-only configuration (the default's CHE family alone) builds a DAG of CHE runs and their reports, with
+    no aggregate_lm (it has no evaluations to aggregate, and `dape report lm` needs at least one) and no paper
+    comparison (perplexities only)."""
+    config = yaml.safe_load(CONFIGS["default"].read_text())
+    config["families"] = {"che": config["families"]["che"]}
+    path = tmp_path / "che_only.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    result = snakemake(tmp_path, path, "-n", "--cores", "2", timeout=300)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    counts = job_counts(out)
+    assert counts["che"] == 6 and counts["claims"] == 1 and counts["aggregate_che"] == 1, counts
+    assert not {"aggregate_lm", "paper_comparison", "train_lm"} & set(counts), counts
+
+
+@pytest.mark.slow
 def test_smoke_dag_produces_every_report_artefact(smoke_run):
     assert smoke_run.returncode == 0, smoke_run.log_tail
     assert smoke_run.report_returncode == 0, smoke_run.log_tail
