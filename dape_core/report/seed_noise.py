@@ -57,22 +57,19 @@ COLUMNS = {"loss": "ppl", "loss_dp": "ppl_dp", "loss_local": "ppl_local"}
 
 
 def setting_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with the ``SETTING`` columns filled in a comparable form (missing → "-", grad_accum 1)."""
+    """``df`` with the ``SETTING`` columns filled in a comparable form (:func:`setting_key`: missing → "-",
+    grad_accum "1"), each distinct raw setting keyed once."""
     df = df.copy()
-    for column in SETTING:
-        if column not in df:
-            df[column] = 1 if column == "grad_accum" else "-"
-    df["grad_accum"] = pd.to_numeric(df["grad_accum"], errors="coerce").fillna(1).astype(int)
-    for column in ("train_len", "steps", "batch_size"):
-        numeric = pd.to_numeric(df[column], errors="coerce")
-        df[column] = numeric.astype("Int64").astype(str).where(numeric.notna(), "-")
-    for column in ("size", "dataset"):
-        df[column] = df[column].astype(object).fillna("-").astype(str)
+    present = [column for column in SETTING if column in df]
+    raw = list(zip(*(df[column].tolist() for column in present))) if present else [()] * len(df)
+    keys = {values: setting_key(dict(zip(present, values))) for values in set(raw)}
+    for i, column in enumerate(SETTING):
+        df[column] = [keys[values][i] for values in raw]
     return df
 
 
 def _number(value) -> float:
-    """A setting's count as :func:`setting_frame` reads it (``pd.to_numeric``, errors → nan)."""
+    """A setting's count (as ``pd.to_numeric`` reads it; errors → nan)."""
     try:
         return float(value)
     except (TypeError, ValueError):
@@ -80,8 +77,8 @@ def _number(value) -> float:
 
 
 def setting_key(values: dict) -> tuple:
-    """The key of one row's setting, the strings :func:`setting_frame` gives its ``SETTING`` columns (``values``:
-    column → raw value; a column it lacks counts as missing)."""
+    """The key of one row's setting: the ``SETTING`` columns as comparable strings (``values``: column → raw value;
+    a column it lacks counts as missing → "-", grad_accum "1"; counts as whole numbers)."""
     key = []
     for column in SETTING:
         value = values.get(column)
@@ -97,8 +94,8 @@ def setting_key(values: dict) -> tuple:
 
 
 def setting_of(rows: pd.DataFrame) -> tuple | None:
-    """The one setting of some rows of ``lm_results.csv``; None when they span several (or none). Keyed as
-    :func:`setting_frame` keys a table, on the rows' distinct raw values (the checks ask it thousands of times)."""
+    """The one setting of some rows of ``lm_results.csv``; None when they span several (or none). Keyed by
+    :func:`setting_key` on the rows' distinct raw values (the checks ask it thousands of times)."""
     if rows.empty:
         return None
     present = [column for column in SETTING if column in rows]
