@@ -322,13 +322,19 @@ def kernel_cell(task: tuple) -> dict:
 
 
 def kernel_rows(trials: int, seed: int, seeds=SEEDS, power_trials: int = 0, jobs: int = 1) -> list[dict]:
-    cells = [(regime, n, trials, power_trials, seed) for regime in KERNEL_REGIMES for n in seeds]
-    if jobs > 1:
-        from concurrent.futures import ProcessPoolExecutor
+    return each_cell(kernel_cell, [(regime, n, trials, power_trials, seed) for regime in KERNEL_REGIMES
+                                   for n in seeds], jobs)
 
-        with ProcessPoolExecutor(jobs) as pool:
-            return list(pool.map(kernel_cell, cells))
-    return [kernel_cell(c) for c in cells]
+
+def each_cell(row_of, cells: list, jobs: int) -> list[dict]:
+    """``row_of`` of every cell, ``jobs`` cells at a time in worker processes (each cell draws from its own stream,
+    so the rows do not depend on ``jobs``)."""
+    if jobs <= 1:
+        return [row_of(cell) for cell in cells]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(jobs) as pool:
+        return list(pool.map(row_of, cells))
 
 
 def _rate(hits: int, trials: int) -> tuple[float, float]:
@@ -392,13 +398,7 @@ def calibration(trials: int, seed: int = 0, seeds=SEEDS, regimes=tuple(REGIMES),
              for kind in ("paired", "unpaired", "one run", "own spread") if not (kind == "own spread" and n < 2)
              for windows in (True, False)]
     timings = [(rounds, trials, seed, power) for rounds in timing_rounds]
-    if jobs > 1:
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(jobs) as pool:
-            rows = list(pool.map(basis_cell, cells)) + list(pool.map(timing_row, timings))
-    else:
-        rows = [basis_cell(c) for c in cells] + [timing_row(t) for t in timings]
+    rows = each_cell(basis_cell, cells, jobs) + each_cell(timing_row, timings, jobs)
     if sink_trials:
         rows += sink_che_rows(sink_trials, che_trials or max(1, sink_trials // 5), seed, power=power)
     if kernel_trials:
