@@ -37,7 +37,16 @@ Bases (those of :mod:`dape_core.report.intervals`, as the claims use them):
   over them), n seeds; a run's log perplexity at a length = level + seed effect (shared by the kernels of a seed) +
   run × seed effect + run × seed × length noise, in two regimes (either part 3 × the other); σ of the statistic at
   each length from the setting's kernels × n table, or with one seed borrowed from a 7 × 2 grid of another setting
-  (the default's case); power: kernel 3 better by 2 SDs of one run's statistic at every length.
+  (the default's case); power: kernel 3 better by 2 SDs of one run's statistic at every length;
+- ``claim of 6 checks``: a claim read over its checks (:func:`dape_core.report.claims.evaluate_claims` with
+  :func:`dape_core.report.claim_context.jointly`) — ``dape1x3_improves_additive``, DAPE1x3-X against X for ALiBi,
+  Kerple and FIRE within and beyond, all identical, at zero margins, on a simulated lm_results.csv of the kernel
+  rule's noise model (1, 2, 3 and 4 seeds; σ borrowed from a 7 × 2 grid with one seed): CONFIRMED needs all six,
+  REFUTED any one at the Bonferroni level over six; power: every DAPE1x3-X better by 2 SDs of one seed's paired
+  difference;
+- ``claim: CHE``: the CHE claim's majority rule (:func:`dape_core.report.che_check.che_beats_kerple`) on 2 tasks
+  (the default's and the decisive configurations' family) and on 12 (the paper's Table 6), each task read at
+  :func:`dape_core.report.intervals.level_for`'s level.
 
 A trial is *decided* when :func:`dape_core.report.intervals.decide` at a zero margin is not UNDECIDED. The CSV holds
 each basis's false-decision rate (effect 0) and power (effect 2 seed-SDs; timing: a rise of 2 SDs of one cell's
@@ -45,7 +54,8 @@ ratio), each with its Monte-Carlo SE √(p(1 − p)/trials).
 
     python benchmarks/verdict_calibration.py [--trials 10000] [--jobs N] [--sink-trials 500] [--che-trials 100]
                                              [--kernel-trials 1000] [--kernel-power-trials 200]
-                                             [--only {bases,sink,kernel}]
+                                             [--claim-trials 1000] [--claim-power-trials 200]
+                                             [--only {bases,claims,kernel,sink}]
                                              [--out benchmarks/results/verdict_calibration.csv]
 """
 
@@ -218,10 +228,10 @@ CHE_TASKS = ("even_pairs", "modular_arithmetic", "stack_manipulation", "reverse_
 CHE_REGIMES = {"interaction dominates": (0.01, 0.04), "seed effect dominates": (0.04, 0.01)}  # (seed SD, inter SD)
 
 
-def che_table(rng, n: int, seed_sd: float, inter_sd: float, shift: float = 0.0) -> pd.DataFrame:
+def che_table(rng, n: int, seed_sd: float, inter_sd: float, shift: float = 0.0, tasks=CHE_TASKS) -> pd.DataFrame:
     """Summary rows of che_results.csv: Kerple and DAPE1x3-Kerple (shifted by ``shift``) per task and seed."""
     rows = []
-    for task in CHE_TASKS:
+    for task in tasks:
         level = rng.uniform(0.55, 0.75)
         seed_effect = rng.normal(0.0, seed_sd, n)
         for method, moved in (("Kerple", 0.0), ("DAPE1x3-Kerple", shift)):
@@ -239,6 +249,35 @@ def che_trial(rng, n: int, seed_sd: float, inter_sd: float, shift: float) -> flo
 
     [record] = che_beats_kerple(Context(che=che_table(rng, n, seed_sd, inter_sd, shift)), {"margin": 0.0})
     return (len(record["wins"]) + len(record["losses"])) / record["n_tasks"]
+
+
+def che_claim_trial(rng, n: int, seed_sd: float, inter_sd: float, shift: float, tasks: int) -> bool:
+    """Decided? The CHE claim (more than half of ``tasks`` tasks won, or at least half lost; each task read at
+    :func:`dape_core.report.intervals.level_for`'s level) at a zero margin."""
+    from dape_core.report.che_check import che_beats_kerple
+    from dape_core.report.claim_context import Context
+
+    table = che_table(rng, n, seed_sd, inter_sd, shift, CHE_TASKS[:tasks])
+    [record] = che_beats_kerple(Context(che=table), {"margin": 0.0})
+    return record["verdict"] != UNDECIDED
+
+
+def che_claim_cell(task: tuple) -> dict:
+    """One row of the CHE claim's rule: a regime × task count × seed count."""
+    regime, tasks, n, trials, power_trials, seed = task
+    rng = cell_rng(seed, "CHE claim", regime, tasks, n)
+    seed_sd, inter_sd = CHE_REGIMES[regime]
+    rate, se = _rate(sum(che_claim_trial(rng, n, seed_sd, inter_sd, 0.0, tasks) for _ in range(trials)), trials)
+    row = {"basis": f"claim: CHE on {tasks} tasks (CONFIRMED when more than half are won, REFUTED when at least "
+                    "half are lost; each task at 1 − 0.05·j/n)", "per_window_data": False, "regime": regime,
+           "seeds": n, "sigma_from": f"{2 * tasks} cells' seeds" if n >= 2 else "none (n = 1)", "trials": trials,
+           "false_decisions": rate, "false_decisions_se": se}
+    if power_trials:
+        unit = math.sqrt(2) * inter_sd  # SD of one seed's paired difference
+        row["power_at_2_sd"], row["power_se"] = _rate(
+            sum(che_claim_trial(rng, n, seed_sd, inter_sd, 2 * unit, tasks) for _ in range(power_trials)),
+            power_trials)
+    return row
 
 
 def che_rows(trials: int, rng, seeds=(1, 2, 3), power: bool = True) -> list[dict]:
@@ -326,6 +365,77 @@ def kernel_rows(trials: int, seed: int, seeds=SEEDS, power_trials: int = 0, jobs
                                    for n in seeds], jobs)
 
 
+CLAIM_ENCODINGS = ("ALiBi", "Kerple", "FIRE")
+CLAIM_MULTIPLES = (1, 2, 4, 8)
+
+
+def claim_table(rng, n: int, run_sd: float, length_sd: float, shift: float = 0.0) -> pd.DataFrame:
+    """Rows of lm_results.csv for ``dape1x3_improves_additive``: X and DAPE1x3-X for ALiBi, Kerple and FIRE (role
+    every_encoding, 600 steps) at ×1 … ×8, n seeds, every DAPE1x3-X moved by ``shift`` in log perplexity; with one
+    seed also the grid its seed noise is borrowed from (7 runs × 2 seeds at 1200 steps, role central)."""
+    level = {m: math.log(10.0) + 0.2 * math.log2(m) for m in CLAIM_MULTIPLES}
+    rows = []
+
+    def add(role: str, steps: int, methods, seeds: int):
+        seed_effect = rng.normal(0.0, 0.05, seeds)  # shared by the runs of a seed: one batch stream
+        for method in methods:
+            moved = shift if method.startswith("DAPE1x3-") else 0.0
+            for s in range(seeds):
+                run_effect = seed_effect[s] + rng.normal(0.0, run_sd) - moved
+                for m in CLAIM_MULTIPLES:
+                    rows.append((f"{method}-S{steps}", role, steps, s, method, m * KERNEL_TRAIN_LEN,
+                                 math.exp(level[m] + run_effect + rng.normal(0.0, length_sd))))
+
+    add("every_encoding", 600, [f"{p}{e}" for e in CLAIM_ENCODINGS for p in ("", "DAPE1x3-")], n)
+    if n == 1:
+        add("central", 1200, [f"M{i}" for i in range(R)], 2)
+    df = pd.DataFrame(rows, columns=["run", "roles", "steps", "seed", "method", "eval_len", "ppl"])
+    return df.assign(families="f", dataset="code", encoding="kerple", processor="dape_v2", dape_width=32,
+                     kernel_size=3, tril=True, size="small", train_len=KERNEL_TRAIN_LEN, batch_size=16, status="ok")
+
+
+def claim_trial(rng, n: int, run_sd: float, length_sd: float, shift: float) -> bool:
+    """Decided? ``dape1x3_improves_additive`` (six checks: three encodings × within and beyond) as the claims run it
+    (:func:`dape_core.report.claims.evaluate_claims`, its checks read together), at zero margins."""
+    from dataclasses import replace
+
+    from dape_core.report.claims import CLAIMS, evaluate_claims
+
+    [claim] = [c for c in CLAIMS if c.claim_id == "dape1x3_improves_additive"]
+    zero = replace(claim, thresholds={name: 0.0 for name in claim.thresholds})
+    verdict = evaluate_claims(claim_table(rng, n, run_sd, length_sd, shift), claims=(zero,))["verdict"].iloc[0]
+    return verdict != UNDECIDED
+
+
+def claim_cell(task: tuple) -> dict:
+    """One row of the claim-level rule: a regime × seed count, ``trials`` null trials (and power trials)."""
+    regime, n, trials, power_trials, seed = task
+    rng = cell_rng(seed, "claim", regime, n)
+    run_sd, length_sd = KERNEL_REGIMES[regime]
+    checks = 2 * len(CLAIM_ENCODINGS)
+    rate, se = _rate(sum(claim_trial(rng, n, run_sd, length_sd, 0.0) for _ in range(trials)), trials)
+    row = {"basis": f"claim of {checks} checks (CONFIRMED when all are at 95 %, REFUTED when any is at the "
+                    f"Bonferroni level over {checks})", "per_window_data": False, "regime": regime, "seeds": n,
+           "sigma_from": "a borrowed 7 × 2 grid" if n == 1 else f"its setting's {checks} × {n} grid",
+           "trials": trials, "false_decisions": rate, "false_decisions_se": se}
+    if power_trials:
+        unit = math.sqrt(2 * run_sd ** 2 + 2 * length_sd ** 2)  # SD of one seed's paired difference at ×1
+        row["power_at_2_sd"], row["power_se"] = _rate(
+            sum(claim_trial(rng, n, run_sd, length_sd, 2 * unit) for _ in range(power_trials)), power_trials)
+    return row
+
+
+CHE_CLAIM_TASKS = (2, 12)  # the default's and decisive configurations' CHE family, and the paper's Table 6
+
+
+def claim_rows(trials: int, seed: int, seeds=(1, 2, 3, 4), power_trials: int = 0, jobs: int = 1) -> list[dict]:
+    """The claim-level rules' rows: a claim of six LM checks, and the CHE claim on 2 and 12 tasks."""
+    lm = [(regime, n, trials, power_trials, seed) for regime in KERNEL_REGIMES for n in seeds]
+    che = [(regime, tasks, n, trials, power_trials, seed) for regime in CHE_REGIMES for tasks in CHE_CLAIM_TASKS
+           for n in seeds]
+    return each_cell(claim_cell, lm, jobs) + each_cell(che_claim_cell, che, jobs)
+
+
 def each_cell(row_of, cells: list, jobs: int) -> list[dict]:
     """``row_of`` of every cell, ``jobs`` cells at a time in worker processes (each cell draws from its own stream,
     so the rows do not depend on ``jobs``)."""
@@ -390,10 +500,12 @@ def timing_row(task: tuple) -> dict:
 
 def calibration(trials: int, seed: int = 0, seeds=SEEDS, regimes=tuple(REGIMES), power: bool = True,
                 timing_rounds=(10, 20), sink_trials: int = 0, che_trials: int = 0, kernel_trials: int = 0,
-                kernel_power_trials: int = 0, jobs: int = 1) -> pd.DataFrame:
+                kernel_power_trials: int = 0, claim_trials: int = 0, claim_power_trials: int = 0,
+                jobs: int = 1) -> pd.DataFrame:
     """One row per basis × regime × seed count: false-decision rate and power with their Monte-Carlo SEs; each
     cell on its own random stream (:func:`cell_rng`), ``jobs`` cells at a time in worker processes. The rules that
-    run the claims' own checks join with ``sink_trials`` (sink and CHE) and ``kernel_trials``."""
+    run the claims' own checks join with ``sink_trials`` (sink and CHE), ``kernel_trials`` and ``claim_trials``
+    (claims of several checks)."""
     cells = [(kind, windows, regime, n, trials, seed, power) for regime in regimes for n in seeds
              for kind in ("paired", "unpaired", "one run", "own spread") if not (kind == "own spread" and n < 2)
              for windows in (True, False)]
@@ -403,6 +515,8 @@ def calibration(trials: int, seed: int = 0, seeds=SEEDS, regimes=tuple(REGIMES),
         rows += sink_che_rows(sink_trials, che_trials or max(1, sink_trials // 5), seed, power=power)
     if kernel_trials:
         rows += kernel_rows(kernel_trials, seed, power_trials=kernel_power_trials if power else 0, jobs=jobs)
+    if claim_trials:
+        rows += claim_rows(claim_trials, seed, power_trials=claim_power_trials if power else 0, jobs=jobs)
     return pd.DataFrame(rows)
 
 
@@ -414,9 +528,10 @@ def sink_che_rows(sink_trials: int, che_trials: int, seed: int, power: bool = Tr
 
 #: the groups of rows a partial rerun recomputes (``--only``): each a test of a row's basis
 GROUPS = {
-    "bases": lambda basis: not basis.startswith(("sink", "CHE", "kernel")),
+    "bases": lambda basis: not basis.startswith(("sink", "CHE", "kernel", "claim")),
     "sink": lambda basis: basis.startswith(("sink", "CHE")),
     "kernel": lambda basis: basis.startswith("kernel"),
+    "claims": lambda basis: basis.startswith("claim"),
 }
 
 
@@ -459,21 +574,27 @@ def main(argv=None) -> int:
                    "kernel-size rule (its own check on simulated tables, about 0.2 s a trial)")
     p.add_argument("--kernel-power-trials", type=positive_int, default=200, help="trials per cell of the "
                    "kernel-size rule's power")
+    p.add_argument("--claim-trials", type=positive_int, default=1000, help="null trials per cell of the claim-level "
+                   "rules (a claim of six checks through evaluate_claims; the CHE claim on 2 and 12 tasks)")
+    p.add_argument("--claim-power-trials", type=positive_int, default=200, help="trials per cell of the "
+                   "claim-level rules' power")
     p.add_argument("--only", choices=sorted(GROUPS), help="recompute one group of rows (bases: the interval bases "
-                   "and the timing rule; sink: the sink and CHE rules; kernel: the kernel-size rule) and keep the "
-                   "others from --out")
+                   "and the timing rule; sink: the sink and CHE rules; kernel: the kernel-size rule; claims: the "
+                   "claim-level rules) and keep the others from --out")
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args(argv)
     if args.only is None:
         df = calibration(args.trials, args.seed, sink_trials=args.sink_trials, che_trials=args.che_trials,
                          kernel_trials=args.kernel_trials, kernel_power_trials=args.kernel_power_trials,
-                         jobs=args.jobs)
+                         claim_trials=args.claim_trials, claim_power_trials=args.claim_power_trials, jobs=args.jobs)
     else:
         kept = kept_rows(args.out, args.only)
         fresh = {"bases": lambda: calibration(args.trials, args.seed, jobs=args.jobs).to_dict("records"),
                  "sink": lambda: sink_che_rows(args.sink_trials, args.che_trials, args.seed),
                  "kernel": lambda: kernel_rows(args.kernel_trials, args.seed,
-                                               power_trials=args.kernel_power_trials, jobs=args.jobs)}[args.only]()
+                                               power_trials=args.kernel_power_trials, jobs=args.jobs),
+                 "claims": lambda: claim_rows(args.claim_trials, args.seed, power_trials=args.claim_power_trials,
+                                              jobs=args.jobs)}[args.only]()
         df = pd.concat([kept, pd.DataFrame(fresh)], ignore_index=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(args.out, index=False, float_format="%.4f")

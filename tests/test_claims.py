@@ -535,3 +535,87 @@ def test_each_claim_decides_against_the_thresholds_it_declares(claim):
     after = evaluate_claims(as_lm_results(), claim_ids={claim.claim_id}, claims=(replace(claim, thresholds=thresholds),),
                             **tables)["verdict"].iloc[0]
     assert after != CONFIRMED, (claim.claim_id, thresholds)
+
+
+# --------------------------------------------------------------------------- a claim's checks read together
+def _judged(estimate, comparisons_note="x"):
+    """One check's record on a paired t-interval of a log-ratio (σ 0.02 of one seed on ν 4, 3 seeds), deciding
+    "A beats B" at a zero margin on the gain."""
+    from dape_core.report.claim_context import gain_of, record
+    from dape_core.report.intervals import Interval, SeedNoise, _t_interval, decide
+
+    noise = SeedNoise(0.02, 4.0, "grid")
+    iv = Interval(estimate, *_t_interval(estimate, 0.02 / np.sqrt(3), 4.0), "paired t", 3, 1, 0.02, noise)
+    gain, rule = iv.map(gain_of), dict(side=1, confirm=0.0, refute=0.0)
+    return record(decide(gain, **rule), f"{comparisons_note}: gain", gain, rule, ["run-a", "run-b"])
+
+
+def test_a_claim_refutes_only_on_intervals_corrected_for_all_its_checks():
+    """A claim is REFUTED when any of its checks is: of six, a check REFUTED at 95 % alone (gain −4 % [−7.4, −0.6])
+    is read again at the Bonferroni level over the six and becomes UNDECIDED, saying so, with the seeds that would
+    refute it at that level; a check far beyond stays REFUTED; one check alone, a CONFIRMED check and a fact (a
+    divergence) keep their verdicts."""
+    from dape_core.report.claim_context import jointly, public, record
+    from dape_core.report.intervals import Interval, seeds_to_decide
+
+    barely, far, confirmed = _judged(-0.04, "barely"), _judged(-0.2, "far"), _judged(0.2, "good")
+    assert (barely["verdict"], far["verdict"], confirmed["verdict"]) == (REFUTED, REFUTED, CONFIRMED)
+    others = [_judged(0.0, f"open {i}") for i in range(4)]
+    checks = jointly([barely, confirmed, *others])
+    assert [c["verdict"] for c in checks] == [UNDECIDED, CONFIRMED] + [UNDECIDED] * 4
+    assert "REFUTED at 95 % alone, not at 1 − 0.05/6 over the claim's 6 intervals" in checks[0]["text"]
+    iv, rule = barely["_judged"][0]
+    assert checks[0]["seeds_needed"] == seeds_to_decide(iv, **rule, comparisons=6)[0] > \
+        seeds_to_decide(iv, **rule)[0]
+    assert checks[0]["runs"] == ["run-a", "run-b"]
+    kept = jointly([far, confirmed, *others])[0]
+    assert kept["verdict"] == REFUTED and "(also at 1 − 0.05/6" in kept["text"]
+    assert jointly([barely]) == [barely]
+    fact = record(REFUTED, "diverged", Interval(np.inf, np.inf, np.inf, "t", 1, 1), dict(side=-1, confirm=1.5,
+                  refute=2.0), fact=True)
+    assert jointly([fact, *others])[0]["verdict"] == REFUTED
+    assert not any(key.startswith("_") for c in checks for key in public(c))
+
+
+def test_a_mapped_or_bootstrap_interval_widens_on_its_own_scale():
+    """:func:`simultaneous` of a mapped interval widens the t-interval the noise was estimated on and maps it again;
+    a bootstrap interval reads its draws at 1 − 0.05 / m; ``level_for`` reads j of n at n / j comparisons."""
+    from dape_core.report import intervals
+    from dape_core.report.claim_context import gain_of
+
+    noise = intervals.SeedNoise(0.02, 4.0, "grid")
+    raw = intervals.Interval(-0.04, -0.07, -0.01, "paired t", 3, 1, 0.02, noise)
+    wide = intervals.simultaneous(raw.map(gain_of), 6)
+    expected = intervals.simultaneous(raw, 6).map(gain_of)
+    assert (wide.low, wide.high) == pytest.approx((expected.low, expected.high))
+    assert wide.low < raw.map(gain_of).low and wide.high > raw.map(gain_of).high
+    draws = np.random.default_rng(0).normal(0.0, 1.0, 4000)
+    iv = intervals.percentile(0.0, draws, "timing", 10)
+    assert iv.low == pytest.approx(np.quantile(draws, 0.025, method="lower"))
+    assert intervals.simultaneous(iv, 4).low == pytest.approx(np.quantile(draws, 0.025 / 4, method="lower"))
+    assert intervals.level_for(1, 6) == 6 and intervals.level_for(2, 2) == 1 and intervals.level_for(7, 12) == 12 / 7
+
+
+def _che_pair(gap_a):
+    """Summary rows of two CHE tasks, 3 seeds a method, every cell's accuracies 0.02 apart (pooled σ 0.02 on ν 8):
+    DAPE1x3-Kerple − Kerple is ``gap_a`` on even_pairs and 0 on reverse_string."""
+    rows = []
+    for task, gap in (("even_pairs", gap_a), ("reverse_string", 0.0)):
+        for seed, offset in enumerate((0.0, 0.02, 0.04)):
+            for method, acc in (("Kerple", 0.6 + offset), ("DAPE1x3-Kerple", 0.6 + offset + gap)):
+                rows.append({"task": task, "method": method, "seed": seed, "lr": 1e-3, "accuracy": acc,
+                             "length": None, "row_type": "summary", "n_samples": np.nan})
+    return pd.DataFrame(rows)
+
+
+def test_the_che_majority_reads_each_task_at_the_level_its_count_needs():
+    """Of two tasks, one lost refutes ("at least half lost"), so a loss is read at 1 − 0.05/2: a task lost at 95 %
+    alone (−4.1 points, 95 % interval just below 0) leaves the claim UNDECIDED; a clear loss refutes it."""
+    cid = "che_dape1x3_beats_kerple"
+    from dape_core.report.che_check import _che_seed_noise
+    from dape_core.report.intervals import t_quantile
+
+    sd = _che_seed_noise(_che_pair(-0.041)).sd * np.sqrt(2) / np.sqrt(3)
+    assert -0.041 + t_quantile(8) * sd < 0 < -0.041 + t_quantile(8, 1 - 0.025 / 2) * sd  # lost at 95 % only
+    assert verdict(cid, che=_che_pair(-0.041)) == UNDECIDED
+    assert verdict(cid, che=_che_pair(-0.08)) == REFUTED

@@ -49,13 +49,13 @@ def test_the_calibration_has_teeth():
 
 def test_the_shipped_results_cover_every_basis_within_5_percent_and_2_se():
     """benchmarks/results/verdict_calibration.csv (10,000 trials a cell for the interval bases, at every seed count a
-    configuration uses: 1, 2, 3, 4, 5 and 8; the sink and CHE rules through their own checks): no cell above 5 % + 2
-    Monte-Carlo SE, and power at 2 seed-SDs beside each."""
+    configuration uses: 1, 2, 3, 4, 5 and 8; the sink, CHE, kernel-size and claim-level rules through their own
+    checks): no cell above 5 % + 2 Monte-Carlo SE, and power at 2 seed-SDs beside each."""
     import pandas as pd
 
     shipped = pd.read_csv(ROOT / "benchmarks" / "results" / "verdict_calibration.csv")
     assert set(shipped["basis"]) >= {"paired", "unpaired", "one run", "own spread"}
-    rules = shipped["basis"].str.startswith(("sink", "CHE", "kernel"))
+    rules = shipped["basis"].str.startswith(("sink", "CHE", "kernel", "claim"))
     bases = shipped[~rules]
     assert set(bases["seeds"]) >= {1, 2, 3, 4, 5, 8} and bases["trials"].min() >= 10000
     for rule in ("sink", "CHE"):
@@ -63,6 +63,11 @@ def test_the_shipped_results_cover_every_basis_within_5_percent_and_2_se():
     kernel = shipped[shipped["basis"].str.startswith("kernel")]
     assert set(kernel["regime"]) == set(vc.KERNEL_REGIMES) and kernel["trials"].min() >= 1000
     assert all(set(g["seeds"]) >= set(vc.SEEDS) for _, g in kernel.groupby("regime"))
+    claims = shipped[shipped["basis"].str.startswith("claim")]
+    lm_claim, che_claim = (claims[claims["basis"].str.startswith(p)] for p in ("claim of", "claim: CHE"))
+    assert set(lm_claim["regime"]) == set(vc.KERNEL_REGIMES) and set(che_claim["regime"]) == set(vc.CHE_REGIMES)
+    assert all(set(g["seeds"]) >= {1, 2, 3, 4} for g in (lm_claim, che_claim)) and claims["trials"].min() >= 1000
+    assert {f"claim: CHE on {n} tasks" for n in vc.CHE_CLAIM_TASKS} == set(che_claim["basis"].str.split(" [(]").str[0])
     assert (shipped["false_decisions"] <= 0.05 + 2 * shipped["false_decisions_se"]).all()
     assert shipped["power_at_2_sd"].notna().all()
 
@@ -123,9 +128,10 @@ def test_a_partial_rerun_keeps_the_other_rows_and_refuses_a_missing_or_cut_file(
 
     shipped = ROOT / "benchmarks" / "results" / "verdict_calibration.csv"
     first = {group: set(vc.kept_rows(str(shipped), group)["basis"].str.split().str[0]) for group in vc.GROUPS}
-    assert first["bases"] == {"sink", "CHE", "kernel"}
-    assert first["sink"] >= {"paired", "unpaired", "one", "own", "kernel"} and not first["sink"] & {"sink", "CHE"}
-    assert first["kernel"] >= {"paired", "sink", "CHE"} and "kernel" not in first["kernel"]
+    assert first["bases"] == {"sink", "CHE", "kernel", "claim", "claim:"}
+    assert first["sink"] >= {"paired", "one", "own", "kernel", "claim"} and not first["sink"] & {"sink", "CHE"}
+    assert first["kernel"] >= {"paired", "sink", "CHE", "claim"} and "kernel" not in first["kernel"]
+    assert first["claims"] >= {"paired", "sink", "CHE", "kernel"} and not first["claims"] & {"claim", "claim:"}
     whole = len(pd.read_csv(shipped))
     assert sum(whole - len(vc.kept_rows(str(shipped), group)) for group in vc.GROUPS) == whole  # a partition
     cut = tmp_path / "cut.csv"
@@ -154,3 +160,39 @@ def test_an_unknown_group_to_recompute_is_refused_with_the_groups(capsys):
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert "argument --only" in err and all(group in err for group in vc.GROUPS)
+
+
+def test_a_claim_of_six_checks_decides_identical_methods_at_most_7_percent():
+    """``dape1x3_improves_additive`` through evaluate_claims (six checks read together) on simulated grids of
+    identical methods, with 1 seed and a borrowed σ and with 2 seeds; a real gain on every pair is decided."""
+    regime = vc.KERNEL_REGIMES["per-length noise dominates"]
+    rng = np.random.default_rng(17)
+    decided = [vc.claim_trial(rng, n, *regime, 0.0) for n in (1, 2) for _ in range(150)]
+    assert np.mean(decided) <= 0.07, np.mean(decided)
+    unit = float(np.hypot(*regime)) * np.sqrt(2)
+    assert np.mean([vc.claim_trial(rng, 3, *regime, 5 * unit) for _ in range(10)]) >= 0.8
+
+
+def test_a_claim_of_six_checks_needs_its_correction():
+    """Without reading the checks together (each REFUTED at 95 % refutes the claim), the same claim decides
+    identical methods far more often than 7 %: the correction is what calibrates it."""
+    from dape_core.report import claims
+
+    regime = vc.KERNEL_REGIMES["per-length noise dominates"]
+    rng = np.random.default_rng(19)
+    uncorrected = pytest.MonkeyPatch()
+    uncorrected.setattr(claims, "jointly", lambda checks: checks)
+    try:
+        decided = [vc.claim_trial(rng, n, *regime, 0.0) for n in (1, 2) for _ in range(150)]
+    finally:
+        uncorrected.undo()
+    assert np.mean(decided) > 0.09, np.mean(decided)
+
+
+def test_the_che_claim_on_two_tasks_decides_identical_methods_at_most_7_percent():
+    """The CHE claim's majority (the default's two tasks, where one loss refutes) with 2 and 3 seeds."""
+    rng = np.random.default_rng(23)
+    seed_sd, inter_sd = vc.CHE_REGIMES["interaction dominates"]
+    decided = [vc.che_claim_trial(rng, n, seed_sd, inter_sd, 0.0, 2) for n in (2, 3) for _ in range(200)]
+    assert np.mean(decided) <= 0.07, np.mean(decided)
+    assert np.mean([vc.che_claim_trial(rng, 3, seed_sd, inter_sd, 4 * inter_sd, 2) for _ in range(20)]) >= 0.8

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 
 from dape_core.report.aggregate import ROLES, in_role
-from dape_core.report.intervals import (POINT, UNDECIDED, Interval, SeedNoise, combine_noise, difference, interval,
-                                        seeds_to_decide)
+from dape_core.report.intervals import (CONFIRMED, POINT, REFUTED, UNDECIDED, Interval, SeedNoise, combine_noise,
+                                        decide, difference, interval, seeds_to_decide, simultaneous)
 from dape_core.report.seed_noise import MIXED, SeedNoiseSource, causal, regime_of, setting_of
 
 SETTING = ["dataset", "train_len", "size"]  # a check's setting inside its role: one set of checks per value
@@ -247,10 +247,13 @@ def interval_text(iv: Interval, show=pct) -> str:
     return "" if iv.basis == POINT else f" [{show(iv.low)}, {show(iv.high)}]"
 
 
-def record(verdict: str, text: str, iv: Interval | None, rule: dict | None = None, runs=(), **numbers) -> dict:
+def record(verdict: str, text: str, iv: Interval | None, rule: dict | None = None, runs=(), *, fact: bool = False,
+           show=pct, **numbers) -> dict:
     """One check: its verdict, its text (ending with the verdict, what the interval saw and the seed noise it
     used) and its numbers; with ``rule`` (side, confirm, refute of :func:`decide`) an UNDECIDED check also gets
-    the seeds that would decide it (``seeds_needed``) and the ``runs`` they would retrain."""
+    the seeds that would decide it (``seeds_needed``) and the ``runs`` they would retrain, and the claim may read
+    the interval again among its other checks (:func:`jointly`; ``show`` formats its bounds) unless the verdict is
+    a ``fact`` (a divergence) rather than the rule's reading of ``iv``."""
     scope = f"; {iv.scope()}" if iv is not None else ""
     if iv is not None and iv.seed_noise is not None:
         scope += f"; {iv.seed_noise.text()}"
@@ -262,7 +265,51 @@ def record(verdict: str, text: str, iv: Interval | None, rule: dict | None = Non
     if rule is not None and iv is not None and verdict == UNDECIDED:
         needed, why = seeds_to_decide(iv, **rule)
         record.update(seeds_needed=needed, seeds_needed_text=why, runs=sorted({str(r) for r in runs}))
+    if rule is not None and iv is not None and not fact:
+        record.update(_judged=[(iv, rule)], _head=text, _scope=scope, _show=show,
+                      _runs=sorted({str(r) for r in runs}))
     return record
+
+
+def jointly(checks: list[dict]) -> list[dict]:
+    """A claim's checks read together: the claim is REFUTED when any check is, so with m intervals judged over its
+    checks each REFUTED is read at the Bonferroni level 1 − 0.05 / m (:func:`simultaneous`) — the claim refutes two
+    identical methods at most as often as one 95 % interval does —, while CONFIRMED, which needs all of them, stays
+    at 95 % (an intersection). A check REFUTED alone but not jointly becomes UNDECIDED and says so; the seeds that
+    would decide an open check towards REFUTED are sized at that level. Records without judged intervals (facts,
+    rules over many intervals of their own) keep their verdicts."""
+    m = sum(len(c.get("_judged", ())) for c in checks)
+    if m <= 1:
+        return checks
+    level = f"1 − 0.05/{m} over the claim's {m} intervals"
+    out = []
+    for c in checks:
+        judged = c.get("_judged")
+        if not judged or c["verdict"] == CONFIRMED:
+            out.append(c)
+            continue
+        joint = [(simultaneous(iv, m), rule) for iv, rule in judged]
+        c = {**c, "joint_comparisons": m}
+        if c["verdict"] == REFUTED:
+            if any(decide(iv, **rule) == REFUTED for iv, rule in joint):
+                c["text"] = f"{c['_head']} → {REFUTED} (also at {level}){c['_scope']}"
+            else:
+                shown = "; ".join(interval_text(iv, c["_show"]).strip() for iv, _ in joint)
+                c.update(verdict=UNDECIDED, text=f"{c['_head']} → {UNDECIDED} ({REFUTED} at 95 % alone, not at "
+                                                  f"{level}: {shown}){c['_scope']}")
+        if c["verdict"] == UNDECIDED and len(judged) == 1 and "_runs" in c:  # a check of seeds (not of rounds)
+            iv, rule = judged[0]
+            needed, why = seeds_to_decide(iv, **rule)
+            if f"towards {REFUTED}" in why:
+                needed, why = seeds_to_decide(iv, **rule, comparisons=m)
+            c.update(seeds_needed=needed, seeds_needed_text=why, runs=c.get("runs", c["_runs"]))
+        out.append(c)
+    return out
+
+
+def public(check: dict) -> dict:
+    """A check's numbers as claims.csv stores them: without its text and what :func:`jointly` reads."""
+    return {k: v for k, v in check.items() if k != "text" and not k.startswith("_")}
 
 
 def runs_of(*frames: pd.DataFrame) -> list[str]:

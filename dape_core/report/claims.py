@@ -8,8 +8,12 @@ Verdicts (the rules of ``claims.md``):
   the opposite side of zero (of "no difference"; for the threshold claims, beyond the threshold the claim is
   contrasted with, named in its rule), UNDECIDED otherwise: a difference inside the noise is never a refutation,
   and a real gain smaller than the margin is not a confirmation.
-- A claim of several checks is CONFIRMED when all its checks are, REFUTED when any is, UNDECIDED otherwise (no
-  multiplicity correction: with k checks the chance that noise alone refutes one is up to k × 2.5 %).
+- A claim of several checks is CONFIRMED when all its checks are (each at 95 %: an intersection), REFUTED when any
+  is, read at the Bonferroni level over the claim's m intervals (1 − 0.05/m,
+  :func:`~dape_core.report.claim_context.jointly`), UNDECIDED otherwise; a check REFUTED at 95 % alone but not
+  jointly is UNDECIDED and says so. Rules that need j of n (the CHE majority) read each interval at
+  1 − 0.05·j/n (:func:`~dape_core.report.intervals.level_for`). So no claim decides two identical methods more
+  often than one 95 % interval does.
 - Intervals are Student's t on per-seed statistics (:mod:`dape_core.report.intervals`), σ the SD of one seed's
   statistic pooled over the grid's methods in the check's own setting — dataset, size, training length and budget
   (:mod:`dape_core.report.seed_noise`), causal and leaky (no-tril) runs apart —, or the grid's largest for that statistic where the setting has one seed
@@ -66,7 +70,7 @@ import pandas as pd
 
 from dape_core.report import che_check, lm_checks, sink_check, timing_check
 from dape_core.report.che_check import PERMUTATION_INVARIANT
-from dape_core.report.claim_context import Context, rows_text
+from dape_core.report.claim_context import Context, jointly, public, rows_text
 from dape_core.report.claim_costs import run_costs, what_decides
 from dape_core.report.claims_markdown import claims_markdown
 from dape_core.report.intervals import CONFIRMED, MARKS, NOT_RUN, REFUTED, UNDECIDED, combine
@@ -244,7 +248,9 @@ CLAIMS: tuple[Claim, ...] = (
           f"bootstrap over seeds and, within a seed, over the evaluated OOD lengths (each the accuracy of its "
           f"samples; per-sample accuracies are not stored), paired by length. A task is won when the interval is "
           f"≥ {100 * CHE_MARGIN:g} point, lost when it is < 0. CONFIRMED when more than half of the evaluated "
-          f"tasks are won, REFUTED when the tasks not lost are at most half, UNDECIDED otherwise.",
+          f"tasks are won, REFUTED when the tasks not lost are at most half, UNDECIDED otherwise; of n tasks, j "
+          f"decide (⌊n/2⌋ + 1 won, ⌈n/2⌉ lost), so each task's interval is read at 1 − 0.05·j/n for that side "
+          f"(at most as many false verdicts as one 95 % interval).",
           che_check.che_beats_kerple, needs=("che",), thresholds=dict(margin=CHE_MARGIN)),
     Claim("sink_stronger_with_dape1x3", "App. K",
           "DAPE1x3 shows a stronger attention sink than DAPE.",
@@ -296,15 +302,14 @@ def evaluate_claims(lm: pd.DataFrame | None, timing: pd.DataFrame | None = None,
     for claim in claims:
         if claim_ids is not None and claim.claim_id not in claim_ids:
             continue
-        checks = claim.check(ctx, claim.thresholds)
+        checks = jointly(claim.check(ctx, claim.thresholds))
         verdict = combine([c["verdict"] for c in checks])
         if not checks:
             summary, basis = "no rows for this check (" + ", ".join(claim.needs) + ")", ""
         else:
             summary = "; ".join(f"{MARKS[c['verdict']]} {c['text']}" for c in checks)
             basis = "; ".join(dict.fromkeys(c["basis"] for c in checks if c.get("basis")))
-        numbers = {f"{i}: {c['text'].split(':')[0]}": {k: v for k, v in c.items() if k != "text"}
-                   for i, c in enumerate(checks)}
+        numbers = {f"{i}: {c['text'].split(':')[0]}": public(c) for i, c in enumerate(checks)}
         noise = "; ".join(dict.fromkeys(f"σ {c['seed_sd']:.3g} (ν {c['seed_df']:.3g})" for c in checks
                                         if c.get("seed_sd") is not None))
         record = {"claim_id": claim.claim_id, "section": claim.section, "statement": claim.statement,

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Callable, Sequence
 
@@ -102,12 +102,17 @@ class Interval:
     n_rows: int  # rows (windows, lengths, sequences) per seed, the fewest over seeds; 1 without per-row data
     unit_sd: float = math.nan  # σ: SD of one seed's statistic; nan when unknown
     seed_noise: SeedNoise | None = None  # the σ the interval used (own spread included)
+    #: the same interval at the Bonferroni level over m comparisons, where it is not a t-interval on its own scale
+    #: (a mapped or a bootstrap interval; :func:`simultaneous`)
+    widened: Callable[[float], Interval] | None = field(default=None, compare=False, repr=False)
 
     def map(self, f: Callable[[float], float]) -> Interval:
         """The same interval through an increasing function (e.g. log-ratio → relative gain); ``unit_sd`` through
-        its slope at the estimate (the delta method); ``seed_noise`` stays on the scale it was estimated on."""
+        its slope at the estimate (the delta method); ``seed_noise`` stays on the scale it was estimated on, and
+        :func:`simultaneous` widens it there."""
         return Interval(f(self.estimate), f(self.low), f(self.high), self.basis, self.n_seeds, self.n_rows,
-                        self.unit_sd * _slope(f, self.estimate), self.seed_noise)
+                        self.unit_sd * _slope(f, self.estimate), self.seed_noise,
+                        lambda comparisons: simultaneous(self, comparisons).map(f))
 
     def scope(self) -> str:
         """"paired t, …: 2 seeds × 64 windows" for the text of a check."""
@@ -244,12 +249,15 @@ def median_ratio_draws(a: np.ndarray, b: np.ndarray, rng: np.random.Generator,
     return np.median(a[pick], axis=1) / np.median(b[pick], axis=1)
 
 
-def percentile(estimate: float, draws: np.ndarray, label: str, n: int, n_rows: int = 1) -> Interval:
-    """The central ``LEVEL`` percentile interval of bootstrap ``draws`` (conservative order statistics)."""
-    alpha = (1 - LEVEL) / 2
+def percentile(estimate: float, draws: np.ndarray, label: str, n: int, n_rows: int = 1,
+               comparisons: float = 1) -> Interval:
+    """The central percentile interval of bootstrap ``draws`` (conservative order statistics) at ``LEVEL``, or
+    with ``comparisons`` m at the Bonferroni level 1 − 0.05 / m."""
+    alpha = (1 - LEVEL) / (2 * max(1.0, comparisons))
     low = float(np.quantile(draws, alpha, method="lower"))
     high = float(np.quantile(draws, 1 - alpha, method="higher"))
-    return Interval(estimate, low, high, label, n, n_rows, float(np.std(draws)) * math.sqrt(max(n, 1)))
+    return Interval(estimate, low, high, label, n, n_rows, float(np.std(draws)) * math.sqrt(max(n, 1)),
+                    widened=lambda m: percentile(estimate, draws, label, n, n_rows, max(1.0, comparisons) * m))
 
 
 def decide(iv: Interval, *, side: int, confirm: float, refute: float) -> str:
@@ -264,13 +272,19 @@ def decide(iv: Interval, *, side: int, confirm: float, refute: float) -> str:
     return CONFIRMED if high <= confirm and high < refute else REFUTED if low > refute else UNDECIDED
 
 
-def simultaneous(iv: Interval, comparisons: int) -> Interval:
+def simultaneous(iv: Interval, comparisons: float) -> Interval:
     """``iv`` widened to the Bonferroni level 1 − 0.05 / ``comparisons`` (Dunn, *JASA* 56, 1961): of that many
     intervals, all cover their true values with probability ≥ 95 %, so "some interval lies above the threshold"
     decides two identical methods at most 5 % of the time. A t-interval's half-widths scale by t_{ν,1−0.025/m} /
-    t_{ν,0.975}; a point, an unbounded interval or one without a seed-noise estimate is returned as it is."""
+    t_{ν,0.975}; a mapped interval is widened on the scale its noise was estimated on and mapped again, a bootstrap
+    interval reads its draws' quantiles at that level; a point, an unbounded interval or one without a seed-noise
+    estimate is returned as it is. ``comparisons`` may be fractional (:func:`level_for`)."""
+    if comparisons <= 1 or iv.basis == POINT or not (np.isfinite(iv.low) and np.isfinite(iv.high)):
+        return iv
+    if iv.widened is not None:
+        return iv.widened(comparisons)
     noise = iv.seed_noise
-    if comparisons <= 1 or noise is None or iv.basis == POINT or not (np.isfinite(iv.low) and np.isfinite(iv.high)):
+    if noise is None:
         return iv
     scale = t_quantile(noise.df, 1 - (1 - LEVEL) / (2 * comparisons)) / t_quantile(noise.df)
     return replace(iv, low=iv.estimate - (iv.estimate - iv.low) * scale,
@@ -311,8 +325,17 @@ def seeds_to_decide(iv: Interval, *, side: int, confirm: float, refute: float,
     return None, f"> {MAX_SEEDS} (towards {towards})"
 
 
+def level_for(needed: int, of: int) -> float:
+    """The comparisons m at which each of ``of`` intervals is read when ``needed`` of them make a verdict: each at
+    1 − 0.05 · needed / of. By Markov's inequality on the count of false decisions, P(≥ j of n) ≤ n · α / j, so j
+    of n decide two identical methods at most as often as one interval at 95 % does: j = 1 is Bonferroni's "any of
+    n", j = n the intersection "all of n" at the plain level."""
+    return of / max(1, needed)
+
+
 def combine(verdicts: Sequence[str]) -> str:
-    """A claim of several checks: CONFIRMED when all are, REFUTED when any is, else UNDECIDED; NOT-RUN when none."""
+    """A claim of several checks: CONFIRMED when all are, REFUTED when any is, else UNDECIDED; NOT-RUN when none
+    (its checks' REFUTED read at the Bonferroni level over them: :func:`~dape_core.report.claim_context.jointly`)."""
     if not verdicts:
         return NOT_RUN
     if any(v == REFUTED for v in verdicts):

@@ -94,12 +94,13 @@ def explode_bounded(ctx: Context, t: Mapping) -> list[dict]:
                     f"{interval_text(ratio, fmt)}")
             rule = (dict(side=1, confirm=t["explodes"], refute=t["bounded"]) if kind == "explodes"
                     else dict(side=-1, confirm=t["bounded"], refute=t["explodes"]))
-            if any(np.isinf(u).any() for u in units):  # a diverged run's growth is undefined: it is not bounded
+            diverged = any(np.isinf(u).any() for u in units)
+            if diverged:  # a diverged run's growth is undefined: it is not bounded
                 verdict, text = (REFUTED if kind == "bounded" else UNDECIDED), f"{label}: {method} diverged"
             else:
                 verdict = decide(ratio, **rule)
-            checks.append(record(verdict, text, ratio, rule, runs_of(rows), method=method, kind=kind,
-                                  ratio=ratio.estimate, ratio_low=ratio.low, ratio_high=ratio.high))
+            checks.append(record(verdict, text, ratio, rule, runs_of(rows), fact=diverged, show=fmt, method=method,
+                                  kind=kind, ratio=ratio.estimate, ratio_low=ratio.low, ratio_high=ratio.high))
     return checks if seen == {"NoPE", "RoPE", "ALiBi", "Kerple"} else []
 
 
@@ -136,8 +137,8 @@ def leakage(ctx: Context, t: Mapping) -> list[dict]:
         verdict = CONFIRMED if collapsed else by_ratio
         text = (f"{label}: no-tril ppl {fmt(absolute.estimate)}{interval_text(absolute, fmt)}, no-tril / tril "
                 f"{ratio.estimate:.3f}{interval_text(ratio, lambda x: f'{x:.3f}')} at ×1")
-        out.append(record(verdict, text, ratio, rule, runs_of(tril, leak), ratio=ratio.estimate, ratio_low=ratio.low,
-                           ratio_high=ratio.high,
+        out.append(record(verdict, text, ratio, rule, runs_of(tril, leak), show=lambda x: f"{x:.3f}",
+                           ratio=ratio.estimate, ratio_low=ratio.low, ratio_high=ratio.high,
                            no_tril_ppl=absolute.estimate, no_tril_ppl_high=absolute.high,
                            tril_ppl=geometric_mean(tril, lengths)))
     return out
@@ -231,7 +232,8 @@ def _equal_tokens(ctx: Context, kind: str, thresholds: Mapping) -> list[dict]:
                 verdict = decide(ratio, **rule)
                 text = (f"{label}: train {t} vs {lmax} at eval {lmax}: ppl ratio {ratio.estimate:.3f}"
                         f"{interval_text(ratio, lambda x: f'{x:.3f}')}")
-                out.append(record(verdict, text, ratio, rule, runs_of(longest, shorter), train_len=t, longest=lmax,
+                out.append(record(verdict, text, ratio, rule, runs_of(longest, shorter), show=lambda x: f"{x:.3f}",
+                                   train_len=t, longest=lmax,
                                    ratio=ratio.estimate, ratio_low=ratio.low, ratio_high=ratio.high))
         else:
             short = g[g["train_len"] == l0]
