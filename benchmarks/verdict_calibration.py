@@ -267,17 +267,11 @@ def che_claim_cell(task: tuple) -> dict:
     regime, tasks, n, trials, power_trials, seed = task
     rng = cell_rng(seed, "CHE claim", regime, tasks, n)
     seed_sd, inter_sd = CHE_REGIMES[regime]
-    rate, se = _rate(sum(che_claim_trial(rng, n, seed_sd, inter_sd, 0.0, tasks) for _ in range(trials)), trials)
-    row = {"basis": f"claim: CHE on {tasks} tasks (CONFIRMED when more than half are won, REFUTED when at least "
-                    "half are lost; each task at 1 − 0.05·j/n)", "per_window_data": False, "regime": regime,
-           "seeds": n, "sigma_from": f"{2 * tasks} cells' seeds" if n >= 2 else "none (n = 1)", "trials": trials,
-           "false_decisions": rate, "false_decisions_se": se}
-    if power_trials:
-        unit = math.sqrt(2) * inter_sd  # SD of one seed's paired difference
-        row["power_at_2_sd"], row["power_se"] = _rate(
-            sum(che_claim_trial(rng, n, seed_sd, inter_sd, 2 * unit, tasks) for _ in range(power_trials)),
-            power_trials)
-    return row
+    return rule_row(lambda shift: che_claim_trial(rng, n, seed_sd, inter_sd, shift, tasks), trials, power_trials,
+                    math.sqrt(2) * inter_sd,  # SD of one seed's paired difference
+                    basis=f"claim: CHE on {tasks} tasks (CONFIRMED when more than half are won, REFUTED when at "
+                          "least half are lost; each task at 1 − 0.05·j/n)", regime=regime, seeds=n,
+                    sigma_from=f"{2 * tasks} cells' seeds" if n >= 2 else "none (n = 1)")
 
 
 def che_rows(trials: int, rng, seeds=(1, 2, 3), power: bool = True) -> list[dict]:
@@ -308,28 +302,38 @@ KERNEL_REGIMES = {  # (run × seed SD, run × seed × length SD) of a run's log 
 KERNEL_METHODS = {k: "DAPE-Kerple" if k == 1 else f"DAPE1x{k}-Kerple" for k in KERNELS}
 
 
-def kernel_table(rng, n: int, run_sd: float, length_sd: float, shift: float = 0.0) -> pd.DataFrame:
-    """Rows of lm_results.csv: the kernel sweep (DAPE-Kerple with kernels 1, 3, 5, 7; role kernel_sweep; 600 steps)
-    at ×1 … ×16, n seeds, kernel 3 moved by ``shift`` in log perplexity at every length; with one seed also the grid
-    its seed noise is borrowed from (7 runs × 2 seeds at 1200 steps, role central, the same noise)."""
-    level = {m: math.log(10.0) + 0.2 * math.log2(m) for m in KERNEL_MULTIPLES}
+def sweep_table(rng, role: str, runs: dict, n: int, run_sd: float, length_sd: float, moved, shift: float,
+                multiples) -> pd.DataFrame:
+    """Rows of lm_results.csv of one simulated setting (role ``role``, 600 steps, T 32) with the runs ``runs``
+    (method → kernel size) at the ``multiples``, n seeds: a run's log perplexity at a length = level + seed effect
+    (shared by the runs of a seed: one batch stream) + run × seed effect + run × seed × length noise, the methods
+    ``moved(method)`` better by ``shift``; with one seed also the grid its seed noise is borrowed from (7 runs × 2
+    seeds at 1200 steps, role central, the same noise)."""
+    level = {m: math.log(10.0) + 0.2 * math.log2(m) for m in multiples}
     rows = []
 
-    def add(role: str, steps: int, runs: dict, seeds: int, moved: str | None):
-        seed_effect = rng.normal(0.0, 0.05, seeds)  # shared by the runs of a seed: one batch stream
+    def add(role: str, steps: int, runs: dict, seeds: int, moved):
+        seed_effect = rng.normal(0.0, 0.05, seeds)
         for method, kernel in runs.items():
             for s in range(seeds):
-                run_effect = seed_effect[s] + rng.normal(0.0, run_sd) - (shift if method == moved else 0.0)
-                for m in KERNEL_MULTIPLES:
+                run_effect = seed_effect[s] + rng.normal(0.0, run_sd) - (shift if moved(method) else 0.0)
+                for m in multiples:
                     rows.append((f"{method}-S{steps}", role, kernel, steps, s, method, m * KERNEL_TRAIN_LEN,
                                  math.exp(level[m] + run_effect + rng.normal(0.0, length_sd))))
 
-    add("kernel_sweep", 600, {method: k for k, method in KERNEL_METHODS.items()}, n, KERNEL_METHODS[3])
+    add(role, 600, runs, n, moved)
     if n == 1:
-        add("central", 1200, {f"M{i}": 1 for i in range(R)}, 2, None)
+        add("central", 1200, {f"M{i}": 1 for i in range(R)}, 2, lambda method: False)
     df = pd.DataFrame(rows, columns=["run", "roles", "kernel_size", "steps", "seed", "method", "eval_len", "ppl"])
     return df.assign(families="f", dataset="code", encoding="kerple", processor="dape_v2", dape_width=32, tril=True,
                      size="small", train_len=KERNEL_TRAIN_LEN, batch_size=16, status="ok")
+
+
+def kernel_table(rng, n: int, run_sd: float, length_sd: float, shift: float = 0.0) -> pd.DataFrame:
+    """The kernel sweep (DAPE-Kerple with kernels 1, 3, 5, 7; role kernel_sweep) at ×1 … ×16 (:func:`sweep_table`),
+    kernel 3 moved by ``shift``."""
+    return sweep_table(rng, "kernel_sweep", {method: k for k, method in KERNEL_METHODS.items()}, n, run_sd,
+                       length_sd, lambda method: method == KERNEL_METHODS[3], shift, KERNEL_MULTIPLES)
 
 
 def kernel_trial(rng, n: int, run_sd: float, length_sd: float, shift: float) -> bool:
@@ -342,22 +346,29 @@ def kernel_trial(rng, n: int, run_sd: float, length_sd: float, shift: float) -> 
     return check["verdict"] != UNDECIDED
 
 
+def rule_row(decided, trials: int, power_trials: int, unit: float, **cell) -> dict:
+    """A row of a rule simulated through its own check: ``decided(shift)`` one trial; the false-decision rate over
+    ``trials`` null trials and the power at 2 ``unit`` over ``power_trials``, with their Monte-Carlo SEs."""
+    rate, se = _rate(sum(decided(0.0) for _ in range(trials)), trials)
+    row = {"basis": cell["basis"], "per_window_data": False, "regime": cell["regime"], "seeds": cell["seeds"],
+           "sigma_from": cell["sigma_from"], "trials": trials, "false_decisions": rate, "false_decisions_se": se}
+    if power_trials:
+        row["power_at_2_sd"], row["power_se"] = _rate(sum(decided(2 * unit) for _ in range(power_trials)),
+                                                      power_trials)
+    return row
+
+
 def kernel_cell(task: tuple) -> dict:
     """One row of the kernel-size rule: a regime × seed count, ``trials`` null trials (and power trials)."""
     regime, n, trials, power_trials, seed = task
     rng = cell_rng(seed, "kernel", regime, n)
     run_sd, length_sd = KERNEL_REGIMES[regime]
     comparisons = (len(KERNELS) - 1) * len(KERNEL_MULTIPLES)
-    rate, se = _rate(sum(kernel_trial(rng, n, run_sd, length_sd, 0.0) for _ in range(trials)), trials)
-    row = {"basis": f"kernel size (a smaller kernel against the largest at each length, Bonferroni over "
-                    f"{comparisons})", "per_window_data": False, "regime": regime, "seeds": n,
-           "sigma_from": "a borrowed 7 × 2 grid" if n == 1 else f"its setting's {len(KERNELS)} × {n} grid",
-           "trials": trials, "false_decisions": rate, "false_decisions_se": se}
-    if power_trials:
-        unit = math.sqrt(run_sd ** 2 + length_sd ** 2)  # SD of one run × seed's statistic at one length
-        row["power_at_2_sd"], row["power_se"] = _rate(
-            sum(kernel_trial(rng, n, run_sd, length_sd, 2 * unit) for _ in range(power_trials)), power_trials)
-    return row
+    return rule_row(lambda shift: kernel_trial(rng, n, run_sd, length_sd, shift), trials, power_trials,
+                    math.hypot(run_sd, length_sd),  # SD of one run × seed's statistic at one length
+                    basis=f"kernel size (a smaller kernel against the largest at each length, Bonferroni over "
+                          f"{comparisons})", regime=regime, seeds=n,
+                    sigma_from="a borrowed 7 × 2 grid" if n == 1 else f"its setting's {len(KERNELS)} × {n} grid")
 
 
 def kernel_rows(trials: int, seed: int, seeds=SEEDS, power_trials: int = 0, jobs: int = 1) -> list[dict]:
@@ -370,28 +381,11 @@ CLAIM_MULTIPLES = (1, 2, 4, 8)
 
 
 def claim_table(rng, n: int, run_sd: float, length_sd: float, shift: float = 0.0) -> pd.DataFrame:
-    """Rows of lm_results.csv for ``dape1x3_improves_additive``: X and DAPE1x3-X for ALiBi, Kerple and FIRE (role
-    every_encoding, 600 steps) at ×1 … ×8, n seeds, every DAPE1x3-X moved by ``shift`` in log perplexity; with one
-    seed also the grid its seed noise is borrowed from (7 runs × 2 seeds at 1200 steps, role central)."""
-    level = {m: math.log(10.0) + 0.2 * math.log2(m) for m in CLAIM_MULTIPLES}
-    rows = []
-
-    def add(role: str, steps: int, methods, seeds: int):
-        seed_effect = rng.normal(0.0, 0.05, seeds)  # shared by the runs of a seed: one batch stream
-        for method in methods:
-            moved = shift if method.startswith("DAPE1x3-") else 0.0
-            for s in range(seeds):
-                run_effect = seed_effect[s] + rng.normal(0.0, run_sd) - moved
-                for m in CLAIM_MULTIPLES:
-                    rows.append((f"{method}-S{steps}", role, steps, s, method, m * KERNEL_TRAIN_LEN,
-                                 math.exp(level[m] + run_effect + rng.normal(0.0, length_sd))))
-
-    add("every_encoding", 600, [f"{p}{e}" for e in CLAIM_ENCODINGS for p in ("", "DAPE1x3-")], n)
-    if n == 1:
-        add("central", 1200, [f"M{i}" for i in range(R)], 2)
-    df = pd.DataFrame(rows, columns=["run", "roles", "steps", "seed", "method", "eval_len", "ppl"])
-    return df.assign(families="f", dataset="code", encoding="kerple", processor="dape_v2", dape_width=32,
-                     kernel_size=3, tril=True, size="small", train_len=KERNEL_TRAIN_LEN, batch_size=16, status="ok")
+    """The runs of ``dape1x3_improves_additive``: X and DAPE1x3-X for ALiBi, Kerple and FIRE (role every_encoding) at
+    ×1 … ×8 (:func:`sweep_table`), every DAPE1x3-X moved by ``shift``."""
+    runs = {f"{prefix}{encoding}": 3 if prefix else 1 for encoding in CLAIM_ENCODINGS for prefix in ("", "DAPE1x3-")}
+    return sweep_table(rng, "every_encoding", runs, n, run_sd, length_sd,
+                       lambda method: method.startswith("DAPE1x3-"), shift, CLAIM_MULTIPLES)
 
 
 def claim_trial(rng, n: int, run_sd: float, length_sd: float, shift: float) -> bool:
@@ -413,16 +407,11 @@ def claim_cell(task: tuple) -> dict:
     rng = cell_rng(seed, "claim", regime, n)
     run_sd, length_sd = KERNEL_REGIMES[regime]
     checks = 2 * len(CLAIM_ENCODINGS)
-    rate, se = _rate(sum(claim_trial(rng, n, run_sd, length_sd, 0.0) for _ in range(trials)), trials)
-    row = {"basis": f"claim of {checks} checks (CONFIRMED when all are at 95 %, REFUTED when any is at the "
-                    f"Bonferroni level over {checks})", "per_window_data": False, "regime": regime, "seeds": n,
-           "sigma_from": "a borrowed 7 × 2 grid" if n == 1 else f"its setting's {checks} × {n} grid",
-           "trials": trials, "false_decisions": rate, "false_decisions_se": se}
-    if power_trials:
-        unit = math.sqrt(2 * run_sd ** 2 + 2 * length_sd ** 2)  # SD of one seed's paired difference at ×1
-        row["power_at_2_sd"], row["power_se"] = _rate(
-            sum(claim_trial(rng, n, run_sd, length_sd, 2 * unit) for _ in range(power_trials)), power_trials)
-    return row
+    return rule_row(lambda shift: claim_trial(rng, n, run_sd, length_sd, shift), trials, power_trials,
+                    math.sqrt(2 * run_sd ** 2 + 2 * length_sd ** 2),  # SD of one seed's paired difference at ×1
+                    basis=f"claim of {checks} checks (CONFIRMED when all are at 95 %, REFUTED when any is at the "
+                          f"Bonferroni level over {checks})", regime=regime, seeds=n,
+                    sigma_from="a borrowed 7 × 2 grid" if n == 1 else f"its setting's {checks} × {n} grid")
 
 
 CHE_CLAIM_TASKS = (2, 12)  # the default's and decisive configurations' CHE family, and the paper's Table 6
