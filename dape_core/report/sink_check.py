@@ -75,7 +75,8 @@ def sink_stronger(ctx: Context, t: Mapping) -> list[dict]:
                 f"{b['sink_mass'].mean():.3f}, ratio {ratio.estimate:.2f}"
                 f"{interval_text(ratio, lambda x: f'{x:.2f}')} ({n_a} vs {n_b} runs)")
         runs = [str(r) for r in (*a[run], *b[run])] if run == "run" else []
-        out.append(record(verdict, text, ratio, rule, sorted(set(runs)), show=lambda x: f"{x:.2f}", eval_len=int(length),
+        out.append(record(verdict, text, ratio, rule, sorted(set(runs)), show=lambda x: f"{x:.2f}",
+                           eval_len=int(length),
                            dape1x3=float(a["sink_mass"].mean()), dape=float(b["sink_mass"].mean()),
                            ratio=ratio.estimate, ratio_low=ratio.low, ratio_high=ratio.high))
     return out
