@@ -145,7 +145,8 @@ def test_a_partial_rerun_keeps_the_other_rows_and_refuses_a_missing_or_cut_file(
 
 
 @pytest.mark.parametrize("option, value", [("--jobs", "0"), ("--trials", "-3"), ("--trials", "many"),
-                                           ("--kernel-trials", "0"), ("--sink-trials", "-1")])
+                                           ("--kernel-trials", "0"), ("--sink-trials", "-1"),
+                                           ("--claim-trials", "0"), ("--claim-power-trials", "x")])
 def test_a_bad_count_is_refused_with_the_option_and_the_allowed_values(option, value, capsys):
     with pytest.raises(SystemExit) as stop:
         vc.main([option, value])
