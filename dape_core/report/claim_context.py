@@ -298,11 +298,11 @@ def jointly(checks: list[dict]) -> list[dict]:
                 c.update(verdict=UNDECIDED, text=f"{c['_head']} → {UNDECIDED} ({REFUTED} at 95 % alone, not at "
                                                   f"{level}: {shown}){c['_scope']}")
         if c["verdict"] == UNDECIDED and len(judged) == 1 and "_runs" in c:  # a check of seeds (not of rounds)
-            iv, rule = judged[0]
-            needed, why = seeds_to_decide(iv, **rule)
-            if f"towards {REFUTED}" in why:
+            iv, rule = judged[0]  # record() sized an open check at 95 %; a demoted one has no size yet
+            heading = c.get("seeds_needed_text") or seeds_to_decide(iv, **rule)[1]
+            if f"towards {REFUTED}" in heading:
                 needed, why = seeds_to_decide(iv, **rule, comparisons=m)
-            c.update(seeds_needed=needed, seeds_needed_text=why, runs=c.get("runs", c["_runs"]))
+                c.update(seeds_needed=needed, seeds_needed_text=why, runs=c.get("runs", c["_runs"]))
         out.append(c)
     return out
 
