@@ -42,13 +42,14 @@ from dape_core.dape import ScoreProcessor
 from dape_core.encodings import PositionalEncoding
 from dape_core.errors import require_choice
 from dape_core.implementations.blocked import blocked_scores
+from dape_core.implementations.fused import attend_fused
 from dape_core.implementations.materialized import attend_materialized, autocast_dtype
 from dape_core.positions import consecutive
 
 DEFAULT_CHUNK_BYTES = 16 * 2**20  # one chunk's [batch, H, rows, T] fp32 scores on the fast path
 ACCELERATOR_SCORE_BYTES = 2**30  # one SDPA call's [batch, H, rows, T] scores on the accelerator path
 MIN_CHUNK_ROWS = 64  # fewer query rows make q·kᵀ a memory-bound, matrix-vector-like product
-PATHS = ("plain", "fast", "materialized")  # the resolved values of ``attention_impl``
+PATHS = ("plain", "fast", "materialized", "fused")  # the resolved values of ``attention_impl``
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,9 @@ def attend(
     require_choice("attention_impl", attention_impl, PATHS)
     q, k = encoding.rotate(q, k, positions, positions)
     n = q.shape[2]
+    attention_impl = _unfused(attention_impl, processor, dropout_p)
+    if processor is not None and attention_impl == "fused":
+        return attend_fused(q, k, v, encoding=encoding, processor=processor, positions=positions, causal=causal)
     if processor is not None and attention_impl == "materialized":
         return attend_materialized(
             q, k, v, encoding=encoding, processor=processor, positions=positions, causal=causal,
@@ -151,11 +155,15 @@ def attend_causal(
         return attend(q, k, v, causal=True, query_chunk_size=query_chunk_size, attention_impl=attention_impl,
                       dape_dtype=dape_dtype, **kwargs)
     q, k = encoding.rotate(q, k, positions[row_offset:], positions)
-    if key_mask is not None:  # the plain path: the blocked and materialized forms take no key mask
+    attention_impl = _unfused(attention_impl, processor, dropout_p)
+    if key_mask is not None:  # the plain path: the blocked, materialized and fused forms take no key mask
         chunk = query_chunk_size or auto_chunk_rows(q.shape[0], q.shape[1], n_keys)
         return _by_row_chunks(
             lambda r0, r1: _attend_rows_masked(q[:, :, r0:r1], k, v, row_offset + r0, key_mask[..., r0:r1, :],
                                                **kwargs), n, chunk)
+    if processor is not None and attention_impl == "fused":
+        return attend_fused(q, k, v, encoding=encoding, processor=processor, positions=positions, causal=True,
+                            row_offset=row_offset)
     if processor is not None and attention_impl == "materialized":
         return _attend_materialized_rows(q, k, v, row_offset, chunk=query_chunk_size, dape_dtype=dape_dtype, **kwargs)
     if processor is not None and attention_impl == "fast":
@@ -165,6 +173,14 @@ def attend_causal(
     chunk = query_chunk_size or n
     return _by_row_chunks(lambda r0, r1: _attend_rows(q[:, :, r0:r1], k, v, row_offset + r0, causal=True,
                                                       fast_path=attention_impl != "plain", **kwargs), n, chunk)
+
+
+def _unfused(attention_impl: str, processor, dropout_p: float) -> str:
+    """The path that runs for ``fused``: the fused kernel with a processor and no attention dropout, else the
+    materialized path (SDPA without a processor; the kernel has no dropout)."""
+    if attention_impl == "fused" and (processor is None or dropout_p > 0):
+        return "materialized"
+    return attention_impl
 
 
 def removes_past_keys(key_mask: torch.Tensor, row_offset: int, n_keys: int) -> bool:

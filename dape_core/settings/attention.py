@@ -17,7 +17,7 @@ from dape_core.settings.fields import check_choices, setting
 
 PROCESSORS = ("none", "dape_v1", "dape_v2")
 PADDINGS = ("same", "causal")
-ATTENTION_IMPLS = ("auto", "fast", "plain", "materialized")
+ATTENTION_IMPLS = ("auto", "fast", "plain", "materialized", "fused")
 DAPE_DTYPES = ("float32", "bfloat16")
 
 
@@ -38,7 +38,8 @@ class AttentionSettings:
     attention_impl: str = setting("auto", choices=ATTENTION_IMPLS,
                                   help="auto: fast on a CPU, materialized on an accelerator; fast: the blocked "
                                        "DAPE path (CPU); plain: the paper's materialised form; materialized: that "
-                                       "form per chunk of query rows, few kernel launches (GPU)")
+                                       "form per chunk of query rows, few kernel launches (GPU); fused: one Triton "
+                                       "kernel per pass, no [batch, H, T, T] tensor (GPU, the gpu extra)")
     dape_dtype: str = setting("float32", choices=DAPE_DTYPES, help="precision of DAPE's GEMMs on the fast path")
     recompute_scores: bool | None = setting(None, help="materialized path: recompute each query chunk's score "
                                                        "pipeline in the backward pass instead of keeping its "

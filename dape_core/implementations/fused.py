@@ -1,0 +1,310 @@
+"""The fused path of DAPE attention (``attention_impl: fused``): softmax(mask(A + B + f(tril([A; B])))) · V (eq. 5)
+in one Triton kernel per pass (:mod:`dape_core.implementations.fused_kernel`), with no [batch, H, T, T] tensor in
+the forward or the backward pass. Equals the reference (``ScoreProcessor.forward`` inside the plain path) on
+outputs and on the gradients of q, k, v, the encoding's parameters and both layers of the processor; the tests
+prove it under Triton's CPU interpreter (``TRITON_INTERPRET=1``).
+
+The encoding's bias reaches the kernel in one of three forms (:func:`bias_form`):
+
+* ``none`` — an encoding without a bias (NoPE, RoPE): C = H (eq. 4);
+* ``table`` — a relative bias (ALiBi, Kerple, T5) at consecutive positions: B[i, j] = φ(i − j), read from a
+  [H, 2·Tk − 1] table that the encoding computes through its own ``bias`` at canonical positions, so its
+  parameters get their gradients by autograd through that call; the kernel returns the table's gradient (dB
+  summed along diagonals);
+* ``tensor`` — any other bias (FIRE's [H, T, T], CoPE's and Transformer-XL's [batch, H, T, T], a relative bias at
+  non-consecutive positions), read per tile; its gradient is a tensor of the bias's size summed over the batch
+  where the bias has none, so these encodings keep a memory quadratic in T (their bias itself is).
+
+Dropout inside attention is not part of the kernel: with ``dropout_p`` > 0 the layer takes the materialized path
+(:func:`dape_core.attention.attend` says so).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from dape_core.dape import ScoreProcessor
+from dape_core.encodings import PositionalEncoding
+from dape_core.errors import ConfigError
+from dape_core.implementations.blocked import gemm_weights
+from dape_core.positions import consecutive
+
+MIN_DOT = 16  # the smallest dimension tl.dot takes: heads, D_DAPE and the head size are padded to it
+BIAS_FORMS = ("none", "table", "tensor")
+DOT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+@dataclass(frozen=True)
+class FusedTiles:
+    """The kernel's tile sizes: ``block_rows`` query rows per program item (BM), ``key_tile`` columns per wide key
+    tile (W, a power of two, raised to fit 4·(k − 1) + 8 columns), ``programs`` persistent programs (None: four
+    per streaming multiprocessor on CUDA, at most 8 elsewhere)."""
+
+    block_rows: int = 16
+    key_tile: int = 64
+    programs: int | None = None
+
+    def __post_init__(self):
+        for name in ("block_rows", "key_tile"):
+            value = getattr(self, name)
+            if value < 1 or value & (value - 1):
+                raise ConfigError(f"{name}: {value} is not allowed; allowed values: powers of two")
+
+    def wide_tile(self, kernel_size: int) -> int:
+        """W: ``key_tile`` or the smallest power of two leaving 8 exact backward columns, 4·(k − 1) + 8."""
+        return max(self.key_tile, _pow2(4 * (kernel_size - 1) + 8))
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _padded(n: int) -> int:
+    return max(MIN_DOT, _pow2(n))
+
+
+@functools.lru_cache(maxsize=1)
+def _triton():
+    """The kernel module, imported on first use (Triton is the ``gpu`` extra)."""
+    try:
+        from dape_core.implementations import fused_kernel
+    except ImportError as err:  # pragma: no cover - depends on the installation
+        raise ConfigError("attention_impl: fused needs Triton (pip install -e '.[gpu]'); allowed without it: auto, "
+                          "fast, plain, materialized") from err
+    return fused_kernel
+
+
+def interpreted() -> bool:
+    """Whether Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1`` when it was imported)."""
+    import os
+
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def fused_runs_on(device: torch.device | str) -> bool:
+    """Whether the fused kernel can run on ``device``: CUDA with Triton importable, or any device's tensors on the
+    CPU under Triton's interpreter."""
+    kind = torch.device(device).type
+    try:
+        _triton()
+    except ConfigError:
+        return False
+    return kind == "cuda" or (kind == "cpu" and interpreted())
+
+
+def bias_form(encoding: PositionalEncoding, processor: ScoreProcessor, positions: torch.Tensor) -> str:
+    """How the encoding's bias reaches the kernel (module docstring): none, table or tensor."""
+    if not processor.bias_channels:
+        return "none"
+    if encoding.relative_bias and not encoding.needs_scores and positions.numel() > 1 and consecutive(positions):
+        return "table"
+    return "tensor"
+
+
+@functools.lru_cache(maxsize=32)
+def _distance_positions(n_keys: int, device: torch.device, dtype: torch.dtype):
+    """(query position [1], key positions [2·n − 1]) whose i − j at index u is u − (n − 1): the canonical
+    positions of a per-distance table (kept alive, so the geometry cache never sees their address reused)."""
+    q_pos = torch.full((1,), n_keys - 1, device=device, dtype=dtype)
+    k_pos = torch.arange(2 * n_keys - 2, -1, -1, device=device, dtype=dtype)
+    return q_pos, k_pos
+
+
+def relative_table(encoding: PositionalEncoding, q: torch.Tensor, k: torch.Tensor, n_keys: int,
+                   position_dtype: torch.dtype) -> torch.Tensor:
+    """φ(d) for d = −(n − 1) … n − 1 as [H, 2·n − 1] (index u = d + n − 1), through the encoding's own bias: a
+    relative encoding's B[i, j] at consecutive positions (ALiBi, Kerple, T5; §3, eq. 5's B)."""
+    q_pos, k_pos = _distance_positions(n_keys, q.device, position_dtype)
+    return encoding.bias(q[:, :, :1], k[:, :, :1], None, q_pos, k_pos)[:, 0, :]
+
+
+def kernel_weights(processor: ScoreProcessor, heads_padded: int, width_padded: int):
+    """(W1's A half [k, DP, HP], its B half (or None), b1 [DP], W2 [k, HP, DP], b2 [HP]) in fp32, zero-padded,
+    differentiable views of the layer's parameters (Conv1 over [A; B], Conv2; DAPE V1's MLP as k = 1)."""
+    k, heads, width = processor.kernel_size, processor.n_head, processor.dape_width
+    w1, b1, w2, b2 = gemm_weights(processor)  # W1 [D, k·C] (tap, channel); W2 [k·H, D] (tap, head)
+    channels = 2 if processor.bias_channels else 1
+    w1 = w1.float().reshape(width, k, channels, heads).permute(2, 1, 0, 3)  # [halves, k, D, H]
+    w1 = F.pad(w1, (0, heads_padded - heads, 0, width_padded - width))
+    w2 = F.pad(w2.float().reshape(k, heads, width), (0, width_padded - width, 0, heads_padded - heads))
+    b1 = F.pad(b1.float(), (0, width_padded - width))
+    b2 = F.pad(b2.float(), (0, heads_padded - heads))
+    return w1[0], (w1[1] if channels == 2 else None), b1, w2, b2
+
+
+def attend_fused(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    encoding: PositionalEncoding,
+    processor: ScoreProcessor,
+    positions: torch.Tensor,
+    causal: bool,
+    row_offset: int = 0,
+    tiles: FusedTiles | None = None,
+) -> torch.Tensor:
+    """softmax(mask(A + B + f(tril([A; B])))) · V (eq. 5) for q [batch, H, Tq, d_head] and k, v [batch, H, Tk,
+    d_head] (already rotated; query row r is key ``row_offset`` + r, ``positions`` [Tk] are the keys'), in the
+    fused kernel. Returns [batch, H, Tq, d_head] in v's dtype."""
+    if q.dtype not in DOT_DTYPES:
+        raise ConfigError(f"attention_impl: fused does not take {q.dtype} inputs; allowed dtypes: float32, bfloat16, "
+                          "float16 (use attention_impl plain or materialized)")
+    if not fused_runs_on(q.device):
+        raise ConfigError(f"attention_impl: fused runs on CUDA (or on a CPU under TRITON_INTERPRET=1), not on "
+                          f"{q.device}; allowed here: auto, fast, plain, materialized")
+    tiles = tiles or FusedTiles()
+    n_rows, n_keys = q.shape[2], k.shape[2]
+    form = bias_form(encoding, processor, positions)
+    if form == "table":
+        bias = relative_table(encoding, q, k, n_keys, positions.dtype)
+    elif form == "tensor":
+        q_pos, k_pos = positions[row_offset:row_offset + n_rows], positions
+        scores = None
+        if encoding.needs_scores:  # CoPE's gates read q·kᵀ: this encoding's bias is [batch, H, Tq, Tk] anyway
+            scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) / math.sqrt(q.shape[-1])
+        bias = encoding.bias(q, k, scores, q_pos, k_pos)
+    else:
+        bias = None
+    heads_padded, width_padded = _padded(processor.n_head), _padded(processor.dape_width)
+    w1a, w1b, b1, w2, b2 = kernel_weights(processor, heads_padded, width_padded)
+    plan = _Plan(form=form, kernel_size=processor.kernel_size, left=processor.left_padding, tril=processor.tril,
+                 causal=causal, row_offset=row_offset, heads_padded=heads_padded, width_padded=width_padded,
+                 tiles=tiles)
+    return _FusedDape.apply(q, k, v, bias, w1a, w1b, b1, w2, b2, plan)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Static settings of one fused call."""
+
+    form: str
+    kernel_size: int
+    left: int
+    tril: bool
+    causal: bool
+    row_offset: int
+    heads_padded: int
+    width_padded: int
+    tiles: FusedTiles
+
+    def programs(self, device: torch.device, items: int) -> int:
+        if self.tiles.programs:
+            return max(1, min(items, self.tiles.programs))
+        if device.type == "cuda":
+            return max(1, min(items, 4 * torch.cuda.get_device_properties(device).multi_processor_count))
+        return max(1, min(items, 8))
+
+
+def _bias_arguments(bias: torch.Tensor | None, form: str, batch: int):
+    """(pointer tensor, batch, head, row and key strides, table length) of the kernel's bias arguments."""
+    if form == "table":
+        return bias, 0, 0, 0, 0, bias.shape[-1]
+    if form == "tensor":
+        b4 = bias if bias.dim() == 4 else bias.unsqueeze(0)
+        sb, sh, si, sj = b4.stride()
+        return bias, (sb if b4.shape[0] == batch and batch > 1 else 0), sh, si, sj, 1
+    return None, 0, 0, 0, 0, 1
+
+
+def _launch_settings(plan: _Plan, q: torch.Tensor, k: torch.Tensor):
+    kt = _triton()
+    tl = kt.tl
+    dot = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}[q.dtype]
+    precision = "ieee" if q.dtype == torch.float32 else "tf32"
+    bias_code = {"none": kt.BIAS_NONE, "table": kt.BIAS_TABLE, "tensor": kt.BIAS_FULL}[plan.form]
+    return dict(HP=plan.heads_padded, DP=plan.width_padded, DHP=_padded(q.shape[-1]), BM=plan.tiles.block_rows,
+                W=plan.tiles.wide_tile(plan.kernel_size), K=plan.kernel_size, LEFT=plan.left, TRIL=plan.tril,
+                CAUSAL=plan.causal, BIAS=bias_code, DOT=dot, PRECISION=precision)
+
+
+class _FusedDape(torch.autograd.Function):
+    """The fused kernel's forward and backward passes (module docstring); gradients for q, k, v, the bias (table or
+    tensor) and the padded weights."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, bias, w1a, w1b, b1, w2, b2, plan: _Plan):
+        kt = _triton()
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        if bias is not None:
+            bias = bias.contiguous()
+        batch, heads, n_rows, head_dim = q.shape
+        n_keys = k.shape[2]
+        meta = _launch_settings(plan, q, k)
+        hp, dp, bm, wide = meta["HP"], meta["DP"], meta["BM"], meta["W"]
+        out = torch.empty(q.shape, device=q.device, dtype=v.dtype)
+        lse = torch.empty((batch, hp, n_rows), device=q.device, dtype=torch.float32)
+        items = batch * -(-n_rows // bm)
+        nprog = plan.programs(q.device, items)
+        scratch = torch.empty(nprog * (2 * hp + dp) * bm * wide, device=q.device, dtype=torch.float32)
+        bias_ptr, sb, sh, si, sj, table_len = _bias_arguments(bias, plan.form, batch)
+        w1b_arg = w1b if w1b is not None else w1a
+        kt.dape_forward_kernel[(nprog,)](
+            q, k, v, out, lse, bias_ptr if bias_ptr is not None else q, sb, sh, si, sj, table_len,
+            w1a.contiguous(), w1b_arg.contiguous(), b1.contiguous(), w2.contiguous(), b2.contiguous(), scratch,
+            1.0 / math.sqrt(head_dim), plan.row_offset, batch, n_rows, n_keys, heads, head_dim, nprog, **meta)
+        ctx.save_for_backward(q, k, v, out, lse, bias, w1a, w1b, b1, w2, b2)
+        ctx.plan = plan
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        kt = _triton()
+        q, k, v, out, lse, bias, w1a, w1b, b1, w2, b2 = ctx.saved_tensors
+        plan = ctx.plan
+        batch, heads, n_rows, head_dim = q.shape
+        n_keys = k.shape[2]
+        meta = _launch_settings(plan, q, k)
+        hp, dp, bm, wide, ks = meta["HP"], meta["DP"], meta["BM"], meta["W"], meta["K"]
+        grad_out = grad_out.contiguous()
+        delta = torch.zeros((batch, hp, n_rows), device=q.device, dtype=torch.float32)
+        delta[:, :heads] = (grad_out.float() * out.float()).sum(-1)  # δ = rowsum(dO ⊙ O)
+        bias_ptr, sb, sh, si, sj, table_len = _bias_arguments(bias, plan.form, batch)
+        bias_arg = bias_ptr if bias_ptr is not None else q
+        weights = (w1a.contiguous(), (w1b if w1b is not None else w1a).contiguous(), b1.contiguous(),
+                   w2.contiguous(), b2.contiguous())
+        scale = 1.0 / math.sqrt(head_dim)
+        slab = (3 * hp + 2 * dp) * bm * wide
+
+        grad_k = torch.empty_like(k)
+        grad_v = torch.empty_like(v)
+        stride = wide - 4 * (ks - 1)
+        nprog_kv = plan.programs(q.device, batch * -(-n_keys // stride))
+        scratch = torch.empty(nprog_kv * slab, device=q.device, dtype=torch.float32)
+        kt.dape_backward_kv_kernel[(nprog_kv,)](
+            q, k, v, grad_out, lse, delta, grad_k, grad_v, bias_arg, sb, sh, si, sj, table_len, *weights, scratch,
+            scale, plan.row_offset, batch, n_rows, n_keys, heads, head_dim, nprog_kv, **meta)
+
+        extent = _pow2(bm + wide - 1)
+        nprog_q = plan.programs(q.device, batch * -(-n_rows // bm))
+        scratch = torch.empty(nprog_q * (slab + hp * bm * extent), device=q.device, dtype=torch.float32)
+        part_size = ks * hp * dp + hp + 2 * ks * dp * hp + dp
+        partial = torch.zeros((nprog_q, part_size), device=q.device, dtype=torch.float32)
+        bias_grad = bias is not None and ctx.needs_input_grad[3]
+        if bias_grad and plan.form == "table":
+            grad_bias = torch.zeros((nprog_q, hp, table_len), device=q.device, dtype=torch.float32)
+        elif bias_grad:
+            grad_bias = torch.zeros((batch, heads, n_rows, n_keys), device=q.device, dtype=torch.float32)
+        else:
+            grad_bias = partial  # not written
+        grad_q = torch.empty_like(q)
+        kt.dape_backward_q_kernel[(nprog_q,)](
+            q, k, v, grad_out, lse, delta, grad_q, grad_bias, bias_arg, sb, sh, si, sj, table_len, *weights, scratch,
+            partial, part_size, scale, plan.row_offset, batch, n_rows, n_keys, heads, head_dim, nprog_q,
+            E=extent, BIAS_GRAD=bias_grad, **meta)
+
+        sums = partial.sum(0)
+        sizes = (ks * hp * dp, hp, ks * dp * hp, ks * dp * hp, dp)
+        g_w2, g_b2, g_w1a, g_w1b, g_b1 = torch.split(sums, sizes)
+        g_bias = None
+        if bias_grad and plan.form == "table":
+            g_bias = grad_bias.sum(0)[:heads].to(bias.dtype)
+        elif bias_grad:
+            g_bias = (grad_bias.sum(0) if bias.dim() == 3 else grad_bias).reshape(bias.shape).to(bias.dtype)
+        return (grad_q, grad_k, grad_v, g_bias, g_w1a.view(ks, dp, hp), g_w1b.view(ks, dp, hp) if w1b is not None
+                else None, g_b1, g_w2.view(ks, hp, dp), g_b2, None)
