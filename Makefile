@@ -26,9 +26,11 @@ install: $(BIN)/python
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install -q -e .
 
+# The interpreter extra (Triton for the fused kernels' CPU tests) on a CPU build of torch only: a CUDA build pins
+# its own Triton, which runs the same kernels on the GPU.
 install-test: $(BIN)/python
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e '.[test,slurm]'
+	$(BIN)/python -m pip install -q -e ".[test,slurm$$($(BIN)/python -c 'import torch; print("" if torch.version.cuda else ",interpreter")')]"
 
 test: install-test
 	$(BIN)/python -m pytest -q -n 2 --durations=15 tests --ignore=tests/cluster

@@ -8,7 +8,8 @@ cases take turns, one timed step each per round (``--rounds``), so that drift of
 them; on CUDA each step is bracketed by ``torch.cuda.synchronize`` and the peak is ``torch.cuda.max_memory_allocated``
 since the case's last reset. A case that does not fit is recorded ``out_of_memory``. Printed and written (CSV): the
 median step ms, its ratio to NoPE's at the same length and mode (the issue's "× NoPE"), DAPE's ratio to Kerple's,
-and the peak GiB.
+and the peak GiB. ``--dape-impls`` times each DAPE method on each named ``attention_impl`` (default on CUDA:
+``materialized`` and ``fused``), as the row ``DAPE1x3-Kerple (fused)``.
 
     python benchmarks/gpu_step.py                                   # on a GPU: the full table
     python benchmarks/gpu_step.py --device cpu --size tiny --vocab-size 512 --tokens 1024 --lengths 64 128 \\
@@ -37,8 +38,12 @@ METHODS = ("NoPE", "RoPE", "ALiBi", "T5", "Kerple", "FIRE", "DAPE-Kerple", "DAPE
 
 
 def build_case(method: str, size: str, length: int, vocab_size: int, device: torch.device, compiled: bool):
-    """(model, optimizer, step function) of one case: a fresh model of ``method`` on ``device``."""
+    """(model, optimizer, step function) of one case: a fresh model of ``method`` on ``device`` (``method
+    (impl)``: on ``attention_impl`` impl)."""
+    method, _, impl = method.partition(" (")
     settings = parse_method(method)
+    if impl:
+        settings["attention_impl"] = impl.rstrip(")")
     model = GPT(GPTConfig(size=size, vocab_size=vocab_size, train_len=length, **settings)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     forward = torch.compile(model) if compiled else model
@@ -66,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=16384, help="tokens per micro-batch (batch = tokens / length)")
     parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048])
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
+    parser.add_argument("--dape-impls", nargs="+", default=None,
+                        help="attention_impl of each DAPE method, one row each (default: materialized and fused on "
+                             "CUDA, the resolved auto elsewhere)")
     parser.add_argument("--modes", nargs="+", choices=("eager", "compiled"), default=["eager", "compiled"])
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="bf16")
     parser.add_argument("--warmup", type=int, default=3)
@@ -74,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     info = machine_info(args.device)
+    impls = args.dape_impls or (["materialized", "fused"] if device.type == "cuda" else [])
+    args.methods = [f"{m} ({impl})" if impl else m for m in args.methods
+                    for impl in (impls if parse_method(m)["processor"] != "none" else [""]) or [""]]
     rows = []
     for length in args.lengths:
         batch = args.tokens // length
@@ -123,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                              "peak_gib": peaks[key] / 2**30 if key in peaks else None, "rounds": len(times.get(key, []))})
                 r = rows[-1]
                 fmt = lambda v, f: "–" if v is None else format(v, f)  # noqa: E731
-                print(f"T{length:<5} {mode:<8} {method:<16} {r['status']:<13} {fmt(ms, '8.1f')} ms  "
+                print(f"T{length:<5} {mode:<8} {method:<28} {r['status']:<13} {fmt(ms, '8.1f')} ms  "
                       f"×NoPE {fmt(r['x_nope'], '.2f')}  ×Kerple {fmt(r['x_kerple'], '.2f')}  "
                       f"peak {fmt(r['peak_gib'], '.1f')} GiB", flush=True)
         write_rows(rows, args.out)  # after every length: a long run keeps what it measured

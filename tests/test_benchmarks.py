@@ -106,3 +106,42 @@ def test_op_counts_counts_each_path_and_setting(tmp_path):
     by = dape.set_index(["recompute_scores", "batch"])["top_level"]
     assert by[("True", 2)] == by[("True", 8)] and by[("False", 2)] == by[("False", 8)]
     assert by[("True", 2)] > by[("False", 2)]
+
+
+def _interpreted_env():
+    """The environment of a benchmark subprocess whose fused kernels run in Triton's CPU interpreter."""
+    pytest.importorskip("triton", minversion="3.9", reason="the fused kernels' CPU interpreter needs Triton ≥ 3.9")
+    return {**os.environ, "TRITON_INTERPRET": "1"}
+
+
+def test_gpu_step_times_dape_on_each_named_path(tmp_path):
+    """--dape-impls: each DAPE method once per attention_impl, beside the baseline, with its ratio to Kerple."""
+    out = tmp_path / "gpu_step.csv"
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_step.py"), "--device", "cpu", "--size",
+                             "tiny", "--vocab-size", "64", "--tokens", "32", "--lengths", "16", "--rounds", "1",
+                             "--warmup", "1", "--modes", "eager", "--methods", "Kerple", "DAPE1x3-Kerple",
+                             "--dape-impls", "fast", "fused", "--out", str(out)],
+                            capture_output=True, text=True, timeout=600, env=_interpreted_env())
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = pd.read_csv(out).set_index("method")
+    assert list(rows.index) == ["Kerple", "DAPE1x3-Kerple (fast)", "DAPE1x3-Kerple (fused)"]
+    assert (rows["status"] == "ok").all()
+    fused = rows.loc["DAPE1x3-Kerple (fused)"]
+    assert fused["x_kerple"] == pytest.approx(fused["step_ms"] / rows.loc["Kerple", "step_ms"])
+
+
+def test_fused_layer_benchmark_times_every_row_and_states_the_fused_error(tmp_path):
+    out = tmp_path / "fused_layer.csv"
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fused_layer.py"), "--device", "cpu",
+                             "--shapes", "2x20", "--heads", "2", "--head-dim", "8", "--dape-width", "4", "--rounds",
+                             "1", "--warmup", "0", "--rows", "sdpa", "sdpa-bias", "materialized", "paper", "fused",
+                             "--check", "--out", str(out)], capture_output=True, text=True, timeout=600,
+                            env=_interpreted_env())
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = pd.read_csv(out).set_index("row")
+    assert list(rows.index) == ["sdpa", "sdpa-bias", "materialized", "paper", "fused", "fused-error"]
+    assert rows.loc["sdpa-bias", "x_sdpa_bias"] == 1.0
+    errors = rows.loc["fused-error", ["error_output", "error_grad_q", "error_grad_k", "error_grad_v"]]
+    assert (errors < 1e-5).all()  # fp32 on the CPU: the kernel equals the reference to rounding
+    assert rows.loc["fused", "forward_gflop"] > 0 and rows.loc["fused", "backward_gflop"] > rows.loc["fused",
+                                                                                                   "forward_gflop"]

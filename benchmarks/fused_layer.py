@@ -1,0 +1,185 @@
+"""One attention layer's forward + backward, every path of DAPE1x3-Kerple side by side (round robin, medians), its
+arithmetic and byte floors, and the fused path's bf16 error against the fp32 reference.
+
+Rows (q, k, v, Kerple's r1, r2 and both convolutions learnable; bf16 autocast on CUDA):
+
+* ``sdpa``: flash SDPA, causal, no bias (the floor of attention itself);
+* ``sdpa-bias``: SDPA with a learnable Kerple bias (the project's path without a processor);
+* ``materialized``: ``attend_materialized`` (recompute on, the default), ``materialized-keep`` (recompute off);
+* ``paper``: the paper's materialised form (the ``plain`` path: [batch, 2H, T, T], ``nn.Conv2d``);
+  ``paper-compiled``: that form under ``torch.compile``;
+* ``fused``: the fused Triton kernel (``attention_impl: fused``).
+
+Each case is built once and warmed up, then the cases take turns, one timed forward + backward each per round; on
+CUDA each is bracketed by ``torch.cuda.synchronize`` and its peak memory is ``torch.cuda.max_memory_allocated``
+above what the inputs hold. ``--check`` adds the error row: the fused path in the benchmark's dtype against the
+plain path in fp32 on the same inputs (output and q, k, v gradients, max |difference| / max |reference|).
+
+    python benchmarks/fused_layer.py                       # on a GPU: B 32 × T 512 and B 8 × T 2048
+    TRITON_INTERPRET=1 python benchmarks/fused_layer.py --device cpu --shapes 2x40 --heads 4 --head-dim 8 \\
+        --rounds 2 --rows sdpa-bias materialized fused --check --out /tmp/fused_layer.csv   # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import machine_info, write_rows  # noqa: E402
+
+from dape_core.attention import attend  # noqa: E402
+from dape_core.dape import build_processor  # noqa: E402
+from dape_core.encodings import build_encoding  # noqa: E402
+from dape_core.settings import AttentionSettings  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = ROOT / "benchmarks" / "results" / "fused_layer.csv"
+ROWS = ("sdpa", "sdpa-bias", "materialized", "materialized-keep", "paper", "paper-compiled", "fused")
+
+
+def floors(batch: int, n: int, heads: int, head_dim: int, width: int, kernel_size: int, itemsize: int = 2) -> dict:
+    """Arithmetic (FLOPs over the causal half of the (i, j) pairs) and bytes (q, k, v, O and their gradients once)
+    of one DAPE layer, forward and backward (eq. 5): q·kᵀ and P·V at 2·H·d per pair each, Conv1 at 2·k·2H·D,
+    Conv2 at 2·k·D·H; the backward recomputes the forward and doubles every product (dQ, dK, dV, dP; dX, dW1,
+    dHidden, dW2)."""
+    pairs = batch * n * (n + 1) / 2
+    attention = 2 * 2 * heads * head_dim
+    processor = 2 * kernel_size * (2 * heads) * width + 2 * kernel_size * width * heads
+    forward = pairs * (attention + processor)
+    backward = forward + pairs * 2 * (attention + processor)
+    tensor = batch * n * heads * head_dim * itemsize
+    return dict(forward_gflop=forward / 1e9, backward_gflop=backward / 1e9, forward_mb=4 * tensor / 1e6,
+                backward_mb=8 * tensor / 1e6)
+
+
+class Layer:
+    """One layer's learnable inputs and modules on ``device``."""
+
+    def __init__(self, batch, n, heads, head_dim, width, device, dtype):
+        torch.manual_seed(0)
+        self.encoding = build_encoding("kerple", heads, head_dim, causal=True, train_len=n).to(device)
+        self.processor = build_processor(heads, AttentionSettings(processor="dape_v2", kernel_size=3,
+                                                                  dape_width=width), bias_channels=True).to(device)
+        self.qkv = [torch.randn(batch, heads, n, head_dim, device=device, dtype=dtype, requires_grad=True)
+                    for _ in range(3)]
+        self.positions = torch.arange(n, device=device)
+        self.device = device
+
+    def step(self, row: str, compiled=None) -> torch.Tensor:
+        q, k, v = self.qkv
+        if row == "sdpa":
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        elif row == "paper-compiled":
+            out = compiled(q, k, v)
+        else:
+            impl = {"sdpa-bias": "materialized", "materialized-keep": "materialized", "paper": "plain"}.get(row, row)
+            out = attend(q, k, v, encoding=self.encoding, processor=None if row == "sdpa-bias" else self.processor,
+                         positions=self.positions, causal=True, attention_impl=impl,
+                         recompute_scores=False if row == "materialized-keep" else None)
+        out.float().square().mean().backward()
+        return out
+
+    def paper_function(self):
+        return lambda q, k, v: attend(q, k, v, encoding=self.encoding, processor=self.processor,
+                                      positions=self.positions, causal=True, attention_impl="plain")
+
+
+def autocast(device: torch.device):
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def error_row(layer: Layer, device) -> dict:
+    """The fused path in the benchmark's precision against the plain path in fp32 on the same inputs."""
+    def run(impl, dtype, cast):
+        for t in layer.qkv:
+            t.grad = None
+        q, k, v = (t.detach().to(dtype).requires_grad_() for t in layer.qkv)
+        encoding, processor = layer.encoding, layer.processor
+        with autocast(device) if cast else torch.autocast(device.type, enabled=False):
+            out = attend(q, k, v, encoding=encoding, processor=processor, positions=layer.positions, causal=True,
+                         attention_impl=impl)
+        out.float().square().mean().backward()
+        return [out.detach().float(), *(t.grad.float() for t in (q, k, v))]
+
+    reference = run("plain", torch.float32, False)
+    fused = run("fused", layer.qkv[0].dtype, True)
+    errors = [float((a - b).abs().max() / b.abs().max().clamp_min(1e-30)) for a, b in zip(fused, reference)]
+    return dict(zip(("error_output", "error_grad_q", "error_grad_k", "error_grad_v"), errors))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--shapes", nargs="+", default=["32x512", "8x2048"], help="BATCHxT")
+    parser.add_argument("--heads", type=int, default=12)
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--dape-width", type=int, default=32)
+    parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--check", action="store_true", help="add the fused path's error against fp32 plain")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    info = machine_info(args.device)
+    rows = []
+    for shape in args.shapes:
+        batch, n = (int(x) for x in shape.split("x"))
+        layer = Layer(batch, n, args.heads, args.head_dim, args.dape_width, device, dtype)
+        compiled = torch.compile(layer.paper_function()) if "paper-compiled" in args.rows else None
+        base = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+        times, peaks = {row: [] for row in args.rows}, {}
+        for round_ in range(args.warmup + args.rounds):
+            for row in args.rows:
+                for t in layer.qkv:
+                    t.grad = None
+                if device.type == "cuda":
+                    torch.cuda.reset_peak_memory_stats(device)
+                sync(device)
+                start = time.perf_counter()
+                with autocast(device):
+                    layer.step(row, compiled)
+                sync(device)
+                if round_ >= args.warmup:
+                    times[row].append(1000 * (time.perf_counter() - start))
+                    if device.type == "cuda":
+                        peaks[row] = max(peaks.get(row, 0), torch.cuda.max_memory_allocated(device) - base)
+        floor = floors(batch, n, args.heads, args.head_dim, args.dape_width, 3, torch.finfo(dtype).bits // 8)
+        medians = {row: statistics.median(times[row]) for row in args.rows}
+        reference = medians.get("sdpa-bias")
+        for row in args.rows:
+            rows.append({**info, "batch": batch, "train_len": n, "heads": args.heads, "head_dim": args.head_dim,
+                         "dape_width": args.dape_width, "dtype": str(dtype).removeprefix("torch."), "row": row,
+                         "ms": medians[row], "x_sdpa_bias": medians[row] / reference if reference else None,
+                         "peak_gib": peaks[row] / 2**30 if row in peaks else None, "rounds": len(times[row]),
+                         **floor})
+            ratio = rows[-1]["x_sdpa_bias"]
+            print(f"B{batch:<3} T{n:<5} {row:<18} {medians[row]:9.2f} ms  ×SDPA+bias "
+                  f"{'–' if ratio is None else format(ratio, '.2f')}", flush=True)
+        print(f"floors B{batch} T{n}: forward {floor['forward_gflop']:.1f} GFLOP / {floor['forward_mb']:.0f} MB, "
+              f"backward {floor['backward_gflop']:.1f} GFLOP / {floor['backward_mb']:.0f} MB")
+        if args.check:
+            errors = error_row(layer, device)
+            rows.append({**info, "batch": batch, "train_len": n, "row": "fused-error",
+                         "dtype": str(dtype).removeprefix("torch."), **errors})
+            print("fused vs fp32 plain: " + ", ".join(f"{k} {v:.2e}" for k, v in errors.items()), flush=True)
+        write_rows(rows, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

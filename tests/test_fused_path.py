@@ -1,0 +1,228 @@
+"""The fused path (``attention_impl: fused``, :mod:`dape_core.implementations.fused`) equals the plain reference
+path on outputs and every gradient: q, k, v, the encoding's parameters, both layers of the processor.
+
+Without a GPU the Triton kernels run in Triton's CPU interpreter (``TRITON_INTERPRET=1``, set here before the
+kernels are imported). Small tiles (16 query rows, 32-column wide key tiles) put the tile edges inside short
+sequences: T = 1, 16, 17 and 33 are below, at and across the edges of the row blocks and of the key tiles (a
+32-wide tile has 32 − 2(k − 1) exact forward and 32 − 4(k − 1) exact backward columns). Exactness: fp32, 1e-5
+relative to each tensor's scale beyond the fp32 reference's own rounding (``test_gpu_path.assert_all_close``).
+"""
+
+import copy
+import itertools
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+triton = pytest.importorskip("triton", minversion="3.9",
+                             reason="the kernels' CPU interpreter needs Triton ≥ 3.9 (make install-test installs it)")
+
+import dape_core.attention as attention  # noqa: E402
+import dape_core.implementations.fused as fused  # noqa: E402
+import dape_core.implementations.materialized as materialized  # noqa: E402
+from dape_core.attention import attend, attend_causal  # noqa: E402
+from dape_core.dape import build_processor  # noqa: E402
+from dape_core.encodings import ENCODINGS, build_encoding  # noqa: E402
+from dape_core.errors import ConfigError  # noqa: E402
+from dape_core.implementations.fused import FusedTiles  # noqa: E402
+from dape_core.settings import AttentionSettings  # noqa: E402
+from test_gpu_path import PROCESSORS, VOCAB, AttentionCase, assert_all_close, tiny_gpt  # noqa: E402
+
+SMALL_TILES = FusedTiles(block_rows=16, key_tile=32)
+DAPE = {name: settings for name, settings in PROCESSORS.items() if name != "none"}
+
+
+@pytest.fixture(autouse=True)
+def small_tiles(monkeypatch):
+    """Every fused call of these tests uses ``SMALL_TILES`` unless a test says otherwise."""
+    original = fused.attend_fused
+    monkeypatch.setattr(attention, "attend_fused",
+                        lambda *args, tiles=None, **kw: original(*args, tiles=tiles or SMALL_TILES, **kw))
+
+
+def kernel_case(kernel_size, padding, tril, *, n, batch=3, causal=True, encoding="kerple"):
+    case = AttentionCase(encoding, dict(processor="dape_v2" if kernel_size > 1 else "dape_v1",
+                                        kernel_size=kernel_size, padding=padding, tril=tril), causal=causal, n=n)
+    case.qkv = [t[:batch] for t in case.qkv]
+    case.weight = case.weight[:batch]
+    return case
+
+
+def assert_fused_equals_plain(case):
+    reference, exact = case.run("plain"), case.run("plain", dtype=torch.float64)
+    result = case.run("fused")
+    assert any(name.startswith("grad processor") for name in result)
+    assert_all_close(result, reference, exact)
+
+
+@pytest.mark.parametrize("encoding,proc", list(itertools.product(ENCODINGS, DAPE)))
+def test_fused_attention_equals_plain_for_every_encoding_and_processor(encoding, proc):
+    """Every encoding (no bias, a per-distance table, a bias tensor with and without a batch axis) × DAPE V1 and
+    V2 (k = 3), both paddings, tril on and off; T = 23 crosses a row block and a key tile."""
+    assert_fused_equals_plain(AttentionCase(encoding, DAPE[proc]))
+
+
+KERNEL_CASES = [  # (k, padding, tril, T, batch): k ∈ {1, 3, 5}, T below, at and across the tile edges
+    *[(k, padding, tril, n, 3) for k in (3, 5) for padding in ("same", "causal") for tril in (True, False)
+      for n in (17, 33)],
+    *[(k, "same", True, n, 1) for k in (1, 3, 5) for n in (1, 16)],
+    (1, "same", False, 33, 1),
+    (5, "causal", True, 1, 3),
+]
+
+
+@pytest.mark.parametrize("kernel_size,padding,tril,n,batch", KERNEL_CASES)
+def test_fused_attention_equals_plain_across_kernel_sizes_and_tile_edges(kernel_size, padding, tril, n, batch):
+    assert_fused_equals_plain(kernel_case(kernel_size, padding, tril, n=n, batch=batch))
+
+
+@pytest.mark.parametrize("encoding", ["kerple", "alibi", "t5", "nope", "fire"])
+@pytest.mark.parametrize("kernel_size,tril", [(3, True), (3, False), (5, False), (1, True)])
+def test_fused_encoder_equals_plain(encoding, kernel_size, tril):
+    """The two-sided CHE encoder: no causal mask, two-sided relative biases (every distance of the table)."""
+    assert_fused_equals_plain(kernel_case(kernel_size, "same", tril, n=19, causal=False, encoding=encoding))
+
+
+def test_default_tiles_equal_plain_across_a_wide_tile(monkeypatch):
+    """The shipped tiles (16 rows, 64-column wide tiles: 56 exact backward columns at k = 3) at T = 70."""
+    case = kernel_case(3, "same", True, n=70, batch=1)
+    reference, exact = case.run("plain"), case.run("plain", dtype=torch.float64)
+    original = fused.attend_fused
+    monkeypatch.setattr(attention, "attend_fused", lambda *args, tiles=None, **kw: original(*args, tiles=FusedTiles(), **kw))
+    assert_all_close(case.run("fused"), reference, exact)
+
+
+@pytest.mark.parametrize("encoding,proc", [("kerple", "v2-same"), ("t5", "v2-causal"), ("rope", "v2-same-no-tril"),
+                                           ("fire", "v1")])
+def test_fused_kv_cache_rows_equal_plain(encoding, proc):
+    """``attend_causal``'s query rows at an offset (a KV cache): 7 rows against 23 keys."""
+    torch.manual_seed(0)
+    heads, head_dim, n_keys, n_rows = 4, 8, 23, 7
+    encoding_module = build_encoding(encoding, heads, head_dim, causal=True, train_len=8)
+    processor = build_processor(heads, AttentionSettings(dape_width=6, **DAPE[proc]),
+                                bias_channels=encoding_module.has_bias)
+    q = torch.randn(2, heads, n_rows, head_dim)
+    k, v = torch.randn(2, heads, n_keys, head_dim), torch.randn(2, heads, n_keys, head_dim)
+    weight = torch.randn(2, heads, n_rows, head_dim)
+
+    def run(impl, dtype=torch.float32):
+        enc, proc_ = copy.deepcopy(encoding_module).to(dtype), copy.deepcopy(processor).to(dtype)
+        inputs = [t.to(dtype, copy=True).requires_grad_() for t in (q, k, v)]
+        out = attend_causal(*inputs, encoding=enc, processor=proc_, positions=torch.arange(n_keys),
+                            attention_impl=impl)
+        (out * weight.to(dtype)).sum().backward()
+        grads = {f"grad {n}": t.grad for n, t in zip("qkv", inputs)}
+        grads.update({f"grad {n}": p.grad for n, p in [*enc.named_parameters(prefix="encoding"),
+                                                       *proc_.named_parameters(prefix="processor")]
+                      if p.grad is not None})
+        return {"output": out.detach(), **grads}
+
+    assert_all_close(run("fused"), run("plain"), run("plain", torch.float64))
+
+
+@pytest.mark.parametrize("proc", ["v2-same", "v1"])
+def test_fused_model_equals_plain_on_logits_and_every_parameter_gradient(proc, monkeypatch):
+    """The whole decoder through ``attention_impl: fused``: gradients reach the embedding, q/k/v projections,
+    processors and the encodings."""
+    model = tiny_gpt("kerple", attention_impl="fused", **PROCESSORS[proc])
+    x = torch.randint(0, VOCAB, (2, 21))
+
+    def run(net, **forward):
+        net.zero_grad()
+        logits = net(x, **forward)
+        (logits * torch.linspace(-1, 1, VOCAB, dtype=logits.dtype)).sum().backward()
+        return {"logits": logits.detach(), **{n: p.grad.clone() for n, p in net.named_parameters()
+                                               if p.grad is not None}}
+
+    reference, exact = run(model, fast_path=False), run(copy.deepcopy(model).double(), fast_path=False)
+    calls = []
+    original = attention.attend_fused
+    monkeypatch.setattr(attention, "attend_fused", lambda *a, **kw: calls.append(1) or original(*a, **kw))
+    assert_all_close(run(model), reference, exact)
+    assert len(calls) == model.cfg.n_layer
+
+
+def test_fused_path_with_attention_dropout_takes_the_materialized_path(monkeypatch):
+    case = AttentionCase("kerple", PROCESSORS["v2-same"])
+    taken = []
+    monkeypatch.setattr(attention, "attend_materialized", lambda *a, **kw: taken.append(kw["dropout_p"]) or a[0])
+    attend(*case.qkv, encoding=case.encoding, processor=case.processor, positions=case.positions, causal=True,
+           attention_impl="fused", dropout_p=0.1)
+    assert taken == [0.1]
+
+
+def test_fused_path_refuses_a_device_it_cannot_run_on(monkeypatch):
+    case = AttentionCase("kerple", PROCESSORS["v2-same"])
+    monkeypatch.setattr(fused, "interpreted", lambda: False)
+    with pytest.raises(ConfigError, match="attention_impl: fused runs on CUDA.*allowed here: auto, fast"):
+        attend(*case.qkv, encoding=case.encoding, processor=case.processor, positions=case.positions, causal=True,
+               attention_impl="fused")
+
+
+def test_fused_path_refuses_float64_naming_the_allowed_dtypes():
+    case = AttentionCase("kerple", PROCESSORS["v2-same"])
+    q, k, v = (t.double() for t in case.qkv)
+    with pytest.raises(ConfigError, match="allowed dtypes: float32, bfloat16, float16"):
+        attend(q, k, v, encoding=case.encoding.double(), processor=case.processor.double(),
+               positions=case.positions, causal=True, attention_impl="fused")
+
+
+def test_tiles_must_be_powers_of_two():
+    with pytest.raises(ConfigError, match="key_tile: 48 is not allowed; allowed values: powers of two"):
+        FusedTiles(key_tile=48)
+    assert FusedTiles(key_tile=16).wide_tile(5) == 32  # 4·(5 − 1) + 8 = 24 columns, raised to a power of two
+
+
+def test_relative_bias_reaches_the_kernel_as_a_table_and_others_as_a_tensor():
+    positions = torch.arange(9)
+    kinds = {}
+    for name in ENCODINGS:
+        enc = build_encoding(name, 4, 8, causal=True, train_len=8)
+        proc = build_processor(4, AttentionSettings(processor="dape_v2", kernel_size=3), bias_channels=enc.has_bias)
+        kinds[name] = fused.bias_form(enc, proc, positions)
+    assert {n for n, k in kinds.items() if k == "table"} == {"alibi", "kerple", "t5"}
+    assert {n for n, k in kinds.items() if k == "tensor"} == {"fire", "cope", "xl"}
+    enc = build_encoding("kerple", 4, 8, causal=True, train_len=8)
+    proc = build_processor(4, AttentionSettings(processor="dape_v2", kernel_size=3), bias_channels=True)
+    assert fused.bias_form(enc, proc, torch.tensor([0, 2, 3, 7])) == "tensor"  # not consecutive
+
+
+def test_the_fused_path_allocates_memory_linear_in_t(monkeypatch):
+    """The largest tensor the fused forward and backward allocate (Kerple, DAPE1×3) does not grow from T = 48 to
+    T = 96 beyond 2× (its scratch and partial sums are sized by programs and tiles, its outputs by T); the
+    materialized path's grows 4× (a [batch, rows, T, channels] chunk). In-place copies and storage swaps are the
+    interpreter's moves of existing tensors between host and "device", not allocations."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Largest(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.numel = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func in (torch.ops.aten.set_.source_Storage, torch.ops.aten.copy_.default):
+                return out
+            for t in out if isinstance(out, (tuple, list)) else [out]:
+                if isinstance(t, torch.Tensor):
+                    self.numel = max(self.numel, t.numel())
+            return out
+
+    original = fused.attend_fused
+    monkeypatch.setattr(attention, "attend_fused",
+                        lambda *a, **kw: original(*a, tiles=FusedTiles(key_tile=32, programs=2), **kw))
+
+    def largest(impl, n):
+        case = kernel_case(3, "same", True, n=n, batch=2)
+        qkv = [t.requires_grad_() for t in case.qkv]
+        with Largest() as mode:
+            out = attend(*qkv, encoding=case.encoding, processor=case.processor, positions=case.positions,
+                         causal=True, attention_impl=impl)
+            out.sum().backward()
+        return mode.numel
+
+    assert largest("fused", 96) <= 2 * largest("fused", 48)
+    assert largest("materialized", 96) >= 3.5 * largest("materialized", 48)
