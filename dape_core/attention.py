@@ -2,8 +2,8 @@
 
     scores = q·kᵀ/√d  →  + encoding bias B  →  DAPE processor  →  causal mask  →  softmax  →  ·V
 
-``attention_impl`` is a resolved path (``plain``, ``fast`` or ``materialized``;
-:func:`dape_core.implementations.resolve_attention_impl` turns ``auto`` into one of them by device). Five ways to
+``attention_impl`` is a resolved path (``plain``, ``fast``, ``materialized`` or ``fused``;
+:func:`dape_core.implementations.resolve_attention_impl` turns ``auto`` into one of them by device). Six ways to
 run it, all computing the same function:
 * the plain path (``attention_impl="plain"``, ``_attend_rows`` on all rows): the readable reference, materialises
   [batch, H, T, T] and the processor's [batch, 2H, T, T] input and [batch, D_DAPE, T, T] hidden map;
@@ -14,6 +14,9 @@ run it, all computing the same function:
   blocked GEMM form (:mod:`dape_core.implementations.blocked`), each chunk reading only the keys its rows reach;
 * with a processor on the materialized path (the accelerator's): the reference's arithmetic per chunk of query
   rows with operator calls independent of the batch (:mod:`dape_core.implementations.materialized`);
+* with a processor on the fused path: one Triton kernel per pass, the processor on chip, no [batch, H, T, T]
+  tensor (:mod:`dape_core.implementations.fused`); with attention dropout it takes the materialized path, and
+  without a processor it is the materialized path (SDPA);
 * an exact query-chunked plain path (``query_chunk_size`` with ``attention_impl="plain"``): the 1×k convolution runs
   along keys only, so query rows are independent. A chunk of rows r0…r1−1 needs its row offset (for tril and
   the causal mask) and, with ``same`` padding, the key columns right of its last row that the convolutions
@@ -23,8 +26,8 @@ run it, all computing the same function:
 :func:`attend_causal` is the entry for a host model (``dape_core.hf``): Tq query rows against Tk ≥ Tq keys, query
 row r being key Tk − Tq + r (a KV cache), optionally under the host's key mask (padding, a sliding window). Without
 a mask that removes keys, the rows go through the same paths as above (with Tq = Tk, through :func:`attend`
-itself). With one, they take the plain path, by chunks of rows: the blocked and materialized forms take no key
-mask. There the processor treats a removed key as its zero padding (``ScoreProcessor.forward``'s ``key_mask``),
+itself). With one, they take the plain path, by chunks of rows: the blocked, materialized and fused forms take no
+key mask. There the processor treats a removed key as its zero padding (``ScoreProcessor.forward``'s ``key_mask``),
 then the scores get the causal mask and the host's.
 """
 

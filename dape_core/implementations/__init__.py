@@ -14,7 +14,14 @@ gradients, which the tests prove (``tests/test_performance_paths.py``, ``tests/t
   calls grow with the batch;
 * ``materialized`` — :mod:`dape_core.implementations.materialized`: the reference's arithmetic per chunk of query
   rows (the layer's own ``nn.Conv2d``, channels-last, fp32 scores and softmax), chunks sized by a memory budget;
-  its operator calls do not depend on the batch, which on a GPU means kernel launches.
+  its operator calls do not depend on the batch, which on a GPU means kernel launches;
+* ``fused`` — :mod:`dape_core.implementations.fused`: one Triton kernel per pass (FlashAttention-2's tiling with
+  the processor on chip), no [batch, H, T, T] tensor; CUDA with Triton (the ``gpu`` extra), or Triton's CPU
+  interpreter in the tests. ``auto`` does not pick it yet: its GPU time has not been measured against
+  ``materialized`` (``benchmarks/fused_layer.py``, ``docs/performance.md``), and ``auto`` picks by measurement.
+
+Where the fused path is asked for but cannot run the case, ``dape_core.attention`` says what runs instead: with
+attention dropout or without a processor the materialized path, under a host model's key mask the plain path.
 
 A new implementation is a module here whose scores function takes the arguments of
 :func:`~dape_core.implementations.blocked.blocked_scores` (processor, scores, bias, row offset; ``causal``,
