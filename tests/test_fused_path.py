@@ -9,6 +9,7 @@ relative to each tensor's scale beyond the fp32 reference's own rounding (``test
 """
 
 import copy
+import functools
 import itertools
 import os
 
@@ -29,7 +30,8 @@ from dape_core.encodings import ENCODINGS, build_encoding  # noqa: E402
 from dape_core.errors import ConfigError  # noqa: E402
 from dape_core.implementations.fused import FusedTiles  # noqa: E402
 from dape_core.settings import AttentionSettings  # noqa: E402
-from test_gpu_path import PROCESSORS, VOCAB, AttentionCase, assert_all_close, tiny_gpt  # noqa: E402
+from test_gpu_path import (PROCESSORS, VOCAB, AttentionCase, assert_all_close, logits_and_gradients,  # noqa: E402
+                           tiny_gpt)
 
 SMALL_TILES = FusedTiles(block_rows=16, key_tile=32)
 DAPE = {name: settings for name, settings in PROCESSORS.items() if name != "none"}
@@ -128,14 +130,7 @@ def test_fused_model_equals_plain_on_logits_and_every_parameter_gradient(proc, m
     """The whole decoder through ``attention_impl: fused``: gradients reach the embedding, q/k/v projections,
     processors and the encodings."""
     model = tiny_gpt("kerple", attention_impl="fused", **PROCESSORS[proc])
-    x = torch.randint(0, VOCAB, (2, 21))
-
-    def run(net, **forward):
-        net.zero_grad()
-        logits = net(x, **forward)
-        (logits * torch.linspace(-1, 1, VOCAB, dtype=logits.dtype)).sum().backward()
-        return {"logits": logits.detach(), **{n: p.grad.clone() for n, p in net.named_parameters()
-                                               if p.grad is not None}}
+    run = functools.partial(logits_and_gradients, x=torch.randint(0, VOCAB, (2, 21)))
 
     reference, exact = run(model, fast_path=False), run(copy.deepcopy(model).double(), fast_path=False)
     calls = []

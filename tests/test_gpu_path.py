@@ -9,6 +9,7 @@ weights, encoding parameters).
 """
 
 import copy
+import functools
 import itertools
 
 import pytest
@@ -73,6 +74,14 @@ def tiny_gpt(encoding, **settings):
     return model
 
 
+def logits_and_gradients(net, x, **forward) -> dict:
+    """A model's logits on ``x`` and every parameter's gradient of a fixed linear function of them."""
+    net.zero_grad()
+    logits = net(x, **forward)
+    (logits * torch.linspace(-1, 1, VOCAB, dtype=logits.dtype)).sum().backward()
+    return {"logits": logits.detach(), **{n: p.grad.clone() for n, p in net.named_parameters() if p.grad is not None}}
+
+
 class AttentionCase:
     """One layer's encoding and processor with q, k, v [3, 4, 23, 8] that require gradients."""
 
@@ -125,14 +134,7 @@ def test_materialized_model_equals_plain_on_logits_and_every_parameter_gradient(
     encodings."""
     model = tiny_gpt(encoding, attention_impl="materialized", **PROCESSORS[proc])
     x = torch.randint(0, VOCAB, (3, 23))
-
-    def run(net, **forward):
-        net.zero_grad()
-        logits = net(x, **forward)
-        (logits * torch.linspace(-1, 1, VOCAB, dtype=logits.dtype)).sum().backward()
-        return {"logits": logits.detach(), **{n: p.grad.clone() for n, p in net.named_parameters()
-                                               if p.grad is not None}}
-
+    run = functools.partial(logits_and_gradients, x=x)
     reference, exact = run(model, fast_path=False), run(copy.deepcopy(model).double(), fast_path=False)
     assert "embed.weight" in reference and "stack.blocks.0.attn.qkv.weight" in reference
     assert_all_close(run(model), reference, exact)

@@ -263,6 +263,18 @@ def _tile_backward(q, kw, vw, do, lse, delta, b, m0, w0, scale, bias_ptr, s_bb, 
 
 
 @triton.jit
+def _row_block(Q, DO, LSE, DELTA, b, m0, Tq, H, DH, HP: tl.constexpr, BM: tl.constexpr, DHP: tl.constexpr):
+    """What the backward reads of a block of query rows: q, dO [HP, BM, DHP], the log-sum-exp and δ [HP, BM]."""
+    q = _rows(Q, b, m0, Tq, H, DH, HP, BM, DHP)
+    do = _rows(DO, b, m0, Tq, H, DH, HP, BM, DHP)
+    h = tl.arange(0, HP)[:, None]
+    r = (m0 + tl.arange(0, BM))[None, :]
+    lse = tl.load(LSE + (b * HP + h) * Tq + r, mask=r < Tq, other=0.0)
+    delta = tl.load(DELTA + (b * HP + h) * Tq + r, mask=r < Tq, other=0.0)
+    return q, do, lse, delta
+
+
+@triton.jit
 def dape_backward_kv_kernel(Q, Kp, V, DO, LSE, DELTA, DK, DV, bias_ptr, s_bb, s_bh, s_bi, s_bj, table_len,
                             W1A, W1B, B1, W2, B2, SCR, scale, ROW_OFF, batch, Tq, Tk, H, DH, NPROG,
                             HP: tl.constexpr, DP: tl.constexpr, DHP: tl.constexpr, BM: tl.constexpr,
@@ -288,12 +300,7 @@ def dape_backward_kv_kernel(Q, Kp, V, DO, LSE, DELTA, DK, DV, bias_ptr, s_bb, s_
         dv = tl.zeros((HP, W, DHP), tl.float32)
         for blk in range(first_block, n_blocks):
             m0 = blk * BM
-            q = _rows(Q, b, m0, Tq, H, DH, HP, BM, DHP)
-            do = _rows(DO, b, m0, Tq, H, DH, HP, BM, DHP)
-            h2 = tl.arange(0, HP)[:, None]
-            r2 = (m0 + tl.arange(0, BM))[None, :]
-            lse = tl.load(LSE + (b * HP + h2) * Tq + r2, mask=r2 < Tq, other=0.0)
-            delta = tl.load(DELTA + (b * HP + h2) * Tq + r2, mask=r2 < Tq, other=0.0)
+            q, do, lse, delta = _row_block(Q, DO, LSE, DELTA, b, m0, Tq, H, DH, HP, BM, DHP)
             p, da, db = _tile_backward(q, kw, vw, do, lse, delta, b, m0, w0, scale, bias_ptr, s_bb, s_bh, s_bi,
                                        s_bj, table_len, W1A, W1B, B1, W2, B2, scr, scr, ROW_OFF, Tq, Tk, H, HP, DP,
                                        BM, W, K, LEFT, TRIL, CAUSAL, BIAS, DOT, PRECISION, False)
@@ -332,12 +339,7 @@ def dape_backward_q_kernel(Q, Kp, V, DO, LSE, DELTA, DQ, DBIAS, bias_ptr, s_bb, 
     for item in range(pid, batch * n_blocks, NPROG):
         b = item // n_blocks
         m0 = (item % n_blocks) * BM
-        q = _rows(Q, b, m0, Tq, H, DH, HP, BM, DHP)
-        do = _rows(DO, b, m0, Tq, H, DH, HP, BM, DHP)
-        h2 = tl.arange(0, HP)[:, None]
-        r2 = (m0 + tl.arange(0, BM))[None, :]
-        lse = tl.load(LSE + (b * HP + h2) * Tq + r2, mask=r2 < Tq, other=0.0)
-        delta = tl.load(DELTA + (b * HP + h2) * Tq + r2, mask=r2 < Tq, other=0.0)
+        q, do, lse, delta = _row_block(Q, DO, LSE, DELTA, b, m0, Tq, H, DH, HP, BM, DHP)
         last_key = Tk - 1
         if CAUSAL:  # keys up to 2·reach right of the last row still get a gradient through the processor
             last_key = tl.minimum(Tk - 1, ROW_OFF + m0 + BM - 1 + 2 * reach)
