@@ -15,7 +15,10 @@ CUDA each is bracketed by ``torch.cuda.synchronize`` and its peak memory is ``to
 above what the inputs hold. ``--check`` adds the error row: the fused path in the benchmark's dtype against the
 plain path in fp32 on the same inputs (output and q, k, v gradients, max |difference| / max |reference|).
 
-    python benchmarks/fused_layer.py                       # on a GPU: B 32 × T 512 and B 8 × T 2048
+``--eval-size`` adds evaluation's forward pass (no gradients, bf16 autocast on CUDA) of a whole DAPE1x3-Kerple model
+at ``--eval-length``, batch 1, on the ``materialized`` and ``fused`` paths, round robin (the rows ``eval-…``).
+
+    python benchmarks/fused_layer.py --eval-size 350M       # on a GPU: the layer rows and evaluation at T 8192
     TRITON_INTERPRET=1 python benchmarks/fused_layer.py --device cpu --shapes 2x40 --heads 4 --head-dim 8 \\
         --rounds 2 --rows sdpa-bias materialized fused --check --out /tmp/fused_layer.csv   # a smoke run
 """
@@ -38,6 +41,8 @@ from harness import machine_info, write_rows  # noqa: E402
 from dape_core.attention import attend  # noqa: E402
 from dape_core.dape import build_processor  # noqa: E402
 from dape_core.encodings import build_encoding  # noqa: E402
+from dape_core.methods import parse_method  # noqa: E402
+from dape_core.model import GPT, GPTConfig  # noqa: E402
 from dape_core.settings import AttentionSettings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,6 +125,26 @@ def error_row(layer: Layer, device) -> dict:
     return dict(zip(("error_output", "error_grad_q", "error_grad_k", "error_grad_v"), errors))
 
 
+def evaluation_rows(size: str, length: int, vocab_size: int, device, warmup: int, rounds: int) -> dict:
+    """Median ms of one evaluation forward pass (batch 1, no gradients) per path, round robin."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(size=size, vocab_size=vocab_size, train_len=length, **parse_method("DAPE1x3-Kerple")))
+    model = model.to(device).eval()
+    tokens = torch.randint(0, vocab_size, (1, length), device=device)
+    times = {impl: [] for impl in ("materialized", "fused")}
+    for round_ in range(warmup + rounds):
+        for impl in times:
+            model.cfg.attention_impl = impl
+            sync(device)
+            start = time.perf_counter()
+            with torch.no_grad(), autocast(device):
+                model(tokens)
+            sync(device)
+            if round_ >= warmup:
+                times[impl].append(1000 * (time.perf_counter() - start))
+    return {impl: statistics.median(ms) for impl, ms in times.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -131,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--check", action="store_true", help="add the fused path's error against fp32 plain")
+    parser.add_argument("--eval-size", default=None, help="add evaluation's forward pass of a model of this size")
+    parser.add_argument("--eval-length", type=int, default=8192)
+    parser.add_argument("--vocab-size", type=int, default=50304)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     device = torch.device(args.device)
@@ -177,6 +205,15 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({**info, "batch": batch, "train_len": n, "row": "fused-error",
                          "dtype": str(dtype).removeprefix("torch."), **errors})
             print("fused vs fp32 plain: " + ", ".join(f"{k} {v:.2e}" for k, v in errors.items()), flush=True)
+        write_rows(rows, args.out)
+    if args.eval_size:
+        medians = evaluation_rows(args.eval_size, args.eval_length, args.vocab_size, device, args.warmup, args.rounds)
+        for impl, ms in medians.items():
+            rows.append({**info, "batch": 1, "train_len": args.eval_length, "dtype": str(dtype).removeprefix("torch."),
+                         "row": f"eval-{args.eval_size}-{impl}", "ms": ms,
+                         "x_materialized": ms / medians["materialized"], "rounds": args.rounds})
+            print(f"evaluation {args.eval_size} T{args.eval_length} {impl:<13} {ms:9.2f} ms  ×materialized "
+                  f"{ms / medians['materialized']:.2f}", flush=True)
         write_rows(rows, args.out)
     return 0
 

@@ -135,11 +135,14 @@ def test_fused_layer_benchmark_times_every_row_and_states_the_fused_error(tmp_pa
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fused_layer.py"), "--device", "cpu",
                              "--shapes", "2x20", "--heads", "2", "--head-dim", "8", "--dape-width", "4", "--rounds",
                              "1", "--warmup", "0", "--rows", "sdpa", "sdpa-bias", "materialized", "paper", "fused",
-                             "--check", "--out", str(out)], capture_output=True, text=True, timeout=600,
+                             "--check", "--eval-size", "tiny", "--eval-length", "24", "--vocab-size", "64", "--out",
+                             str(out)], capture_output=True, text=True, timeout=600,
                             env=_interpreted_env())
     assert result.returncode == 0, result.stderr[-2000:]
     rows = pd.read_csv(out).set_index("row")
-    assert list(rows.index) == ["sdpa", "sdpa-bias", "materialized", "paper", "fused", "fused-error"]
+    assert list(rows.index) == ["sdpa", "sdpa-bias", "materialized", "paper", "fused", "fused-error",
+                                "eval-tiny-materialized", "eval-tiny-fused"]
+    assert rows.loc["eval-tiny-materialized", "x_materialized"] == 1.0 and rows.loc["eval-tiny-fused", "ms"] > 0
     assert rows.loc["sdpa-bias", "x_sdpa_bias"] == 1.0
     errors = rows.loc["fused-error", ["error_output", "error_grad_q", "error_grad_k", "error_grad_v"]]
     assert (errors < 1e-5).all()  # fp32 on the CPU: the kernel equals the reference to rounding
