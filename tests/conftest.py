@@ -3,6 +3,12 @@ import os
 import pytest
 import torch
 
+# The fused kernels run in Triton's CPU interpreter without a GPU (tests/test_fused_path.py). The variable must be
+# set before anything imports triton (torch.compile's tests do): Triton decorates its own library functions
+# (tl.cdiv, tl.sum, …) at import, as interpreted or as compiled functions, and the kernels call them.
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+
 # One torch thread per pytest-xdist worker (the suite runs with -n 2 on 2 cores), else two.
 _default_threads = "1" if os.environ.get("PYTEST_XDIST_WORKER") else "2"
 torch.set_num_threads(int(os.environ.get("DAPE_TEST_THREADS", _default_threads)))

@@ -43,14 +43,15 @@ DOT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 class FusedTiles:
     """The kernel's tile sizes: ``block_rows`` query rows per program item (BM), ``key_tile`` columns per wide key
     tile (W, a power of two, raised to fit 4·(k − 1) + 8 columns), ``programs`` persistent programs (None: four
-    per streaming multiprocessor on CUDA, at most 8 elsewhere)."""
+    per streaming multiprocessor on CUDA, at most 8 elsewhere), ``warps`` per program (Triton's ``num_warps``)."""
 
     block_rows: int = 16
     key_tile: int = 64
     programs: int | None = None
+    warps: int = 4
 
     def __post_init__(self):
-        for name in ("block_rows", "key_tile"):
+        for name in ("block_rows", "key_tile", "warps"):
             value = getattr(self, name)
             if value < 1 or value & (value - 1):
                 raise ConfigError(f"{name}: {value} is not allowed; allowed values: powers of two")
@@ -220,7 +221,7 @@ def _launch_settings(plan: _Plan, q: torch.Tensor, k: torch.Tensor):
     bias_code = {"none": kt.BIAS_NONE, "table": kt.BIAS_TABLE, "tensor": kt.BIAS_FULL}[plan.form]
     return dict(HP=plan.heads_padded, DP=plan.width_padded, DHP=_padded(q.shape[-1]), BM=plan.tiles.block_rows,
                 W=plan.tiles.wide_tile(plan.kernel_size), K=plan.kernel_size, LEFT=plan.left, TRIL=plan.tril,
-                CAUSAL=plan.causal, BIAS=bias_code, DOT=dot, PRECISION=precision)
+                CAUSAL=plan.causal, BIAS=bias_code, DOT=dot, PRECISION=precision, num_warps=plan.tiles.warps)
 
 
 class _FusedDape(torch.autograd.Function):
