@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from dataclasses import dataclass
 
 import torch
@@ -32,6 +33,7 @@ from dape_core.dape import ScoreProcessor
 from dape_core.encodings import PositionalEncoding
 from dape_core.errors import ConfigError
 from dape_core.implementations.blocked import gemm_weights
+from dape_core.implementations.materialized import autocast_off
 from dape_core.positions import consecutive
 
 MIN_DOT = 16  # the smallest dimension tl.dot takes: heads, D_DAPE and the head size are padded to it
@@ -82,8 +84,6 @@ def _triton():
 
 def interpreted() -> bool:
     """Whether Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1`` when it was imported)."""
-    import os
-
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
@@ -160,24 +160,32 @@ def attend_fused(
         raise ConfigError(f"attention_impl: fused runs on CUDA (or on a CPU under TRITON_INTERPRET=1), not on "
                           f"{q.device}; allowed here: auto, fast, plain, materialized")
     tiles = tiles or FusedTiles()
-    n_rows, n_keys = q.shape[2], k.shape[2]
     form = bias_form(encoding, processor, positions)
-    if form == "table":
-        bias = relative_table(encoding, q, k, n_keys, positions.dtype)
-    elif form == "tensor":
-        q_pos, k_pos = positions[row_offset:row_offset + n_rows], positions
-        scores = None
-        if encoding.needs_scores:  # CoPE's gates read q·kᵀ: this encoding's bias is [batch, H, Tq, Tk] anyway
-            scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) / math.sqrt(q.shape[-1])
-        bias = encoding.bias(q, k, scores, q_pos, k_pos)
-    else:
-        bias = None
+    with autocast_off(q.device.type):  # B in fp32 under bf16 autocast, as on the other paths
+        bias = _kernel_bias(form, encoding, q, k, positions, row_offset)
     heads_padded, width_padded = _padded(processor.n_head), _padded(processor.dape_width)
     w1a, w1b, b1, w2, b2 = kernel_weights(processor, heads_padded, width_padded)
     plan = _Plan(form=form, kernel_size=processor.kernel_size, left=processor.left_padding, tril=processor.tril,
                  causal=causal, row_offset=row_offset, heads_padded=heads_padded, width_padded=width_padded,
                  tiles=tiles)
     return _FusedDape.apply(q, k, v, bias, w1a, w1b, b1, w2, b2, plan)
+
+
+def _kernel_bias(form: str, encoding: PositionalEncoding, q, k, positions, row_offset: int):
+    """The bias in the form the kernel reads (:func:`bias_form`), in fp32 at least: a [H, 2·Tk − 1] table, the
+    encoding's bias tensor for the query rows, or None."""
+    score_dtype = torch.promote_types(q.dtype, torch.float32)
+    n_rows, n_keys = q.shape[2], k.shape[2]
+    if form == "table":
+        return relative_table(encoding, q[:, :, :1].to(score_dtype), k[:, :, :1].to(score_dtype), n_keys,
+                              positions.dtype)
+    if form == "tensor":
+        q_s, k_s = q.to(score_dtype), k.to(score_dtype)
+        scores = None
+        if encoding.needs_scores:  # CoPE's gates read q·kᵀ: this encoding's bias is [batch, H, Tq, Tk] anyway
+            scores = torch.matmul(q_s, k_s.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+        return encoding.bias(q_s, k_s, scores, positions[row_offset:row_offset + n_rows], positions)
+    return None
 
 
 @dataclass(frozen=True)
