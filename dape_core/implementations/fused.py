@@ -210,15 +210,21 @@ class _Plan:
         return max(1, min(items, 8))
 
 
-def _bias_arguments(bias: torch.Tensor | None, form: str, batch: int):
-    """(pointer tensor, batch, head, row and key strides, table length) of the kernel's bias arguments."""
+def _bias_arguments(bias: torch.Tensor | None, form: str, batch: int, placeholder: torch.Tensor):
+    """(bias pointer, batch, head, row and key strides, table length) of the kernel's bias arguments; without a
+    bias the pointer is ``placeholder`` (never read)."""
     if form == "table":
         return bias, 0, 0, 0, 0, bias.shape[-1]
     if form == "tensor":
         b4 = bias if bias.dim() == 4 else bias.unsqueeze(0)
         sb, sh, si, sj = b4.stride()
         return bias, (sb if b4.shape[0] == batch and batch > 1 else 0), sh, si, sj, 1
-    return None, 0, 0, 0, 0, 1
+    return placeholder, 0, 0, 0, 0, 1
+
+
+def _weight_arguments(w1a, w1b, b1, w2, b2) -> tuple:
+    """The kernel's weight arguments, contiguous; without a bias half, W1's A half stands in (never read)."""
+    return tuple(w.contiguous() for w in (w1a, w1b if w1b is not None else w1a, b1, w2, b2))
 
 
 def _launch_settings(plan: _Plan, q: torch.Tensor, k: torch.Tensor):
@@ -251,12 +257,9 @@ class _FusedDape(torch.autograd.Function):
         items = batch * -(-n_rows // bm)
         nprog = plan.programs(q.device, items)
         scratch = torch.empty(nprog * (2 * hp + dp) * bm * wide, device=q.device, dtype=torch.float32)
-        bias_ptr, sb, sh, si, sj, table_len = _bias_arguments(bias, plan.form, batch)
-        w1b_arg = w1b if w1b is not None else w1a
         kt.dape_forward_kernel[(nprog,)](
-            q, k, v, out, lse, bias_ptr if bias_ptr is not None else q, sb, sh, si, sj, table_len,
-            w1a.contiguous(), w1b_arg.contiguous(), b1.contiguous(), w2.contiguous(), b2.contiguous(), scratch,
-            1.0 / math.sqrt(head_dim), plan.row_offset, batch, n_rows, n_keys, heads, head_dim, nprog, **meta)
+            q, k, v, out, lse, *_bias_arguments(bias, plan.form, batch, q), *_weight_arguments(w1a, w1b, b1, w2, b2),
+            scratch, 1.0 / math.sqrt(head_dim), plan.row_offset, batch, n_rows, n_keys, heads, head_dim, nprog, **meta)
         ctx.save_for_backward(q, k, v, out, lse, bias, w1a, w1b, b1, w2, b2)
         ctx.plan = plan
         return out
@@ -273,10 +276,9 @@ class _FusedDape(torch.autograd.Function):
         grad_out = grad_out.contiguous()
         delta = torch.zeros((batch, hp, n_rows), device=q.device, dtype=torch.float32)
         delta[:, :heads] = (grad_out.float() * out.float()).sum(-1)  # δ = rowsum(dO ⊙ O)
-        bias_ptr, sb, sh, si, sj, table_len = _bias_arguments(bias, plan.form, batch)
-        bias_arg = bias_ptr if bias_ptr is not None else q
-        weights = (w1a.contiguous(), (w1b if w1b is not None else w1a).contiguous(), b1.contiguous(),
-                   w2.contiguous(), b2.contiguous())
+        bias_args = _bias_arguments(bias, plan.form, batch, q)
+        table_len = bias_args[-1]
+        weights = _weight_arguments(w1a, w1b, b1, w2, b2)
         scale = 1.0 / math.sqrt(head_dim)
         slab = (3 * hp + 2 * dp) * bm * wide
 
@@ -286,7 +288,7 @@ class _FusedDape(torch.autograd.Function):
         nprog_kv = plan.programs(q.device, batch * -(-n_keys // stride))
         scratch = torch.empty(nprog_kv * slab, device=q.device, dtype=torch.float32)
         kt.dape_backward_kv_kernel[(nprog_kv,)](
-            q, k, v, grad_out, lse, delta, grad_k, grad_v, bias_arg, sb, sh, si, sj, table_len, *weights, scratch,
+            q, k, v, grad_out, lse, delta, grad_k, grad_v, *bias_args, *weights, scratch,
             scale, plan.row_offset, batch, n_rows, n_keys, heads, head_dim, nprog_kv, **meta)
 
         extent = _pow2(bm + wide - 1)
@@ -303,7 +305,7 @@ class _FusedDape(torch.autograd.Function):
             grad_bias = partial  # not written
         grad_q = torch.empty_like(q)
         kt.dape_backward_q_kernel[(nprog_q,)](
-            q, k, v, grad_out, lse, delta, grad_q, grad_bias, bias_arg, sb, sh, si, sj, table_len, *weights, scratch,
+            q, k, v, grad_out, lse, delta, grad_q, grad_bias, *bias_args, *weights, scratch,
             partial, part_size, scale, plan.row_offset, batch, n_rows, n_keys, heads, head_dim, nprog_q,
             E=extent, BIAS_GRAD=bias_grad, **meta)
 
