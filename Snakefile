@@ -37,5 +37,3 @@ rule all:
         all_targets(),
     localrule: True
 
-
-give_known_parameters(globals())  # common.smk: Snakemake need not inspect them again for each job

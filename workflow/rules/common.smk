@@ -9,11 +9,9 @@ reruns exactly the jobs it reaches. Resources (threads, mem_mb, runtime, gpu) co
 rules are local rules and need none.
 """
 
-import inspect
 import os
 import re
 import sys
-import types
 from functools import lru_cache
 from pathlib import Path
 
@@ -67,36 +65,14 @@ wildcard_constraints:
 
 
 # ------------------------------------------------------------------------------------------------ job functions
-def known_parameters(func):
-    """``func``, carrying its parameters where Snakemake looks before it inspects a function's signature.
-
-    Snakemake reads the parameters of every input, params and resources function again for each job it builds
-    (`snakemake.common.get_function_params`: `inspect.signature` unless the function has `_overwrite_params`,
-    Snakemake's own attribute for forced parameters). Set once here, they took the paper grid's `snakemake -n` from
-    6.78 s to 5.93 s (benchmarks/dag_parse.py, docs/performance.md)."""
-    func._overwrite_params = inspect.signature(func).parameters
-    return func
-
-
-def give_known_parameters(namespace):
-    """known_parameters for every function this workflow's files define (the closures are given theirs where
-    their factories make them)."""
-    rules_dir = str(Path(workflow.basedir).resolve())
-    for value in list(namespace.values()):
-        if isinstance(value, types.FunctionType) and str(Path(value.__code__.co_filename).resolve()).startswith(
-                rules_dir):
-            known_parameters(value)
-
-
 def input_folder(name):
     """A params function: the folder of the job's input file ``name``."""
-    return known_parameters(lambda wildcards, input: str(Path(getattr(input, name)).parent))
+    return lambda wildcards, input: str(Path(getattr(input, name)).parent)
 
 
 def output_folder(name):
     """A params function: the folder of the job's output file ``name`` (a name, or its position)."""
-    return known_parameters(lambda wildcards, output: str(Path(output[name] if isinstance(name, int)
-                                                                    else getattr(output, name)).parent))
+    return lambda wildcards, output: str(Path(output[name] if isinstance(name, int) else getattr(output, name)).parent)
 
 
 # ------------------------------------------------------------------------------------------------ resources
@@ -183,7 +159,7 @@ def train_job_resources():
             job = train_job(wildcards.run)
             return slurm_resources(job).get(key, {"cpus_per_gpu": job["threads"], "gpu_model": ""}.get(key))
 
-        return known_parameters(of_run)
+        return of_run
 
     return {key: value(key) for key in keys}
 
@@ -234,7 +210,7 @@ def spec_of(groups, seed=False):
         values = [values] if isinstance(values, grid.CliOptions) else values.values()
         return grid.JobSpec(*values, **({"seed": int(wildcards.seed)} if seed else {}))
 
-    return known_parameters(spec)
+    return spec
 
 
 def timing_spec(wildcards):
@@ -255,7 +231,7 @@ def _lm_groups(run):
 
 def lm_options(group):
     """One group of an LM run's training options, as a params function."""
-    return known_parameters(lambda wildcards: lm_groups(wildcards)[group])
+    return lambda wildcards: lm_groups(wildcards)[group]
 
 
 def eval_options(wildcards):
@@ -291,7 +267,7 @@ def finetune_groups(wildcards):
 
 def finetune_options(group):
     """model or training options of one fine-tune run, as a params function."""
-    return known_parameters(lambda wildcards: finetune_groups(wildcards)[group])
+    return lambda wildcards: finetune_groups(wildcards)[group]
 
 
 def lm_files(name, jobs=None):
@@ -328,7 +304,7 @@ def _timing_groups(job):
 
 def timing_options(group):
     """One group of a timing job's options, as a params function."""
-    return known_parameters(lambda wildcards: timing_groups(wildcards)[group])
+    return lambda wildcards: timing_groups(wildcards)[group]
 
 
 def timing_files(suffix="csv"):
@@ -348,7 +324,7 @@ def _che_groups(cell):
 
 def che_options(group):
     """One group of a CHE cell's options, as a params function."""
-    return known_parameters(lambda wildcards: che_groups(wildcards)[group])
+    return lambda wildcards: che_groups(wildcards)[group]
 
 
 def che_files():
@@ -367,7 +343,7 @@ def report_spec():
 
 def family_param(key):
     """A family's setting (title, paper, sweep, …) as a params function."""
-    return known_parameters(lambda wildcards: PLAN.families[wildcards.family].get(key))
+    return lambda wildcards: PLAN.families[wildcards.family].get(key)
 
 
 def table_files():
