@@ -1,4 +1,5 @@
-# The two commands of the README:
+# The two commands of the README (make install brings the hf extra: configs/smoke.yaml and configs/hf.yaml fine-tune
+# Hugging Face models):
 #   make reproduce   install, then run the whole DAG on config.yaml into reports/ (and reports/report.html);
 #                    CONFIG=configs/x.yaml runs x.yaml into reports/x/
 #   make test        install with the test extras, then run the test suite (what .ci/run calls)
@@ -24,7 +25,7 @@ $(BIN)/python:
 
 install: $(BIN)/python
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e .
+	$(BIN)/python -m pip install -q -e '.[hf]'
 
 # The interpreter extra (Triton for the fused kernels' CPU tests) on a CPU build of torch only: a CUDA build pins
 # its own Triton, which runs the same kernels on the GPU.

@@ -442,3 +442,37 @@ def test_the_configuration_is_not_modified():
     before = copy.deepcopy(config)
     grid.build_plan(config)
     assert config == before
+
+
+def test_a_key_given_twice_in_a_yaml_mapping_is_refused_naming_it_and_both_lines(tmp_path):
+    path = tmp_path / "twice.yaml"
+    path.write_text("defaults:\n  lm:\n    steps: 20\n    lr: 0.003\n    steps: 40\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"twice.yaml: the key 'steps' is given twice in one mapping, on lines 3 "
+                                          r"and 5; allowed: each key once"):
+        grid.load_yaml(path)
+
+
+def test_a_key_beside_a_merge_overrides_it_and_every_shipped_yaml_reads_as_before(tmp_path):
+    import yaml
+
+    path = tmp_path / "merge.yaml"
+    path.write_text("base: &b {steps: 20, lr: 0.1}\nrun:\n  <<: *b\n  steps: 40\n", encoding="utf-8")
+    assert grid.load_yaml(path)["run"] == {"steps": 40, "lr": 0.1}
+    for shipped in [REPO / "config.yaml", *sorted((REPO / "configs").glob("*.yaml")), grid.SCHEMA_PATH]:
+        assert grid.load_yaml(shipped) == (yaml.safe_load(shipped.read_text(encoding="utf-8")) or {}), shipped
+
+
+def test_a_fine_tune_family_without_transformers_says_how_to_install_it(monkeypatch):
+    import importlib.util
+
+    plan = grid.build_plan(grid.load_yaml(REPO / "configs" / "smoke.yaml"))
+    assert plan.finetune_runs
+    grid.require_extras(plan)  # the test environment has the hf extra
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "transformers" else real_find_spec(name, *a))
+    with pytest.raises(ConfigError, match=r"families.hf_finetune: the finetune stage needs transformers .*"
+                                          r"pip install -e '.\[hf\]'"):
+        grid.require_extras(plan)
+    grid.require_extras(plan, job_environments=True)  # --use-conda: envs/hf.yaml brings it
+    grid.require_extras(grid.build_plan(grid.load_yaml(REPO / "config.yaml")))  # no fine-tunes: nothing needed

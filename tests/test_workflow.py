@@ -28,6 +28,20 @@ def test_lint_reports_nothing(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_configuration_giving_a_key_twice_stops_the_dag_naming_the_key_and_both_lines(tmp_path):
+    """Snakemake's own loader would keep the last value; the workflow reads the file once more and refuses it."""
+    text = CONFIGS["smoke"].read_text(encoding="utf-8")
+    assert text.count("    steps: 20\n") >= 1
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(text.replace("    steps: 20\n", "    steps: 20\n    steps: 40\n", 1), encoding="utf-8")
+    line = text[:text.index("    steps: 20\n")].count("\n") + 1
+    result = snakemake(tmp_path, twice, "-n", "--cores", "1", timeout=300)
+    assert result.returncode != 0
+    assert (f"twice.yaml: the key 'steps' is given twice in one mapping, on lines {line} and {line + 1}"
+            in result.stdout + result.stderr)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["default", "smoke", "paper"])
 def test_dry_run_builds_the_dag(tmp_path, name):
     """The paper's DAG builds here, without its Hub data or tokenizer file."""

@@ -7,7 +7,7 @@ the grouped options its rules pass) and :mod:`~dape_core.config.estimate` (jobs 
 ``python -m dape_core.config CONFIG`` prints the jobs of each family and the estimate.
 """
 
-from dape_core.config.checks import check_dataset, dataset_inputs
+from dape_core.config.checks import check_dataset, dataset_inputs, require_extras
 from dape_core.config.estimate import estimate, estimate_line, training_flops
 from dape_core.config.families import (LM_STAGES, RULES, STAGES, Plan, build_plan, expand_family, family_grids,
                                        spec_digest, write_report_spec)
@@ -16,13 +16,13 @@ from dape_core.config.names import (che_cell_name, configuration_name, finetune_
 from dape_core.config.options import (CliOptions, JobSpec, attention_map_options, che_options, corpus_options, eval_options,
                                       finetune_options, group, timing_job_options, timing_options,
                                       train_options)
-from dape_core.config.schema import SCHEMA_PATH, load_yaml, validate_schema
+from dape_core.config.schema import SCHEMA_PATH, check_yaml_files, load_yaml, validate_schema
 
 __all__ = [
     "LM_STAGES", "RULES", "SCHEMA_PATH", "STAGES", "CliOptions", "JobSpec", "Plan", "attention_map_options", "build_plan",
-    "che_cell_name", "che_options", "configuration_name", "check_dataset", "corpus_options", "dataset_inputs", "estimate",
+    "che_cell_name", "che_options", "check_yaml_files", "configuration_name", "check_dataset", "corpus_options", "dataset_inputs", "estimate",
     "estimate_line", "eval_options", "expand_family", "family_grids", "finetune_options", "finetune_run_name",
-    "group", "lm_run_name", "load_yaml", "plan_path", "reports_dir",
+    "group", "lm_run_name", "load_yaml", "plan_path", "reports_dir", "require_extras",
     "spec_digest", "timing_job_name", "timing_job_options", "timing_options", "timing_run_name", "train_options", "training_flops", "validate_schema",
     "write_report_spec",
 ]

@@ -6,6 +6,7 @@ by where it stands in the configuration) and the allowed values; :func:`dape_cor
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Callable
 
@@ -144,3 +145,16 @@ def check_che_run(s: dict, where: str) -> None:
     from dape_core.settings.che import CHESettings
 
     checked(where, lambda: CHESettings(**_only(s, CHESettings)))
+
+
+# ----------------------------------------------------------------------------------------------- extras
+def require_extras(plan, *, job_environments: bool = False) -> None:
+    """The optional packages the plan's jobs import are importable here (without importing them): ``transformers``
+    (the ``hf`` extra) for a fine-tune family. ``job_environments``: the jobs run in envs/ (``--use-conda``), which
+    bring their own."""
+    if not plan.finetune_runs or job_environments or importlib.util.find_spec("transformers") is not None:
+        return
+    families = sorted({family for run in plan.finetune_runs.values() for family in run.get("families", ())})
+    raise ConfigError(f"families.{','.join(families) or 'finetune'}: the finetune stage needs transformers (the hf "
+                      "extra), which this Python lacks; install it: pip install -e '.[hf]' (make install does), or "
+                      "run the jobs in envs/ with --use-conda")

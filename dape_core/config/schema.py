@@ -25,9 +25,36 @@ SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "co
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+class UniqueKeyLoader(SAFE_LOADER):
+    """The safe loader, refusing a mapping that gives one key twice (YAML leaves it to the loader, and PyYAML's
+    keeps the last value without a word). A key given beside a merge (``<<: *defaults``) overrides the merged one,
+    as YAML means it to."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise ConfigError(f"{key_node.start_mark.name}: the key {key!r} is given twice in one mapping, on "
+                                  f"lines {seen[key]} and {line}; allowed: each key once")
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def check_yaml_files(paths) -> None:
+    """Each YAML file parses with every key of a mapping once (:class:`UniqueKeyLoader`): for the configuration
+    files that Snakemake itself loads, whose loader keeps a repeated key's last value."""
+    for path in paths:
+        load_yaml(path)
+
+
 def load_yaml(path: str | Path) -> dict:
+    """A YAML file the project reads (a configuration, the schema): safe, with every key of a mapping once."""
     with open(path, encoding="utf-8") as handle:
-        return yaml.load(handle, Loader=SAFE_LOADER) or {}
+        return yaml.load(handle, Loader=UniqueKeyLoader) or {}
 
 
 #: schema block ($defs) → the settings dataclasses whose fields complete its properties (first declaring one wins;

@@ -25,7 +25,12 @@ from dape_core import config as grid
 os.environ.update(PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
 os.environ.setdefault("DAPE_CORE_SRC", str(Path(workflow.basedir).resolve()))
 
+# Snakemake's own loader keeps a repeated key's last value: the configuration files are read once more, refusing one
+grid.check_yaml_files(workflow.overwrite_configfiles or [Path(workflow.basedir) / "config.yaml"])
 PLAN = grid.build_plan(config)
+# a family whose jobs need an optional extra (transformers for fine-tunes) says so now, in one line
+grid.require_extras(PLAN, job_environments=any(str(getattr(method, "value", method)) == "conda"
+                                               for method in workflow.deployment_settings.deployment_method))
 # config.yaml reports into reports/ (the committed reference); any other configuration into reports/<its name>/
 CONFIGURATION = grid.configuration_name(workflow.overwrite_configfiles)
 REPORTS = grid.reports_dir(CONFIGURATION)
