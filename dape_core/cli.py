@@ -14,7 +14,7 @@ import importlib
 import shlex
 import sys
 
-from dape_core.errors import ArtefactError, ConfigError
+from dape_core.errors import ArtefactError, ConfigError, WriteFailure
 from dape_core.settings import fields
 
 # sub-command -> (module, one-line help)
@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         result = args._module.run(args)
     except (ConfigError, ArtefactError) as err:
         parser.exit(2, f"dape {args.command}: error: {err}\n")
+    except WriteFailure as err:
+        parser.exit(2, f"dape {args.command}: error: {err.strerror}\n")
     return int(result or 0)
 
 

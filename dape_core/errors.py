@@ -34,3 +34,8 @@ def require_odd_kernel(field: str, value: Any) -> int:
 
 class ArtefactError(ValueError):
     """A damaged, cut or foreign file: the message names the file, what is wrong and the command that redoes it."""
+
+
+class WriteFailure(OSError):
+    """An output that could not be written (a full disk, a file-size limit, a read-only or failing device): the
+    message names the file and the cause with its errno; the file's previous version, if any, is unchanged."""

@@ -8,6 +8,7 @@ overwritten file from the one the job wrote.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -15,18 +16,53 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from dape_core.errors import WriteFailure
+
 
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path next to ``path``; on success it is renamed to ``path``, on error removed."""
+    """Yield a temporary path next to ``path``; on success it is renamed to ``path``, on error removed. A write
+    that fails for want of room or permission (:func:`write_failure`) is raised as a :class:`WriteFailure` naming
+    ``path`` and the errno; ``path`` itself keeps its previous content."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         yield tmp
         os.replace(tmp, path)
+    except Exception as err:
+        failure = write_failure(path, tmp, err)
+        if failure is None:
+            raise
+        raise failure from err
     finally:
         tmp.unlink(missing_ok=True)
+
+
+#: errnos of a write that the disk or the process's limits refused, not the program
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES})
+
+
+def write_failure(path: Path, tmp: Path, err: BaseException) -> WriteFailure | None:
+    """A :class:`WriteFailure` for ``path`` when ``err`` came from the disk or a limit, else None. An OSError says
+    its errno; a writer that hides it (torch.save raises a RuntimeError) is asked by appending one byte to the
+    partial temporary file: that write fails with the same errno if the disk or a limit stopped it."""
+    if isinstance(err, WriteFailure):
+        return err
+    cause = err if isinstance(err, OSError) and err.errno in WRITE_ERRNOS else None
+    if cause is None and not isinstance(err, OSError) and tmp.exists():
+        try:
+            with open(tmp, "ab") as handle:
+                handle.write(b"\0")
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as probe:
+            cause = probe if probe.errno in WRITE_ERRNOS else None
+    if cause is None:
+        return None
+    kept = "its previous version is unchanged" if path.exists() else "nothing was written there"
+    name = errno.errorcode.get(cause.errno, str(cause.errno))
+    return WriteFailure(cause.errno, f"{path}: not written: {cause.strerror} ({name}); {kept}")
 
 
 HASH_SUFFIX = ".sha256"
@@ -50,12 +86,19 @@ def hash_path(path: str | Path) -> Path:
 @contextmanager
 def output_path(path: str | Path, seal: bool = False) -> Iterator[Path]:
     """:func:`atomic_path`; with ``seal`` the finished temporary file's sha256 is recorded beside ``path`` before the
-    file is renamed into place (a kill in between leaves a record without its file, which Snakemake redoes)."""
-    with atomic_path(path) as tmp:
-        yield tmp
-        if seal:
-            with atomic_path(hash_path(path)) as record:
-                record.write_text(f"{file_sha256(tmp)}  {Path(path).name}\n", encoding="utf-8")
+    file is renamed into place (a kill in between leaves a record without its file, which Snakemake redoes). A
+    failed write leaves no record of a file that is not there."""
+    record = hash_path(path)
+    try:
+        with atomic_path(path) as tmp:
+            yield tmp
+            if seal:
+                with atomic_path(record) as written:
+                    written.write_text(f"{file_sha256(tmp)}  {Path(path).name}\n", encoding="utf-8")
+    except BaseException:
+        if seal and not Path(path).exists():  # no seal of a file that is not there
+            record.unlink(missing_ok=True)
+        raise
 
 
 def write_text(path: str | Path, text: str, seal: bool = False) -> None:

@@ -165,3 +165,64 @@ def test_dape_evaluate_names_a_garbage_model_in_one_line(tmp_path):
     assert result.stderr.strip().splitlines() == [
         f"dape evaluate: error: {path}: not a readable model.pt of `dape train` (UnpicklingError); redo it: "
         f"snakemake --forcerun {path} (rule train_lm; add this run's --configfile and --cores)"]
+
+
+def _under_file_size_limit(code: str, limit_bytes: int) -> subprocess.CompletedProcess:
+    """``python -c code`` with RLIMIT_FSIZE at ``limit_bytes`` (as a full disk: writes past it fail with EFBIG)."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, preexec_fn=limit, timeout=120)
+
+
+@pytest.mark.parametrize("writer", ["torch_save", "write_text"])
+def test_a_write_past_a_file_size_limit_names_the_file_and_errno_and_keeps_the_previous_version(tmp_path, writer):
+    """The previous sealed version stays as it was (file and seal); the failed write leaves no temporary file."""
+    path = tmp_path / "state.bin"
+    io.write_text(path, "previous\n", seal=True)
+    before = (path.read_bytes(), io.hash_path(path).read_bytes())
+    payload = "{'w': torch.zeros(200_000)}" if writer == "torch_save" else "'x' * 400_000"
+    code = ("import sys, torch\nfrom dape_core import io\nfrom dape_core.errors import WriteFailure\n"
+            f"try:\n    io.{writer}({str(path)!r}, {payload}, seal=True)\n"
+            "except WriteFailure as err:\n    print(err.strerror)\n    sys.exit(3)\n")
+    result = _under_file_size_limit(code, 64 * 1024)
+    assert result.returncode == 3, result.stderr[-2000:]
+    assert result.stdout.strip() == f"{path}: not written: File too large (EFBIG); its previous version is unchanged"
+    assert (path.read_bytes(), io.hash_path(path).read_bytes()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.bin", "state.bin.sha256"]
+
+
+def test_a_first_write_that_fails_leaves_no_seal_and_an_unrelated_error_stays_itself(tmp_path):
+    path = tmp_path / "new.json"
+    code = ("import sys\nfrom dape_core import io\nfrom dape_core.errors import WriteFailure\n"
+            f"try:\n    io.write_text({str(path)!r}, 'x' * 400_000, seal=True)\n"
+            "except WriteFailure as err:\n    print(err.strerror)\n    sys.exit(3)\n")
+    result = _under_file_size_limit(code, 64 * 1024)
+    assert result.returncode == 3 and result.stdout.strip().endswith("(EFBIG); nothing was written there")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ZeroDivisionError):  # not a write failure: raised as it is, no file, no seal
+        with io.output_path(path, seal=True) as tmp:
+            tmp.write_text("partial", encoding="utf-8")
+            1 / 0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_dape_train_under_a_file_size_limit_stops_with_one_line(tiny_corpus, tmp_path):
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
+
+    out = tmp_path / "out"
+    result = subprocess.run([sys.executable, "-m", "dape_core.cli", "train", "--data-dir", str(tiny_corpus),
+                             "--out-dir", str(out), "--size", "tiny", "--train-len", "32", "--batch-size", "8",
+                             "--threads", "1", "--no-progress", "--steps", "4", "--checkpoint-every", "2"],
+                            capture_output=True, text=True, preexec_fn=limit, timeout=300)
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines[-1] == (f"dape train: error: {out}/checkpoints/last.pt: not written: File too large (EFBIG); "
+                         "nothing was written there"), result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert not list(out.rglob("*.sha256"))
