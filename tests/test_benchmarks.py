@@ -148,3 +148,15 @@ def test_fused_layer_benchmark_times_every_row_and_states_the_fused_error(tmp_pa
     assert (errors < 1e-5).all()  # fp32 on the CPU: the kernel equals the reference to rounding
     assert rows.loc["fused", "forward_gflop"] > 0 and rows.loc["fused", "backward_gflop"] > rows.loc["fused",
                                                                                                    "forward_gflop"]
+
+
+def test_verify_cost_times_each_split_and_file_and_extrapolates(tiny_corpus, tmp_path):
+    out = tmp_path / "verify_cost.csv"
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "verify_cost.py"), "--data-dir",
+                             str(tiny_corpus), "--scratch-mb", "4", "--repeats", "2", "--out", str(out)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = pd.read_csv(out).set_index("case")
+    assert {"load_split train", "load_split val", "sha256 train.bin", "sha256 4 MiB scratch"} <= set(rows.index)
+    extrapolated = rows.loc["extrapolated: 3.3 GB of tokens"]
+    assert extrapolated["ms"] == pytest.approx(3.3e9 / (extrapolated["gb_per_s"] * 1e9) * 1000)
