@@ -39,15 +39,19 @@ test: install-test
 # A lock left by a killed Snakemake is cleared first (one printed line); a running Snakemake's lock stops make.
 SNAKEMAKE_ARGS = --profile profiles/default --cores $(CORES) --configfile $(CONFIG)
 
+# dape verify sets aside every damaged result (one line each, under results/.damaged/); --forcerun of those not yet
+# remade (dape verify --pending) redoes them and what depends on them.
 reproduce: install
 	$(BIN)/python -m dape_core.workflow_lock -- $(SNAKEMAKE_ARGS)
-	$(BIN)/snakemake $(SNAKEMAKE_ARGS)
+	$(BIN)/dape verify --results results
+	$(BIN)/snakemake $(SNAKEMAKE_ARGS) $$($(BIN)/dape verify --results results --pending)
 	$(BIN)/snakemake $(SNAKEMAKE_ARGS) --report $(REPORTS)/report.html
 
 # Runs this configuration's grid too where its claims are missing: both runs' verdicts are needed.
 robustness: install
 	$(BIN)/python -m dape_core.workflow_lock -- $(SNAKEMAKE_ARGS)
-	$(BIN)/snakemake $(REPORTS)/robustness.md $(SNAKEMAKE_ARGS)
+	$(BIN)/dape verify --results results
+	$(BIN)/snakemake $(REPORTS)/robustness.md $(SNAKEMAKE_ARGS) $$($(BIN)/dape verify --results results --pending)
 
 clean-results:
 	rm -rf results reports/*.csv reports/tables reports/figures reports/report.html

@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "time": ("dape_core.timing", "forward / training-step time and peak memory (Table 7, §4.2)"),
     "che": ("dape_core.che.runner", "train and evaluate one CHE cell (Table 6)"),
     "report": ("dape_core.report.cli", "aggregate results into CSVs, tables, figures and claim verdicts"),
+    "verify": ("dape_core.verify", "check every sealed and token file of a results directory; set damaged ones aside"),
 }
 
 

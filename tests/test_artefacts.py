@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -226,3 +227,48 @@ def test_dape_train_under_a_file_size_limit_stops_with_one_line(tiny_corpus, tmp
                          "nothing was written there"), result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     assert not list(out.rglob("*.sha256"))
+
+
+def test_dape_verify_sets_damaged_files_and_orphan_seals_aside_and_keeps_them_pending(tmp_path, monkeypatch):
+    from dape_core import verify
+
+    monkeypatch.chdir(tmp_path)
+    results = Path("results")
+    io.write_text(results / "lm" / "a" / "eval.csv", "eval_len,ppl\n32,9.5\n", seal=True)
+    io.write_text(results / "lm" / "b" / "eval.csv", "eval_len,ppl\n32,8.5\n", seal=True)
+    (results / "lm" / "b" / "eval.csv").write_text("eval_len,ppl\n32,8.6\n")  # overwritten, same size
+    io.write_text(results / "lm" / "gone.json", "{}", seal=True)
+    (results / "lm" / "gone.json").unlink()  # a seal whose file is gone
+    checked, findings, folder = verify.verify(results)
+    assert checked == 3
+    assert {(str(f.path), f.problem.split(" (")[0]) for f in findings} == {
+        ("results/lm/b/eval.csv", "its content does not match the sha256 its job recorded in eval.csv.sha256"),
+        ("results/lm/gone.json.sha256", "a seal whose file is gone")}
+    assert not (results / "lm" / "b" / "eval.csv").exists() and not (results / "lm" / "b" / "eval.csv.sha256").exists()
+    assert (folder / "lm" / "b" / "eval.csv").read_text() == "eval_len,ppl\n32,8.6\n"  # moved, never deleted
+    assert (folder / "lm" / "b" / "eval.csv.sha256").is_file() and (folder / "lm" / "gone.json.sha256").is_file()
+    assert "lm/b/eval.csv: its content does not match" in (folder / "NOTE.txt").read_text()
+    assert (results / "lm" / "a" / "eval.csv").is_file()  # untouched
+    assert verify.pending(results, [results / "lm" / "b" / "eval.csv"]) == [results / "lm" / "b" / "eval.csv"]
+    assert verify.pending(results) == [results / "lm" / "b" / "eval.csv"]  # still missing: still pending
+    assert verify.forcerun_arguments(verify.pending(results)) == "--forcerun results/lm/b/eval.csv"
+    io.write_text(results / "lm" / "b" / "eval.csv", "eval_len,ppl\n32,8.5\n", seal=True)  # remade
+    assert verify.pending(results) == [] and not (results / ".damaged" / "pending.txt").exists()
+    assert verify.verify(results)[1] == []  # the .damaged folder is not checked again
+
+
+def test_dape_verify_names_a_token_file_changed_in_place(tiny_corpus, tmp_path):
+    import shutil
+
+    from dape_core import verify
+
+    data = tmp_path / "results" / "data" / "code"
+    shutil.copytree(tiny_corpus, data)
+    with open(data / "train.bin", "r+b") as handle:
+        handle.seek(10)
+        byte = handle.read(1)
+        handle.seek(10)
+        handle.write(bytes([byte[0] ^ 1]))
+    checked, findings, folder = verify.verify(tmp_path / "results")
+    assert checked >= 5 and [f.path.name for f in findings] == ["train.bin"]
+    assert (folder / "data" / "code" / "train.bin").is_file() and not (data / "train.bin").exists()

@@ -75,6 +75,40 @@ def test_a_cut_windows_file_is_named_redone_by_its_command_and_the_reports_come_
 
 
 @pytest.mark.slow
+def test_dape_verify_sets_a_cut_file_aside_and_make_reproduces_sequence_recovers_with_no_manual_step(
+        smoke_run, tmp_path):  # noqa: F811
+    """make reproduce's sequence: `dape verify` names the cut windows.csv in one console line and moves it under
+    results/.damaged/; Snakemake with `dape verify --pending` redoes its evaluation and the jobs after it, and the
+    reports equal the undamaged run's; afterwards nothing is pending."""
+    import subprocess
+
+    assert smoke_run.returncode == 0, smoke_run.log_tail
+    workdir = tmp_path / "smoke"
+    shutil.copytree(smoke_run.workdir, workdir, symlinks=True)
+    path = sorted(workdir.glob(KINDS["windows.csv"]))[0]
+    damage(path, "truncate", random.Random(0))
+
+    def verify(*extra):
+        return subprocess.run([sys.executable, "-m", "dape_core.cli", "verify", *extra], cwd=workdir,
+                              capture_output=True, text=True, timeout=300)
+
+    checked = verify()
+    assert checked.returncode == 0, checked.stderr[-2000:]
+    relative = str(path.relative_to(workdir))
+    named = [line for line in checked.stdout.splitlines() if relative in line]
+    assert len(named) == 1 and "does not match the sha256 its job recorded" in named[0]
+    assert checked.stdout.splitlines()[-1].endswith("1 set aside")
+    assert not path.exists() and list((workdir / "results" / ".damaged").rglob(path.name))
+    pending = verify("--pending").stdout.split()
+    assert pending == ["--forcerun", relative]
+    redone = run(workdir, CONFIG, *pending)
+    assert redone.returncode == 0, (redone.stdout + redone.stderr)[-3000:]
+    assert "rule train_lm" not in redone.stdout + redone.stderr  # only the evaluation and what follows
+    assert compare_reports(smoke_run.report(), workdir / SMOKE_REPORTS) == []
+    assert verify("--pending").stdout.strip() == "" and verify().stdout.splitlines()[-1].endswith("0 set aside")
+
+
+@pytest.mark.slow
 def test_a_killed_run_goes_on_without_a_manual_step(smoke_run, tmp_path):  # noqa: F811
     """SIGKILL of Snakemake and its jobs after the aggregation started: the next run clears the stale lock, redoes
     only what is missing, and its reports equal the uninterrupted run's."""

@@ -1,0 +1,174 @@
+"""``dape verify``: every sealed file of a results directory checked before the DAG is built, so that the same
+command recovers from damage with no manual step.
+
+A job seals what it writes (``<file>.sha256``, :mod:`dape_core.io`) and the token files' hashes are in their
+``meta.json``. This command hashes each such file and sets aside those that no longer match (cut, garbled,
+overwritten, bit rot), those it cannot read, and seals whose file is gone: each is moved, never deleted, under
+``<results>/.damaged/<time>/`` at its relative path, with a line in that folder's ``NOTE.txt`` saying why, and
+named in one line on the console. Snakemake does not redo a missing file that finished outputs were made from (it
+treats it as a temporary one), so the set-aside files stay listed in ``<results>/.damaged/pending.txt`` until they
+exist again, and ``--forcerun`` of them makes Snakemake redo exactly their jobs and the jobs after them (whose inputs
+are then newer). ``make reproduce`` and ``make robustness`` run ``dape verify`` and pass that list; on a cluster::
+
+    dape verify && snakemake --configfile … $(dape verify --pending)
+
+What it does not see yet: an unsealed file (written before outputs were sealed) and a file copied with its seal from
+another run (the seal records the content, not whose it is).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from dape_core import io
+from dape_core.errors import ArtefactError
+
+DAMAGED = ".damaged"
+PENDING = "pending.txt"  # under DAMAGED: what was set aside and is not yet remade
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A file that cannot be used and why (a relative path, and the problem in a few words)."""
+
+    path: Path
+    problem: str
+
+
+def sealed_files(results: Path):
+    """(file, seal) of every sealed file under ``results`` (not under its .damaged folder), in path order."""
+    for record in sorted(results.rglob(f"*{io.HASH_SUFFIX}")):
+        if DAMAGED in record.relative_to(results).parts:
+            continue
+        yield record.with_name(record.name[:-len(io.HASH_SUFFIX)]), record
+
+
+def check_sealed(path: Path, record: Path) -> str | None:
+    """Why ``path`` cannot be used against its seal ``record``, or None when it matches."""
+    from dape_core.artefacts import verify_hash
+
+    if not path.exists():
+        return "a seal whose file is gone"
+    try:
+        verify_hash(path)
+    except ArtefactError as err:
+        return str(err).split(": ", 1)[1]
+    return None
+
+
+def token_file_findings(results: Path) -> tuple[int, list[Finding]]:
+    """(token files checked, those that differ from the sha256 their data folder's ``meta.json`` recorded)."""
+    from dape_core.data.token_files import verify_token_file
+
+    findings, checked = [], 0
+    for meta_path in sorted(results.rglob("meta.json")):
+        if DAMAGED in meta_path.relative_to(results).parts:
+            continue
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # not ours to judge here: its readers name it (dape_core.data.token_files.read_meta)
+        if not isinstance(meta, dict) or not isinstance(meta.get("splits"), dict):
+            continue
+        recorded = [(f"{split}.bin", s.get("tokens_sha256")) for split, s in meta["splits"].items()
+                    if isinstance(s, dict)]
+        recorded += [(f"{split}.docs.npy", s.get("docs_sha256")) for split, s in meta["splits"].items()
+                     if isinstance(s, dict)]
+        recorded.append(("token_bytes.npy", (meta.get("tokenizer") or {}).get("token_bytes_sha256")))
+        for name, wanted in recorded:
+            path = meta_path.with_name(name)
+            if not wanted or not path.exists():
+                continue
+            checked += 1
+            try:
+                verify_token_file(path, wanted)
+            except ArtefactError:
+                findings.append(Finding(path, "its content does not match the sha256 meta.json recorded"))
+    return checked, findings
+
+
+def set_aside(results: Path, findings: list[Finding], stamp: str) -> Path:
+    """Moves each finding's file (and its seal) to ``<results>/.damaged/<stamp>/`` at its relative path, with a
+    NOTE.txt line each; returns that folder."""
+    folder = results / DAMAGED / stamp
+    with_seals = []
+    for finding in findings:
+        with_seals.append(finding.path)
+        if io.hash_path(finding.path).exists() and finding.path.suffix != io.HASH_SUFFIX:
+            with_seals.append(io.hash_path(finding.path))
+    for path in with_seals:
+        if path.exists():
+            target = folder / path.relative_to(results)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(path), str(target))
+    note = folder / "NOTE.txt"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(note, "a", encoding="utf-8") as handle:
+        for finding in findings:
+            handle.write(f"{finding.path.relative_to(results)}: {finding.problem}\n")
+    return folder
+
+
+def verify(results: str | Path) -> tuple[int, list[Finding], Path | None]:
+    """(files checked, findings, the folder they were moved to) for a results directory."""
+    results = Path(results)
+    if not results.is_dir():
+        return 0, [], None
+    findings, checked = [], 0
+    for path, record in sealed_files(results):
+        checked += 1
+        problem = check_sealed(path, record)
+        if problem is not None:
+            findings.append(Finding(record if problem.startswith("a seal whose") else path, problem))
+    token_files, token_findings = token_file_findings(results)
+    checked += token_files
+    findings += token_findings
+    if not findings:
+        return checked, [], None
+    return checked, findings, set_aside(results, findings, time.strftime("%Y%m%d-%H%M%S"))
+
+
+def pending(results: Path, set_aside_now: list[Path] = ()) -> list[Path]:
+    """The set-aside files not remade yet: those of earlier runs still missing, and ``set_aside_now``; the list is
+    kept in ``<results>/.damaged/pending.txt`` (removed when empty)."""
+    record = results / DAMAGED / PENDING
+    earlier = record.read_text(encoding="utf-8").split("\n") if record.is_file() else []
+    paths = sorted({Path(p) for p in earlier if p and not Path(p).exists()} | set(set_aside_now))
+    if paths:
+        io.write_text(record, "".join(f"{p}\n" for p in paths))
+    else:
+        record.unlink(missing_ok=True)
+    return paths
+
+
+def forcerun_arguments(paths: list[Path]) -> str:
+    """Snakemake's arguments that redo ``paths`` and what depends on them ('' for none)."""
+    return " ".join(["--forcerun", *map(str, paths)]) if paths else ""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--results", default="results", help="the results directory of the workflow (its workdir's)")
+    parser.add_argument("--pending", action="store_true",
+                        help="check nothing; print the Snakemake arguments that redo the set-aside files not yet "
+                             "remade (--forcerun …), or nothing")
+
+
+def run(args: argparse.Namespace) -> int:
+    results = Path(args.results)
+    if args.pending:
+        print(forcerun_arguments(pending(results)))
+        return 0
+    start = time.perf_counter()
+    checked, findings, folder = verify(results)
+    pending(results, [finding.path for finding in findings if finding.path.suffix != io.HASH_SUFFIX])
+    for finding in findings:
+        print(f"dape verify: {finding.path}: {finding.problem}; set aside under {folder}, the DAG redoes it",
+              flush=True)
+    print(f"dape verify: {checked} sealed and token files of {args.results} checked in "
+          f"{time.perf_counter() - start:.1f} s, {len(findings)} set aside", flush=True)
+    return 0
