@@ -110,7 +110,9 @@ def build_base(model_settings: FinetuneSettings, meta: dict, data_dir: Path, see
     eot = int(meta["tokenizer"]["eot_id"])
     spec.update(vocab_size=vocab, bos_token_id=spec.get("bos_token_id", eot),
                 eos_token_id=spec.get("eos_token_id", eot))
-    return build_causal_lm(spec, seed=seed).float(), (data_dir / "tokenizer.json").read_bytes()
+    from dape_core.data.token_files import tokenizer_bytes
+
+    return build_causal_lm(spec, seed=seed).float(), tokenizer_bytes(data_dir)
 
 
 def non_embedding_parameters(model: torch.nn.Module) -> int:

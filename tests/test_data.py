@@ -22,7 +22,8 @@ from dape_core import cli, data
 from dape_core.errors import ArtefactError, ConfigError
 
 HUB_FIXTURE = Path(__file__).parent / "data" / "hub_pile_like"
-OUTPUT_FILES = ("train.bin", "val.bin", "train.docs.npy", "val.docs.npy", "token_bytes.npy", "tokenizer.json", "meta.json")
+OUTPUT_FILES = ("train.bin", "val.bin", "train.docs.npy", "val.docs.npy", "token_bytes.npy", "tokenizer.json", "meta.json",
+                "meta.json.sha256")
 
 
 @pytest.fixture(autouse=True)
@@ -427,6 +428,7 @@ def test_loader_errors_raise_config_error(tmp_path):
     with pytest.raises(ArtefactError, match=r"val.bin: its content does not match the sha256 meta.json recorded.*"
                                             r"snakemake --forcerun .*meta.json \(rule tokenize\)"):
         data.load_split(out, "val")
+    (out / "meta.json.sha256").unlink()  # an older, unsealed meta.json (its seal: the test below)
     meta = json.loads((out / "meta.json").read_text())  # a meta.json without hashes: the lengths still tell
     del meta["splits"]["val"]["tokens_sha256"]
     (out / "meta.json").write_text(json.dumps(meta))
@@ -435,6 +437,31 @@ def test_loader_errors_raise_config_error(tmp_path):
     (out / "meta.json").write_text("{not json")
     with pytest.raises(ArtefactError, match="meta.json: not valid JSON"):
         data.load_split(out, "val")
+
+
+def test_meta_json_and_tokenizer_json_are_checked_where_they_are_read(tmp_path):
+    """meta.json is sealed (a description field edited at the same size, such as vocab_size, is named: the model's
+    shape is read from it); tokenizer.json is checked against the sha256 meta.json recorded; dape verify sets both
+    aside."""
+    from dape_core import verify
+
+    out, _ = tokenize(tmp_path / "results" / "data", source="hub", dataset=str(HUB_FIXTURE))
+    assert data.load_tokenizer(out).get_vocab_size() > 0
+    tokenizer = (out / "tokenizer.json").read_bytes()
+    (out / "tokenizer.json").write_bytes(tokenizer.replace(b'"', b"'", 1) if tokenizer.count(b'"') else tokenizer + b" ")
+    with pytest.raises(ArtefactError, match="tokenizer.json: its content does not match the sha256 meta.json recorded"):
+        data.load_tokenizer(out)
+    text = (out / "meta.json").read_text()
+    vocab = json.loads(text)["tokenizer"]["vocab_size"]
+    other = str(vocab)[:-1] + str((vocab + 1) % 10)  # the last digit changed: the same size
+    edited = text.replace(f'"vocab_size": {vocab}', f'"vocab_size": {other}')
+    assert edited != text and len(edited) == len(text)
+    (out / "meta.json").write_text(edited)
+    with pytest.raises(ArtefactError, match=r"meta.json: its content does not match the sha256 its job recorded.*"
+                                            r"rule tokenize"):
+        data.load_split(out, "val")
+    _, findings, _ = verify.verify(tmp_path / "results")
+    assert sorted(f.path.name for f in findings) == ["meta.json", "tokenizer.json"]
 
 
 def test_a_same_size_overwrite_of_a_token_file_is_named(tmp_path):

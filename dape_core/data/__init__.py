@@ -19,7 +19,8 @@ for the paper). Output, in ``--out-dir``:
   ``tokens[offsets[i]:offsets[i + 1]]``;
 - ``token_bytes.npy``: UTF-8 bytes of every token id (0 for special tokens), so that bits per byte of a scored
   span = Σ nats / (ln 2 · Σ token_bytes[span]);
-- ``tokenizer.json`` and ``meta.json`` (written last).
+- ``tokenizer.json`` and ``meta.json`` (written last, sealed: ``meta.json.sha256``; the tokenizer's sha256 is in
+  meta.json).
 
 Modules: ``settings`` (TokenizeSettings), ``corpora`` (sources → datasets, the split), ``tokenizer``,
 ``token_files`` (writing and verified loading); this module runs the stage and its command line.
@@ -47,7 +48,7 @@ from dape_core.data.token_files import (  # noqa: F401
     write_split)
 from dape_core.data.tokenizer import (  # noqa: F401
     EOT, byte_level_alphabet, load_tokenizer_file, token_byte_lengths, token_dtype, train_bpe)
-from dape_core.io import file_sha256, write_bytes, write_npy
+from dape_core.io import file_sha256, write_bytes, write_npy, write_text
 
 
 def library_versions() -> dict[str, str]:
@@ -97,7 +98,7 @@ def tokenize_corpus(settings: TokenizeSettings) -> dict[str, Any]:
         "settings": {k: (list(v) if isinstance(v, tuple) else v)
                      for k, v in asdict(settings).items() if k != "out_dir"},
     }
-    write_bytes(out_dir / "meta.json", (json.dumps(meta, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+    write_text(out_dir / "meta.json", json.dumps(meta, indent=2, ensure_ascii=False) + "\n", seal=True)
     return meta
 
 

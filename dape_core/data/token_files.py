@@ -99,6 +99,9 @@ def read_meta(data_dir: str | Path) -> dict[str, Any]:
         raise ConfigError(f"data_dir: {str(data_dir)!r} has no meta.json; "
                           "allowed values: an --out-dir of `dape tokenize`")
     redo = f"redo it: snakemake --forcerun {path} (rule tokenize)"
+    from dape_core.artefacts import verify_hash  # (pandas, imported by artefacts, only where a split is loaded)
+
+    verify_hash(path, rule="tokenize")  # sealed since meta.json has one (older data folders: the checks below)
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -146,10 +149,27 @@ def load_split(data_dir: str | Path, split: str) -> TokenSplit:
     return TokenSplit(tokens=tokens, doc_offsets=offsets, token_bytes=np.load(data_dir / "token_bytes.npy"), meta=meta)
 
 
+def tokenizer_bytes(data_dir: str | Path) -> bytes:
+    """The tokenizer.json saved with the token files, checked against the sha256 its meta.json recorded."""
+    path = Path(data_dir) / "tokenizer.json"
+    wanted = read_meta(data_dir)["tokenizer"].get("sha256")
+    try:
+        content = path.read_bytes()
+    except OSError as err:
+        raise ArtefactError(f"{path}: cannot be read ({err.strerror}); redo it: snakemake --forcerun "
+                            f"{path.with_name('meta.json')} (rule tokenize)") from None
+    if wanted and hashlib.sha256(content).hexdigest() != wanted:
+        raise ArtefactError(f"{path}: its content does not match the sha256 meta.json recorded for it (overwritten or "
+                            f"damaged since `dape tokenize` wrote it); redo it: snakemake --forcerun "
+                            f"{path.with_name('meta.json')} (rule tokenize)")
+    return content
+
+
 def load_tokenizer(data_dir: str | Path):
-    """The ``tokenizers.Tokenizer`` saved with the token files, encoding a literal ``<|endoftext|>`` as text."""
+    """The ``tokenizers.Tokenizer`` saved with the token files (checked against meta.json's sha256), encoding a
+    literal ``<|endoftext|>`` as text."""
     from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(str(Path(data_dir) / "tokenizer.json"))
+    tokenizer = Tokenizer.from_str(tokenizer_bytes(data_dir).decode("utf-8"))
     tokenizer.encode_special_tokens = True
     return tokenizer
