@@ -8,7 +8,8 @@ Rows (q, k, v, Kerple's r1, r2 and both convolutions learnable; bf16 autocast on
 * ``materialized``: ``attend_materialized`` (recompute on, the default), ``materialized-keep`` (recompute off);
 * ``paper``: the paper's materialised form (the ``plain`` path: [batch, 2H, T, T], ``nn.Conv2d``);
   ``paper-compiled``: that form under ``torch.compile``;
-* ``fused``: the fused Triton kernel (``attention_impl: fused``).
+* ``fused``: the fused Triton kernel (``attention_impl: fused``) at its default tiles; ``--fused-tiles`` adds a row
+  per tile setting, ``fused-BM.W.warps.Wb.warpsb`` (block rows, the forward's key tile and warps, the backward's).
 
 Each case is built once and warmed up, then the cases take turns, one timed forward + backward each per round; on
 CUDA each is bracketed by ``torch.cuda.synchronize`` and its peak memory is ``torch.cuda.max_memory_allocated``
@@ -41,6 +42,7 @@ from harness import machine_info, write_rows  # noqa: E402
 from dape_core.attention import attend  # noqa: E402
 from dape_core.dape import build_processor  # noqa: E402
 from dape_core.encodings import build_encoding  # noqa: E402
+from dape_core.implementations.fused import FusedTiles, attend_fused  # noqa: E402
 from dape_core.methods import parse_method  # noqa: E402
 from dape_core.model import GPT, GPTConfig  # noqa: E402
 from dape_core.settings import AttentionSettings  # noqa: E402
@@ -84,6 +86,9 @@ class Layer:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         elif row == "paper-compiled":
             out = compiled(q, k, v)
+        elif row.startswith("fused-"):  # Kerple rotates nothing: the fused path's own call at these tiles
+            out = attend_fused(q, k, v, encoding=self.encoding, processor=self.processor, positions=self.positions,
+                               causal=True, tiles=parse_tiles(row))
         else:
             impl = {"sdpa-bias": "materialized", "materialized-keep": "materialized", "paper": "plain"}.get(row, row)
             out = attend(q, k, v, encoding=self.encoding, processor=None if row == "sdpa-bias" else self.processor,
@@ -95,6 +100,18 @@ class Layer:
     def paper_function(self):
         return lambda q, k, v: attend(q, k, v, encoding=self.encoding, processor=self.processor,
                                       positions=self.positions, causal=True, attention_impl="plain")
+
+
+def parse_tiles(row: str) -> FusedTiles:
+    """The tiles of a row ``fused-BM.W.warps.Wb.warpsb[+uncapped]`` (``+uncapped``: no register ceiling)."""
+    fields = ("block_rows", "key_tile", "warps", "backward_key_tile", "backward_warps")
+    spec = row.removeprefix("fused-")
+    uncapped = spec.endswith("+uncapped")
+    values = spec.removesuffix("+uncapped").split(".")
+    if len(values) != len(fields) or not all(v.isdigit() for v in values):
+        raise SystemExit(f"--fused-tiles: {row.removeprefix('fused-')!r} is not allowed; allowed: five integers "
+                         "BM.W.warps.Wb.warpsb (block rows, forward key tile and warps, backward key tile and warps)")
+    return FusedTiles(**dict(zip(fields, map(int, values))), cap_registers=not uncapped)
 
 
 def autocast(device: torch.device):
@@ -148,13 +165,15 @@ def evaluation_rows(size: str, length: int, vocab_size: int, device, warmup: int
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--shapes", nargs="+", default=["32x512", "8x2048"], help="BATCHxT")
+    parser.add_argument("--shapes", nargs="*", default=["32x512", "8x2048"], help="BATCHxT (none: only --eval-size)")
     parser.add_argument("--heads", type=int, default=12)
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--dape-width", type=int, default=32)
     parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--fused-tiles", nargs="+", default=[], metavar="BM.W.WARPS.WB.WARPSB",
+                        help="a fused row per tile setting (block rows, forward key tile and warps, backward's)")
     parser.add_argument("--check", action="store_true", help="add the fused path's error against fp32 plain")
     parser.add_argument("--eval-size", default=None, help="add evaluation's forward pass of a model of this size")
     parser.add_argument("--eval-length", type=int, default=8192)
@@ -164,6 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     info = machine_info(args.device)
+    args.rows += [f"fused-{spec}" for spec in args.fused_tiles]
+    for row in args.rows:
+        if row.startswith("fused-"):
+            parse_tiles(row)
     rows = []
     for shape in args.shapes:
         batch, n = (int(x) for x in shape.split("x"))
@@ -196,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                          "peak_gib": peaks[row] / 2**30 if row in peaks else None, "rounds": len(times[row]),
                          **floor})
             ratio = rows[-1]["x_sdpa_bias"]
-            print(f"B{batch:<3} T{n:<5} {row:<18} {medians[row]:9.2f} ms  ×SDPA+bias "
+            print(f"B{batch:<3} T{n:<5} {row:<22} {medians[row]:9.2f} ms  ×SDPA+bias "
                   f"{'–' if ratio is None else format(ratio, '.2f')}", flush=True)
         print(f"floors B{batch} T{n}: forward {floor['forward_gflop']:.1f} GFLOP / {floor['forward_mb']:.0f} MB, "
               f"backward {floor['backward_gflop']:.1f} GFLOP / {floor['backward_mb']:.0f} MB")

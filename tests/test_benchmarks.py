@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "bench_dape.py"
@@ -135,13 +136,14 @@ def test_fused_layer_benchmark_times_every_row_and_states_the_fused_error(tmp_pa
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fused_layer.py"), "--device", "cpu",
                              "--shapes", "2x20", "--heads", "2", "--head-dim", "8", "--dape-width", "4", "--rounds",
                              "1", "--warmup", "0", "--rows", "sdpa", "sdpa-bias", "materialized", "paper", "fused",
-                             "--check", "--eval-size", "tiny", "--eval-length", "24", "--vocab-size", "64", "--out",
+                             "--fused-tiles", "16.16.4.16.4+uncapped", "--check", "--eval-size", "tiny",
+                             "--eval-length", "24", "--vocab-size", "64", "--out",
                              str(out)], capture_output=True, text=True, timeout=600,
                             env=_interpreted_env())
     assert result.returncode == 0, result.stderr[-2000:]
     rows = pd.read_csv(out).set_index("row")
-    assert list(rows.index) == ["sdpa", "sdpa-bias", "materialized", "paper", "fused", "fused-error",
-                                "eval-tiny-materialized", "eval-tiny-fused"]
+    assert list(rows.index) == ["sdpa", "sdpa-bias", "materialized", "paper", "fused", "fused-16.16.4.16.4+uncapped",
+                                "fused-error", "eval-tiny-materialized", "eval-tiny-fused"]
     assert rows.loc["eval-tiny-materialized", "x_materialized"] == 1.0 and rows.loc["eval-tiny-fused", "ms"] > 0
     assert rows.loc["sdpa-bias", "x_sdpa_bias"] == 1.0
     errors = rows.loc["fused-error", ["error_output", "error_grad_q", "error_grad_k", "error_grad_v"]]
@@ -160,3 +162,57 @@ def test_verify_cost_times_each_split_and_file_and_extrapolates(tiny_corpus, tmp
     assert {"load_split train", "load_split val", "sha256 train.bin", "sha256 4 MiB scratch"} <= set(rows.index)
     extrapolated = rows.loc["extrapolated: 3.3 GB of tokens"]
     assert extrapolated["ms"] == pytest.approx(3.3e9 / (extrapolated["gb_per_s"] * 1e9) * 1000)
+
+
+def test_fused_check_passes_the_kernel_and_fails_a_wrong_gradient(monkeypatch):
+    import argparse
+
+    import fused_check
+    args = argparse.Namespace(batch=2, length=20, heads=2, head_dim=8, dape_width=4)
+    row = fused_check.check("kerple:v2-causal", args, torch.device("cpu"))
+    assert row["ok"] and row["repeatable"] and row["tensors"] >= 10 and row["worst_error"] < 1e-5
+    original = fused_check.run
+
+    def wrong(*a):  # the fused path with one weight's gradient off by 1 %
+        result = original(*a)
+        if a[5] == "fused":
+            result["grad processor.conv1.weight"] = result["grad processor.conv1.weight"] * 1.01
+        return result
+    monkeypatch.setattr(fused_check, "run", wrong)
+    row = fused_check.check("kerple:v2-causal", args, torch.device("cpu"))
+    assert not row["ok"] and row["worst_tensor"] == "grad processor.conv1.weight"
+
+
+def test_a_conv2_bias_gradient_is_measured_against_its_weights_gradient():
+    import fused_check
+    reference = {"grad processor.conv2.bias": torch.tensor([1e-12]), "grad processor.conv2.weight": torch.ones(4)}
+    assert fused_check.scale(reference, "grad processor.conv2.bias") == 2.0
+    assert fused_check.scale(reference, "grad processor.conv2.weight") == 2.0
+
+
+def test_fused_profile_times_each_tile_setting_and_the_forward_only_pass(tmp_path):
+    out = tmp_path / "fused_profile.csv"
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fused_profile.py"), "--device", "cpu",
+                             "--shape", "2x20", "--heads", "2", "--head-dim", "8", "--dape-width", "4", "--reps", "1",
+                             "--tiles", "16.16.4.16.4", "16.16.4.16.4+frozen", "--forward-only", "--out", str(out)],
+                            capture_output=True, text=True, timeout=600, env=_interpreted_env())
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = pd.read_csv(out).set_index("tiles")
+    assert list(rows.index) == ["16.16.4.16.4", "16.16.4.16.4+frozen", "forward-only materialized",
+                                "forward-only fused"]
+    assert (rows["wall_ms"] > 0).all()
+
+
+def test_fused_compile_reports_the_resources_of_each_kernel_without_a_gpu():
+    pytest.importorskip("triton.backends.nvidia")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fused_compile.py"), "--heads", "16",
+                             "--width", "16", "--head-dim", "16", "--key-tile", "16", "--kernels", "forward"],
+                            capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    line = next(line for line in result.stdout.splitlines() if line.startswith("forward:"))
+    assert "registers" in line and "stack" in line and "hmma" in line
+
+
+def test_the_device_script_parses():
+    assert subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / "fused_device.sh")]).returncode == 0

@@ -166,10 +166,48 @@ def test_fused_path_refuses_float64_naming_the_allowed_dtypes():
                positions=case.positions, causal=True, attention_impl="fused")
 
 
+@pytest.fixture
+def cuda_autocast():
+    """bf16 autocast switched on for CUDA (a flag, settable without a GPU), restored afterwards."""
+    enabled, dtype = torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")
+    torch.set_autocast_enabled("cuda", True)
+    torch.set_autocast_dtype("cuda", torch.bfloat16)
+    yield
+    torch.set_autocast_enabled("cuda", enabled)
+    torch.set_autocast_dtype("cuda", dtype)
+
+
+def test_auto_picks_the_fused_kernel_on_cuda_for_gradient_free_half_precision_passes_only(cuda_autocast,
+                                                                                         monkeypatch):
+    from dape_core import implementations
+    model = tiny_gpt("kerple", processor="dape_v2", kernel_size=3)
+    assert model.resolved_attention_impl("cuda") == "materialized"  # training: materialized measured faster
+    with torch.no_grad():
+        assert model.resolved_attention_impl("cuda") == "fused"  # evaluation under bf16 autocast
+        assert model.resolved_attention_impl("cpu") == "fast"
+        torch.set_autocast_enabled("cuda", False)
+        assert model.resolved_attention_impl("cuda") == "materialized"  # fp32: the kernel takes 16-bit inputs
+        torch.set_autocast_enabled("cuda", True)
+        monkeypatch.setattr(implementations, "_fused_available", lambda: False)
+        assert model.resolved_attention_impl("cuda") == "materialized"  # without Triton
+    with torch.no_grad():
+        assert tiny_gpt("kerple", processor="dape_v2", attention_impl="materialized").resolved_attention_impl(
+            "cuda") == "materialized"  # a named path is itself
+
+
+def test_fused_path_on_a_gpu_takes_bf16_and_fp16_only():
+    from dape_core.implementations.fused import check_dtype
+    with pytest.raises(ConfigError, match="float32 inputs on cuda; allowed dtypes: bfloat16, float16"):
+        check_dtype(torch.float32, "cuda")
+    check_dtype(torch.bfloat16, "cuda")
+    check_dtype(torch.float32, "cpu")
+
+
 def test_tiles_must_be_powers_of_two():
     with pytest.raises(ConfigError, match="key_tile: 48 is not allowed; allowed values: powers of two"):
         FusedTiles(key_tile=48)
-    assert FusedTiles(key_tile=16).wide_tile(5) == 32  # 4·(5 − 1) + 8 = 24 columns, raised to a power of two
+    assert FusedTiles(backward_key_tile=16).wide_tile(5, backward=True) == 32  # 4·(5 − 1) + 8 = 24, raised
+    assert FusedTiles(key_tile=8).wide_tile(5) == 16  # the forward: 2·(5 − 1) + 8 = 16
 
 
 def test_relative_bias_reaches_the_kernel_as_a_table_and_others_as_a_tensor():

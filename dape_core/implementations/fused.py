@@ -43,24 +43,34 @@ DOT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 @dataclass(frozen=True)
 class FusedTiles:
-    """The kernel's tile sizes: ``block_rows`` query rows per program item (BM), ``key_tile`` columns per wide key
-    tile (W, a power of two, raised to fit 4·(k − 1) + 8 columns), ``programs`` persistent programs (None: four
-    per streaming multiprocessor on CUDA, at most 8 elsewhere), ``warps`` per program (Triton's ``num_warps``)."""
+    """The kernels' tile sizes: ``block_rows`` query rows per program item (BM); the forward's ``key_tile`` columns
+    per wide key tile (W, a power of two, raised to fit 2·(k − 1) + 8 columns) and ``warps`` per program (Triton's
+    ``num_warps``); the backward kernels' ``backward_key_tile`` (raised to fit 4·(k − 1) + 8) and
+    ``backward_warps``; ``programs`` persistent programs (None: four per streaming multiprocessor on CUDA, at most
+    8 elsewhere); ``cap_registers``: pass ptxas the register ceiling of :func:`register_ceiling`. The defaults
+    measured fastest of the settings that fit the 125M shape's layer on an H200 (``benchmarks/fused_profile.py``;
+    docs/performance.md has the table)."""
 
     block_rows: int = 16
-    key_tile: int = 64
+    key_tile: int = 32
+    warps: int = 16
+    backward_key_tile: int = 32
+    backward_warps: int = 8
     programs: int | None = None
-    warps: int = 4
+    cap_registers: bool = True
 
     def __post_init__(self):
-        for name in ("block_rows", "key_tile", "warps"):
+        for name in ("block_rows", "key_tile", "warps", "backward_key_tile", "backward_warps"):
             value = getattr(self, name)
             if value < 1 or value & (value - 1):
                 raise ConfigError(f"{name}: {value} is not allowed; allowed values: powers of two")
 
-    def wide_tile(self, kernel_size: int) -> int:
-        """W: ``key_tile`` or the smallest power of two leaving 8 exact backward columns, 4·(k − 1) + 8."""
-        return max(self.key_tile, _pow2(4 * (kernel_size - 1) + 8))
+    def wide_tile(self, kernel_size: int, backward: bool = False) -> int:
+        """W of the forward (``key_tile``, raised to leave 8 exact columns: 2·(k − 1) + 8) or of the backward
+        (``backward_key_tile``, raised to 4·(k − 1) + 8)."""
+        if backward:
+            return max(self.backward_key_tile, _pow2(4 * (kernel_size - 1) + 8))
+        return max(self.key_tile, _pow2(2 * (kernel_size - 1) + 8))
 
 
 def _pow2(n: int) -> int:
@@ -153,9 +163,7 @@ def attend_fused(
     """softmax(mask(A + B + f(tril([A; B])))) · V (eq. 5) for q [batch, H, Tq, d_head] and k, v [batch, H, Tk,
     d_head] (already rotated; query row r is key ``row_offset`` + r, ``positions`` [Tk] are the keys'), in the
     fused kernel. Returns [batch, H, Tq, d_head] in v's dtype."""
-    if q.dtype not in DOT_DTYPES:
-        raise ConfigError(f"attention_impl: fused does not take {q.dtype} inputs; allowed dtypes: float32, bfloat16, "
-                          "float16 (use attention_impl plain or materialized)")
+    check_dtype(q.dtype, q.device.type)
     if not fused_runs_on(q.device):
         raise ConfigError(f"attention_impl: fused runs on CUDA (or on a CPU under TRITON_INTERPRET=1), not on "
                           f"{q.device}; allowed here: auto, fast, plain, materialized")
@@ -169,6 +177,17 @@ def attend_fused(
                  causal=causal, row_offset=row_offset, heads_padded=heads_padded, width_padded=width_padded,
                  tiles=tiles)
     return _FusedDape.apply(q, k, v, bias, w1a, w1b, b1, w2, b2, plan)
+
+
+def check_dtype(dtype: torch.dtype, device_type: str) -> None:
+    """The dtypes the kernel takes: float32 only in the interpreter (compiled for a GPU, its fp32 backward needs more
+    shared memory than a Hopper block has at the smallest tiles, ``benchmarks/fused_compile.py``), bf16 and fp16
+    everywhere."""
+    allowed = DOT_DTYPES if device_type == "cpu" else DOT_DTYPES[1:]
+    if dtype not in allowed:
+        names = ", ".join(str(d).removeprefix("torch.") for d in allowed)
+        raise ConfigError(f"attention_impl: fused does not take {dtype} inputs on {device_type}; allowed dtypes: "
+                          f"{names} (precision: bf16; or attention_impl plain or materialized)")
 
 
 def _kernel_bias(form: str, encoding: PositionalEncoding, q, k, positions, row_offset: int):
@@ -227,15 +246,25 @@ def _weight_arguments(w1a, w1b, b1, w2, b2) -> tuple:
     return tuple(w.contiguous() for w in (w1a, w1b if w1b is not None else w1a, b1, w2, b2))
 
 
-def _launch_settings(plan: _Plan, q: torch.Tensor, k: torch.Tensor):
+def register_ceiling(warps: int) -> int:
+    """Registers per thread that one program of ``warps`` warps may hold: the register file's 65,536 over its
+    threads, at most 255. Passed as Triton's ``maxnreg``: without a ceiling, ptxas held some of these kernels to 32
+    registers and spilled the rest (``benchmarks/fused_compile.py --maxnreg``)."""
+    return min(255, 65536 // (32 * warps))
+
+
+def _launch_settings(plan: _Plan, q: torch.Tensor, backward: bool = False):
+    """The kernels' compile-time settings (constexprs and ``num_warps``) of the forward or the backward pass."""
     kt = _triton()
     tl = kt.tl
     dot = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}[q.dtype]
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
+    warps = plan.tiles.backward_warps if backward else plan.tiles.warps
     bias_code = {"none": kt.BIAS_NONE, "table": kt.BIAS_TABLE, "tensor": kt.BIAS_FULL}[plan.form]
     return dict(HP=plan.heads_padded, DP=plan.width_padded, DHP=_padded(q.shape[-1]), BM=plan.tiles.block_rows,
-                W=plan.tiles.wide_tile(plan.kernel_size), K=plan.kernel_size, LEFT=plan.left, TRIL=plan.tril,
-                CAUSAL=plan.causal, BIAS=bias_code, DOT=dot, PRECISION=precision, num_warps=plan.tiles.warps)
+                W=plan.tiles.wide_tile(plan.kernel_size, backward), K=plan.kernel_size, LEFT=plan.left,
+                TRIL=plan.tril, CAUSAL=plan.causal, BIAS=bias_code, DOT=dot, PRECISION=precision,
+                num_warps=warps, **({"maxnreg": register_ceiling(warps)} if plan.tiles.cap_registers else {}))
 
 
 class _FusedDape(torch.autograd.Function):
@@ -250,7 +279,7 @@ class _FusedDape(torch.autograd.Function):
             bias = bias.contiguous()
         batch, heads, n_rows, head_dim = q.shape
         n_keys = k.shape[2]
-        meta = _launch_settings(plan, q, k)
+        meta = _launch_settings(plan, q)
         hp, dp, bm, wide = meta["HP"], meta["DP"], meta["BM"], meta["W"]
         out = torch.empty(q.shape, device=q.device, dtype=v.dtype)
         lse = torch.empty((batch, hp, n_rows), device=q.device, dtype=torch.float32)
@@ -271,7 +300,7 @@ class _FusedDape(torch.autograd.Function):
         plan = ctx.plan
         batch, heads, n_rows, head_dim = q.shape
         n_keys = k.shape[2]
-        meta = _launch_settings(plan, q, k)
+        meta = _launch_settings(plan, q, backward=True)
         hp, dp, bm, wide, ks = meta["HP"], meta["DP"], meta["BM"], meta["W"], meta["K"]
         grad_out = grad_out.contiguous()
         delta = torch.zeros((batch, hp, n_rows), device=q.device, dtype=torch.float32)
@@ -307,7 +336,7 @@ class _FusedDape(torch.autograd.Function):
         kt.dape_backward_q_kernel[(nprog_q,)](
             q, k, v, grad_out, lse, delta, grad_q, grad_bias, *bias_args, *weights, scratch,
             partial, part_size, scale, plan.row_offset, batch, n_rows, n_keys, heads, head_dim, nprog_q,
-            E=extent, BIAS_GRAD=bias_grad, **meta)
+            E=extent, BIAS_GRAD=bias_grad, Q_GRAD=True, WEIGHT_GRADS=True, **meta)
 
         sums = partial.sum(0)
         sizes = (ks * hp * dp, hp, ks * dp * hp, ks * dp * hp, dp)

@@ -38,7 +38,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-NEGATIVE_SLOPE = 0.01  # LeakyReLU of appendix L (dape_core.dape.NEGATIVE_SLOPE)
+NEGATIVE_SLOPE = tl.constexpr(0.01)  # LeakyReLU of appendix L (dape_core.dape's); Triton reads globals as constexprs
 BIAS_NONE, BIAS_TABLE, BIAS_FULL = 0, 1, 2  # no bias (eq. 4), B[i, j] = table[h, i − j], B read per element
 
 
@@ -225,25 +225,27 @@ def _tile_backward(q, kw, vw, do, lse, delta, b, m0, w0, scale, bias_ptr, s_bb, 
     if WEIGHT_GRADS:  # dW2[t] = Σ dF[c]·hidden[c + t − left]ᵀ over the tile's own columns
         ds_own = tl.reshape(tl.where(owned, ds, 0.0), (HP, BM * W))
         for t in tl.static_range(K):
-            dw2 = tl.dot(ds_own, tl.trans(_shifted(hid_map, t - LEFT, DP, BM, W)), input_precision=PRECISION)
+            dw2 = tl.dot(ds_own.to(DOT), tl.trans(_shifted(hid_map, t - LEFT, DP, BM, W)).to(DOT),
+                         input_precision=PRECISION)
             _add_to(part + t * HP * DP, dw2, HP, DP)
         db2 = tl.sum(ds_own, 1)
         _add_to(part + K * HP * DP, db2[:, None], HP, 1)
     _stash(grad_f, ds, HP, BM, W)
     d_hid = tl.zeros((DP, BM * W), tl.float32)
     for t in tl.static_range(K):  # Conv2's backward: dHidden[c] = Σ_t W2[t]ᵀ·dF[c − t + left]
-        d_hid += tl.dot(tl.trans(_matrix(W2 + t * HP * DP, HP, DP)), _shifted(grad_f, LEFT - t, HP, BM, W),
-                        input_precision=PRECISION)
+        d_hid += tl.dot(tl.trans(_matrix(W2 + t * HP * DP, HP, DP)).to(DOT),
+                        _shifted(grad_f, LEFT - t, HP, BM, W).to(DOT), input_precision=PRECISION)
     d_pre = tl.reshape(d_hid, (DP, BM, W)) * tl.where(pre > 0, 1.0, NEGATIVE_SLOPE)
     d_pre = tl.where(in_keys, d_pre, 0.0)
     if WEIGHT_GRADS:  # dW1[t] = Σ dPre[c]·X[c + t − left]ᵀ over the tile's own columns
         pre_base = part + K * HP * DP + HP
         d_pre_own = tl.reshape(tl.where(owned, d_pre, 0.0), (DP, BM * W))
         for t in tl.static_range(K):
-            dw1 = tl.dot(d_pre_own, tl.trans(_shifted(scr, t - LEFT, HP, BM, W)), input_precision=PRECISION)
+            dw1 = tl.dot(d_pre_own.to(DOT), tl.trans(_shifted(scr, t - LEFT, HP, BM, W)).to(DOT),
+                         input_precision=PRECISION)
             _add_to(pre_base + t * DP * HP, dw1, DP, HP)
             if BIAS != 0:
-                dw1b = tl.dot(d_pre_own, tl.trans(_shifted(scr + HP * BM * W, t - LEFT, HP, BM, W)),
+                dw1b = tl.dot(d_pre_own.to(DOT), tl.trans(_shifted(scr + HP * BM * W, t - LEFT, HP, BM, W)).to(DOT),
                               input_precision=PRECISION)
                 _add_to(pre_base + (K + t) * DP * HP, dw1b, DP, HP)
         db1 = tl.sum(d_pre_own, 1)
@@ -252,10 +254,10 @@ def _tile_backward(q, kw, vw, do, lse, delta, b, m0, w0, scale, bias_ptr, s_bb, 
     dxa = tl.zeros((HP, BM * W), tl.float32)
     dxb = tl.zeros((HP, BM * W), tl.float32)
     for t in tl.static_range(K):  # Conv1's backward: dX[c] = Σ_t W1[t]ᵀ·dPre[c − t + left]
-        shifted = _shifted(grad_pre, LEFT - t, DP, BM, W)
-        dxa += tl.dot(tl.trans(_matrix(W1A + t * DP * HP, DP, HP)), shifted, input_precision=PRECISION)
+        shifted = _shifted(grad_pre, LEFT - t, DP, BM, W).to(DOT)
+        dxa += tl.dot(tl.trans(_matrix(W1A + t * DP * HP, DP, HP)).to(DOT), shifted, input_precision=PRECISION)
         if BIAS != 0:
-            dxb += tl.dot(tl.trans(_matrix(W1B + t * DP * HP, DP, HP)), shifted, input_precision=PRECISION)
+            dxb += tl.dot(tl.trans(_matrix(W1B + t * DP * HP, DP, HP)).to(DOT), shifted, input_precision=PRECISION)
     da = tl.where(owned, ds + tl.where(cut, tl.reshape(dxa, (HP, BM, W)), 0.0), 0.0)
     db = tl.where(owned, ds + tl.where(cut, tl.reshape(dxb, (HP, BM, W)), 0.0), 0.0)
     p = tl.where(owned, p, 0.0)
@@ -322,7 +324,8 @@ def dape_backward_q_kernel(Q, Kp, V, DO, LSE, DELTA, DQ, DBIAS, bias_ptr, s_bb, 
                            HP: tl.constexpr, DP: tl.constexpr, DHP: tl.constexpr, BM: tl.constexpr,
                            W: tl.constexpr, E: tl.constexpr, K: tl.constexpr, LEFT: tl.constexpr,
                            TRIL: tl.constexpr, CAUSAL: tl.constexpr, BIAS: tl.constexpr, BIAS_GRAD: tl.constexpr,
-                           DOT: tl.constexpr, PRECISION: tl.constexpr):
+                           DOT: tl.constexpr, PRECISION: tl.constexpr, Q_GRAD: tl.constexpr,
+                           WEIGHT_GRADS: tl.constexpr):
     """dQ, row-major, and the program's partial sums of the weights' gradients and of the bias's: per program
     ``part_size`` floats at PART (dW2, db2, dW1's A and B halves, db1) and, for a table, [HP, table_len] at DBIAS
     (for a bias tensor, dB [batch, H, Tq, Tk] at DBIAS, each element written by the one tile that owns it)."""
@@ -350,9 +353,10 @@ def dape_backward_q_kernel(Q, Kp, V, DO, LSE, DELTA, DQ, DBIAS, bias_ptr, s_bb, 
             vw = _rows(V, b, w0, Tk, H, DH, HP, W, DHP)
             p, da, db = _tile_backward(q, kw, vw, do, lse, delta, b, m0, w0, scale, bias_ptr, s_bb, s_bh, s_bi,
                                        s_bj, table_len, W1A, W1B, B1, W2, B2, scr, part, ROW_OFF, Tq, Tk, H, HP, DP,
-                                       BM, W, K, LEFT, TRIL, CAUSAL, BIAS, DOT, PRECISION, True)
-            dq += tl.dot(da.to(DOT), kw.to(DOT), input_precision=PRECISION)
-            if BIAS_GRAD:
+                                       BM, W, K, LEFT, TRIL, CAUSAL, BIAS, DOT, PRECISION, WEIGHT_GRADS)
+            if Q_GRAD:
+                dq += tl.dot(da.to(DOT), kw.to(DOT), input_precision=PRECISION)
+            if BIAS_GRAD and Q_GRAD:
                 if BIAS == 1:  # Σ along diagonals: (r, c) → (r, e = r − c + W − 1), then a sum over r
                     e = tl.arange(0, E)[None, None, :]
                     tl.debug_barrier()
@@ -372,7 +376,8 @@ def dape_backward_q_kernel(Q, Kp, V, DO, LSE, DELTA, DQ, DBIAS, bias_ptr, s_bb, 
                     j = w0 + c
                     ok = (h < H) & (i < Tq) & (c >= 2 * (K - 1)) & (c < W - 2 * (K - 1)) & (j >= 0) & (j < Tk)
                     tl.store(DBIAS + ((b * H + h) * Tq + i) * Tk + j, db, mask=ok)
-        d = tl.arange(0, DHP)[None, None, :]
-        rr = m0 + r
-        tl.store(DQ + ((b * H + h) * Tq + rr) * DH + d, (dq * scale).to(DQ.dtype.element_ty),
-                 mask=(h < H) & (rr < Tq) & (d < DH))
+        if Q_GRAD:
+            d = tl.arange(0, DHP)[None, None, :]
+            rr = m0 + r
+            tl.store(DQ + ((b * H + h) * Tq + rr) * DH + d, (dq * scale).to(DQ.dtype.element_ty),
+                     mask=(h < H) & (rr < Tq) & (d < DH))

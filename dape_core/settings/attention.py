@@ -36,7 +36,8 @@ class AttentionSettings:
     encoding_shared: bool | None = setting(None, help="one positional module for all layers; default: as the "
                                                        "public code (only T5's table shared)")
     attention_impl: str = setting("auto", choices=ATTENTION_IMPLS,
-                                  help="auto: fast on a CPU, materialized on an accelerator; fast: the blocked "
+                                  help="auto: fast on a CPU; on CUDA fused for gradient-free passes under 16-bit "
+                                       "autocast (with Triton), else materialized; fast: the blocked "
                                        "DAPE path (CPU); plain: the paper's materialised form; materialized: that "
                                        "form per chunk of query rows, few kernel launches (GPU); fused: one Triton "
                                        "kernel per pass, no [batch, H, T, T] tensor (GPU, the gpu extra)")

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The fused kernel on a GPU in one run (docs/performance.md, "The fused kernel"), results under $OUT:
+#   1. exactness: benchmarks/fused_check.py, one process per case (compiled in parallel), merged into
+#      fused_check.csv; at the same time the timed kernels are compiled once (a warm-up run fills Triton's cache);
+#   2. one layer, forward + backward, every path and each tile setting side by side, with the bf16 error row
+#      (fused_layer.csv);
+#   3. training steps of NoPE, Kerple and DAPE1x3-Kerple on the materialized and fused paths (gpu_step.csv);
+#   4. evaluation's forward pass of a 350M DAPE1x3-Kerple at T 8192 (fused_eval.csv);
+#   5. profile: each kernel's device time per tile setting, and the layer's forward-only pass (fused_profile.csv).
+# STEPS picks among check, layer, step, eval, profile (default: all but profile).
+# Each step runs under its own time limit, so that one that fails or hangs leaves the others' results.
+#
+#   OUT=/tmp/fused bash benchmarks/fused_device.sh                     # on a GPU
+#   SMOKE=1 OUT=/tmp/fused bash benchmarks/fused_device.sh             # tiny shapes in Triton's CPU interpreter
+set -u
+OUT=${OUT:-/tmp/fused_device}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+TILES=${TILES-"16.16.8.16.8 16.16.4.16.4"}  # set empty: the default tiles only
+PROFILE_TILES=${PROFILE_TILES:-"16.32.16.16.8 16.32.16.16.8+uncapped 16.32.16.32.8 16.32.16.16.4 16.32.16.32.16"}
+STEPS=" ${STEPS:-check layer step eval} "
+has() { [[ "$STEPS" == *" $1 "* ]]; }
+if [ "${SMOKE:-0}" = 1 ]; then
+    export TRITON_INTERPRET=1
+    CHECK="--device cpu --length 40 --heads 4 --head-dim 8 --dape-width 6"
+    LAYER="--device cpu --shapes 2x40 --heads 4 --head-dim 8 --rounds 2 --warmup 1"
+    STEP="--device cpu --size tiny --vocab-size 512 --tokens 128 --lengths 32 --rounds 2 --warmup 1 --dape-impls materialized fused"
+    EVAL="--device cpu --shapes --eval-size tiny --eval-length 48 --vocab-size 512 --rounds 2 --warmup 1"
+    PROFILE="--device cpu --shape 2x40 --heads 4 --head-dim 8 --dape-width 6 --reps 1"
+    LIMIT=600
+    CASES=${CASES:-"kerple:v2-causal nope:v1"}  # fp32: the interpreter's bf16 loads are wrong
+else
+    CASES=${CASES:-"kerple:v2-causal:bf16 nope:v1:bf16 fire:v2-same-no-tril:bf16 alibi:v2-k5:bf16"}
+    CHECK="" LAYER="--rounds 10" STEP="--rounds 5 --warmup 2" EVAL="--shapes --eval-size 350M --rounds 5"
+    PROFILE="--reps 5"
+    LIMIT=240
+fi
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw \
+    --format=csv
+$PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+start=$(date +%s)
+
+pids=()
+if has check; then
+    for case in $CASES; do
+        timeout $LIMIT $PY benchmarks/fused_check.py $CHECK --cases "$case" --out "/tmp/fused_check_${case//:/_}.csv" &
+        pids+=($!)
+    done
+fi
+if has profile; then  # each setting compiled in its own process, beside the checks
+    for spec in $PROFILE_TILES; do
+        timeout $LIMIT $PY benchmarks/fused_profile.py $PROFILE --tiles "$spec" --warm-only > /dev/null 2>&1 &
+        pids+=($!)
+    done
+fi
+if has eval; then  # the evaluation model's kernels compiled beside the others
+    timeout $LIMIT $PY benchmarks/fused_layer.py $EVAL --rounds 1 --warmup 0 --out /tmp/fused_eval_warm.csv \
+        > /dev/null 2>&1 &
+    pids+=($!)
+fi
+if has layer || has step; then
+    timeout $LIMIT $PY benchmarks/fused_layer.py $LAYER --rows fused ${TILES:+--fused-tiles $TILES} --warmup 1 \
+        --rounds 1 --out /tmp/fused_warm.csv > /tmp/fused_warm.log 2>&1 \
+        || { echo "warm-up failed:"; tail -30 /tmp/fused_warm.log; }
+fi
+for pid in "${pids[@]}"; do wait "$pid" || echo "a check or warm-up failed (exit $?)"; done
+if has check; then
+    $PY - "$OUT/fused_check.csv" /tmp/fused_check_*.csv <<'EOF'
+import sys
+import pandas as pd
+frames = [pd.read_csv(path) for path in sys.argv[2:]]
+if frames:
+    pd.concat(frames).to_csv(sys.argv[1], index=False)
+EOF
+fi
+echo "checks and compilation: $(( $(date +%s) - start )) s"
+
+if has profile; then
+    timeout $LIMIT $PY benchmarks/fused_profile.py $PROFILE --tiles $PROFILE_TILES --forward-only \
+        --out "$OUT/fused_profile.csv" || echo "profile failed (exit $?)"
+    echo "profile done: $(( $(date +%s) - start )) s"
+fi
+if has layer; then
+    timeout $LIMIT $PY benchmarks/fused_layer.py $LAYER --rows sdpa sdpa-bias materialized fused \
+        ${TILES:+--fused-tiles $TILES} --check --out "$OUT/fused_layer.csv" || echo "layer timing failed (exit $?)"
+    echo "layer timing done: $(( $(date +%s) - start )) s"
+fi
+if has step; then
+    timeout $LIMIT $PY benchmarks/gpu_step.py $STEP --methods NoPE Kerple DAPE1x3-Kerple \
+        --lengths ${LENGTHS:-512 2048} --modes eager --out "$OUT/gpu_step.csv" || echo "step timing failed (exit $?)"
+    echo "step timing done: $(( $(date +%s) - start )) s"
+fi
+if has eval; then
+    timeout $LIMIT $PY benchmarks/fused_layer.py $EVAL --out "$OUT/fused_eval.csv" \
+        || echo "evaluation timing failed (exit $?)"
+fi
+echo "all done: $(( $(date +%s) - start )) s"
