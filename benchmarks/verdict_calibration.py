@@ -472,6 +472,68 @@ def basis_cell(task: tuple) -> dict:
     return row
 
 
+HETEROGENEITY = {  # the interaction SD of method 1 (one of the pair) over the others', and the interactions' law
+    "one method at 2× the interaction SD": (2.0, "normal"),
+    "one method at 3× the interaction SD": (3.0, "normal"),
+    "interactions t with 3 df": (1.0, "t3"),
+}
+HETERO_RULES = {  # rule → seed counts it meets
+    "pooled σ": (1, 2, 3, 4, 8),  # the setting's interaction mean square (a borrowed 7 × 2 grid's with 1 seed)
+    "own spread": (2, 3, 4, 8),  # the pair's own per-seed differences, ν = n − 1
+    "same pair, borrowed from 7 × 2": (1,),  # with 1 seed: the same two methods' differences in a 7 × S grid
+    "same pair, borrowed from 7 × 4": (1,),
+}
+
+
+def hetero_grid(rng, n_seeds: int, factor: float, law: str) -> np.ndarray:
+    """Per-seed statistics [R, n_seeds] of one setting (no per-window data; the windows' SE as noise): a seed main
+    effect, a method × seed interaction whose SD is ``factor`` × the others' for method 1 (law normal, or t with 3
+    df scaled to the same SD), and the mean's window noise."""
+    main_sd, inter_sd = REGIMES["seed noise dominates"]
+    draws = rng.standard_t(3, (R, n_seeds)) / math.sqrt(3) if law == "t3" else rng.normal(0.0, 1.0, (R, n_seeds))
+    scale = np.full(R, inter_sd)
+    scale[1] *= factor
+    return (rng.normal(0.0, main_sd, n_seeds)[None, :] + scale[:, None] * draws
+            + rng.normal(0.0, WINDOW_SE, (R, n_seeds)))
+
+
+def hetero_trial(rng, rule: str, n: int, factor: float, law: str) -> bool:
+    """Decided? Methods 0 and 1 (identical in mean, 1 noisier or heavy-tailed) paired by seed at n seeds, with the
+    σ of ``rule`` (:data:`HETERO_RULES`), through :func:`dape_core.report.intervals.interval`."""
+    table = hetero_grid(rng, n, factor, law)
+    units = [np.array([[table[0, s], table[1, s]]]) for s in range(n)]
+    if rule == "own spread":
+        noise = None
+    elif rule == "pooled σ":
+        source = table if n >= 2 else hetero_grid(rng, 2, factor, law)
+        one = _noise(source, True, "grid")
+        noise = combine_noise([one, one])
+    else:
+        seeds = int(rule.rsplit("× ", 1)[1])
+        source = hetero_grid(rng, seeds, factor, law)
+        noise = SeedNoise(float(np.std(source[1] - source[0], ddof=1)), seeds - 1, "the same pair")
+    iv = interval(units, lambda m: m[:, 1] - m[:, 0], seed_noise=noise)
+    return decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
+
+
+def hetero_cell(task: tuple) -> dict:
+    """One row of the unequal-noise rows: a rule × noise × seed count, ``trials`` null trials."""
+    rule, label, n, trials, seed = task
+    factor, law = HETEROGENEITY[label]
+    rng = cell_rng(seed, "heterogeneous", rule, label, n)
+    rate, se = _rate(sum(hetero_trial(rng, rule, n, factor, law) for _ in range(trials)), trials)
+    return {"basis": f"heterogeneous: {rule}", "per_window_data": False, "regime": label, "seeds": n,
+            "sigma_from": rule, "trials": trials, "false_decisions": rate, "false_decisions_se": se}
+
+
+def hetero_rows(trials: int, seed: int, jobs: int = 1) -> list[dict]:
+    """The paired comparison under unequal method noise and heavy tails: the pooled σ the paired basis uses, the
+    pair's own spread, and the same pair's spread borrowed from a grid (for one seed)."""
+    cells = [(rule, label, n, trials, seed) for rule, counts in HETERO_RULES.items() for label in HETEROGENEITY
+             for n in counts]
+    return each_cell(hetero_cell, cells, jobs)
+
+
 def timing_row(task: tuple) -> dict:
     """The timing rule's row at ``rounds`` interleaved rounds per cell."""
     rounds, trials, seed, power = task
@@ -490,11 +552,11 @@ def timing_row(task: tuple) -> dict:
 def calibration(trials: int, seed: int = 0, seeds=SEEDS, regimes=tuple(REGIMES), power: bool = True,
                 timing_rounds=(10, 20), sink_trials: int = 0, che_trials: int = 0, kernel_trials: int = 0,
                 kernel_power_trials: int = 0, claim_trials: int = 0, claim_power_trials: int = 0,
-                jobs: int = 1) -> pd.DataFrame:
+                hetero_trials: int = 0, jobs: int = 1) -> pd.DataFrame:
     """One row per basis × regime × seed count: false-decision rate and power with their Monte-Carlo SEs; each
     cell on its own random stream (:func:`cell_rng`), ``jobs`` cells at a time in worker processes. The rules that
     run the claims' own checks join with ``sink_trials`` (sink and CHE), ``kernel_trials`` and ``claim_trials``
-    (claims of several checks)."""
+    (claims of several checks), ``hetero_trials`` (the paired comparison under unequal method noise)."""
     cells = [(kind, windows, regime, n, trials, seed, power) for regime in regimes for n in seeds
              for kind in ("paired", "unpaired", "one run", "own spread") if not (kind == "own spread" and n < 2)
              for windows in (True, False)]
@@ -506,6 +568,8 @@ def calibration(trials: int, seed: int = 0, seeds=SEEDS, regimes=tuple(REGIMES),
         rows += kernel_rows(kernel_trials, seed, power_trials=kernel_power_trials if power else 0, jobs=jobs)
     if claim_trials:
         rows += claim_rows(claim_trials, seed, power_trials=claim_power_trials if power else 0, jobs=jobs)
+    if hetero_trials:
+        rows += hetero_rows(hetero_trials, seed, jobs=jobs)
     return pd.DataFrame(rows)
 
 
@@ -517,7 +581,8 @@ def sink_che_rows(sink_trials: int, che_trials: int, seed: int, power: bool = Tr
 
 #: the groups of rows a partial rerun recomputes (``--only``): each a test of a row's basis
 GROUPS = {
-    "bases": lambda basis: not basis.startswith(("sink", "CHE", "kernel", "claim")),
+    "bases": lambda basis: not basis.startswith(("sink", "CHE", "kernel", "claim", "heterogeneous")),
+    "heterogeneity": lambda basis: basis.startswith("heterogeneous"),
     "sink": lambda basis: basis.startswith(("sink", "CHE")),
     "kernel": lambda basis: basis.startswith("kernel"),
     "claims": lambda basis: basis.startswith("claim"),
@@ -569,13 +634,15 @@ def main(argv=None) -> int:
                    "claim-level rules' power")
     p.add_argument("--only", choices=sorted(GROUPS), help="recompute one group of rows (bases: the interval bases "
                    "and the timing rule; sink: the sink and CHE rules; kernel: the kernel-size rule; claims: the "
-                   "claim-level rules) and keep the others from --out")
+                   "claim-level rules; heterogeneity: the paired comparison under unequal method noise) and keep the "
+                   "others from --out")
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args(argv)
     if args.only is None:
         df = calibration(args.trials, args.seed, sink_trials=args.sink_trials, che_trials=args.che_trials,
                          kernel_trials=args.kernel_trials, kernel_power_trials=args.kernel_power_trials,
-                         claim_trials=args.claim_trials, claim_power_trials=args.claim_power_trials, jobs=args.jobs)
+                         claim_trials=args.claim_trials, claim_power_trials=args.claim_power_trials,
+                         hetero_trials=args.trials, jobs=args.jobs)
     else:
         kept = kept_rows(args.out, args.only)
         fresh = {"bases": lambda: calibration(args.trials, args.seed, jobs=args.jobs).to_dict("records"),
@@ -583,7 +650,8 @@ def main(argv=None) -> int:
                  "kernel": lambda: kernel_rows(args.kernel_trials, args.seed,
                                                power_trials=args.kernel_power_trials, jobs=args.jobs),
                  "claims": lambda: claim_rows(args.claim_trials, args.seed, power_trials=args.claim_power_trials,
-                                              jobs=args.jobs)}[args.only]()
+                                              jobs=args.jobs),
+                 "heterogeneity": lambda: hetero_rows(args.trials, args.seed, jobs=args.jobs)}[args.only]()
         df = pd.concat([kept, pd.DataFrame(fresh)], ignore_index=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(args.out, index=False, float_format="%.4f")

@@ -619,3 +619,24 @@ def test_the_che_majority_reads_each_task_at_the_level_its_count_needs():
     assert -0.041 + t_quantile(8) * sd < 0 < -0.041 + t_quantile(8, 1 - 0.025 / 2) * sd  # lost at 95 % only
     assert verdict(cid, che=_che_pair(-0.041)) == UNDECIDED
     assert verdict(cid, che=_che_pair(-0.08)) == REFUTED
+
+
+def test_every_rule_text_states_the_thresholds_its_check_decides_against():
+    """claims.md prints each claim's rule text; the check reads ``thresholds``. Every threshold (each number of a
+    range) appears in the text in one of the forms the texts use, and the texts name the rules they run: the
+    leakage claim's two routes at 1 − 0.05/2 and its σ's kind, the CHE claim's t-interval (not a bootstrap)."""
+    from dape_core.report import lm_checks
+    from dape_core.report.claims import CLAIMS
+
+    def forms(value: float) -> set:
+        return {f"{value:g}", f"{value:.0%}", f"{value:.1%}", f"{100 * value:g}", f"{value:.3g}"}
+
+    for claim in CLAIMS:
+        for name, value in claim.thresholds.items():
+            for number in (value if isinstance(value, (tuple, list)) else (value,)):
+                assert any(form in claim.rule for form in forms(number)), (claim.claim_id, name, number)
+    by_id = {claim.claim_id: claim for claim in CLAIMS}
+    assert f"1 − 0.05/{lm_checks.LEAK_ROUTES}" in by_id["leakage_collapse"].rule
+    assert "never from tril-only runs" in by_id["leakage_collapse"].rule
+    assert "t-interval" in by_id["che_dape1x3_beats_kerple"].rule
+    assert "bootstrap" not in by_id["che_dape1x3_beats_kerple"].rule

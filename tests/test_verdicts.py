@@ -500,6 +500,56 @@ def test_leaky_runs_keep_their_seed_noise_to_themselves():
     assert "tril on and off (6 runs × 3 seeds)" in record["basis"]
 
 
+def test_a_leakage_comparison_never_borrows_the_seed_noise_of_tril_only_runs():
+    """A setting whose tril and no-tril twins have one seed each gets no σ from another setting's tril-only grid
+    (whose σ is of another kind): with one seed the leakage check is UNDECIDED and says it has no estimate; once
+    some setting trains twins with and without tril on several seeds, it borrows that mixed pool, named so."""
+    grid, grid_w = synthetic({m: 0.0 for m in ("Kerple", "ALiBi", "RoPE", "NoPE")}, seeds=(0, 1, 2), seed_sd=0.02,
+                             window_sd=0.02, rng=21, train_len=32, lengths=(32, 64))
+    twin, twin_w = synthetic({"DAPE1x3-Kerple": 0.0}, seeds=(5,), seed_sd=0.02, window_sd=0.02, rng=22,
+                             role="leakage")
+    leaky, leaky_w = synthetic({"DAPE1x3-Kerple (no tril)": -0.1}, seeds=(5,), seed_sd=0.02, window_sd=0.02, rng=23,
+                               role="leakage")
+    lm = pd.concat([grid, twin, leaky.assign(tril=False)], ignore_index=True)
+    windows = pd.concat([grid_w, twin_w, leaky_w], ignore_index=True)
+    source = SeedNoiseSource(lm, windows)
+    setting = ("code", "small", "64", "-", "-", "1")
+    assert source.noise(("mean", "within", "loss"), True, setting, "mixed") is None
+    assert source.noise(("mean", "within", "loss"), True, setting, "tril") is not None  # borrowed, same kind
+    record = first_check(check("leakage_collapse", lm, windows))
+    assert record["verdict"] == UNDECIDED and "seed noise not estimated" in record["basis"]
+    # a setting with tril and no-tril twins on three seeds: its mixed pool serves, named as borrowed
+    more, more_w = synthetic({"DAPE1x3-ALiBi": 0.0, "DAPE1x3-ALiBi (no tril)": -1.0}, seeds=(0, 1, 2),
+                             seed_sd=0.3, window_sd=0.02, rng=24, train_len=16, lengths=(16, 32), role="leakage")
+    more.loc[more["method"].str.contains("no tril"), "tril"] = False
+    lm, windows = pd.concat([lm, more], ignore_index=True), pd.concat([windows, more_w], ignore_index=True)
+    mixed = SeedNoiseSource(lm, windows).noise(("mean", "within", "loss"), True, setting, "mixed")
+    assert "tril on and off (2 runs × 3 seeds), borrowed" in mixed.source and mixed.sd > 0.1
+
+
+def test_the_leakage_claim_reads_each_of_its_two_routes_at_the_bonferroni_level(monkeypatch):
+    """CONFIRMED by the ratio or by the absolute no-tril perplexity: each interval is widened to 1 − 0.05/2 before
+    it is read, so an interval that confirms at 95 % but not at 97.5 % leaves the check UNDECIDED."""
+    from dape_core.report import lm_checks
+    from dape_core.report.intervals import simultaneous as widen
+
+    levels = []
+
+    def spy(iv, comparisons):
+        levels.append(comparisons)
+        return widen(iv, comparisons)
+    monkeypatch.setattr(lm_checks, "simultaneous", spy)
+    twin, twin_w = synthetic({"DAPE1x3-Kerple": 0.0, "DAPE1x3-Kerple (no tril)": -1.4}, seeds=(0, 1, 2),
+                             seed_sd=0.05, window_sd=0.02, rng=31, role="leakage")
+    twin.loc[twin["method"].str.contains("no tril"), "tril"] = False
+    record = first_check(check("leakage_collapse", twin, twin_w))
+    assert levels and set(levels) == {2} and record["verdict"] == CONFIRMED  # ratio e^−1.4 ≈ 0.25 < 0.5, decided at 97.5 %
+    monkeypatch.setattr(lm_checks, "simultaneous", lambda iv, comparisons: lm_checks.Interval(
+        iv.estimate, -math.inf, math.inf, iv.basis, iv.n_seeds, iv.n_rows))
+    record = first_check(check("leakage_collapse", twin, twin_w))  # routes that cannot confirm at their level
+    assert record["verdict"] == UNDECIDED and record["ratio_high"] < 0.5  # though the 95 % ratio lies under 0.5
+
+
 def test_a_run_setting_is_keyed_as_the_whole_table_keys_it():
     """setting_of reads the rows' distinct raw values in Python (the checks ask it thousands of times); its key is
     the one setting_frame gives the table, for the forms a CSV gives a setting: numbers as int, float or text,

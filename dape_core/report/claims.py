@@ -189,9 +189,11 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("leakage_collapse", "§4.5, Fig. 6",
           "Without tril the DAPE1x3 perplexity collapses towards 1.",
           f"{rows_text('leakage')}, per encoding and setting, at ×1, no-tril against its tril twin (paired by seed "
-          f"and window): CONFIRMED when the interval of ppl(no tril) / ppl(tril) is ≤ {LEAK_RATIO:g} or the "
-          f"interval of the no-tril perplexity is ≤ {LEAK_ABSOLUTE:g}; REFUTED when the ratio's interval is "
-          "> 1 (no gain from reading future keys).", lm_checks.leakage, core=True,
+          f"and window, σ from runs with tril on and off together, never from tril-only runs): CONFIRMED when the "
+          f"interval of ppl(no tril) / ppl(tril) is ≤ {LEAK_RATIO:g} or the interval of the no-tril perplexity "
+          f"is ≤ {LEAK_ABSOLUTE:g}, each route's interval at 1 − 0.05/{lm_checks.LEAK_ROUTES} (Bonferroni over the "
+          "two); REFUTED when the ratio's 95 % interval is > 1 (no gain from reading future keys).",
+          lm_checks.leakage, core=True,
           thresholds=dict(ratio=LEAK_RATIO, absolute=LEAK_ABSOLUTE)),
     Claim("narrow_dape1x3_beats_wide_dape", "§4.6",
           "DAPE1x3-Kerple with D_DAPE 10 or 21 beats DAPE-Kerple with D_DAPE 64.",
@@ -244,9 +246,11 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("che_dape1x3_beats_kerple", "§4.8, Table 6",
           "On CHE, DAPE1x3-Kerple beats Kerple on most of the permutation-variant tasks.",
           f"che_results.csv rows of role che, tasks other than {', '.join(PERMUTATION_INVARIANT)}: per task, the "
-          f"difference DAPE1x3-Kerple − Kerple of the best OOD accuracy over learning rates, its interval from a "
-          f"bootstrap over seeds and, within a seed, over the evaluated OOD lengths (each the accuracy of its "
-          f"samples; per-sample accuracies are not stored), paired by length. A task is won when the interval is "
+          f"difference DAPE1x3-Kerple − Kerple of the best OOD accuracy over learning rates, with a t-interval "
+          f"over seeds (paired by seed where both methods ran it, else unpaired with Welch's degrees of freedom) "
+          f"whose σ is one cell's seed SD pooled over the CHE cells with several seeds (√2 × for a paired "
+          f"difference), or the seeds' own spread; one seed without that σ gives no interval. A task is won when "
+          f"the interval is "
           f"≥ {100 * CHE_MARGIN:g} point, lost when it is < 0. CONFIRMED when more than half of the evaluated "
           f"tasks are won, REFUTED when the tasks not lost are at most half, UNDECIDED otherwise; of n tasks, j "
           f"decide (⌊n/2⌋ + 1 won, ⌈n/2⌉ lost), so each task's interval is read at 1 − 0.05·j/n for that side "

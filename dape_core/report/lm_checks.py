@@ -115,9 +115,14 @@ def level(ctx: Context, rows: pd.DataFrame, lengths, key: str, stat=("mean", "wi
                         kind="t").map(exp)
 
 
+LEAK_ROUTES = 2  # the leakage claim confirms by the ratio or by the absolute no-tril perplexity
+
+
 def leakage(ctx: Context, t: Mapping) -> list[dict]:
     """Per encoding and setting of the leakage role, at ×1: no-tril against its tril twin, the ratio against
-    ``t["ratio"]`` or the no-tril perplexity against ``t["absolute"]`` (collapsed), REFUTED above 1."""
+    ``t["ratio"]`` or the no-tril perplexity against ``t["absolute"]`` (collapsed; each route's interval at the
+    Bonferroni level over the two, so that either decides identical runs at most as often as one 95 % interval),
+    REFUTED when the ratio's 95 % interval lies above 1."""
     df = lm_rows(ctx.lm, "leakage")
     out = []
     if df.empty or "tril" not in df:
@@ -132,15 +137,20 @@ def leakage(ctx: Context, t: Mapping) -> list[dict]:
             continue
         ratio = d.map(exp)
         rule = dict(side=-1, confirm=t["ratio"], refute=1.0)
-        by_ratio = decide(ratio, **rule)
-        collapsed = by_ratio == CONFIRMED or absolute.high <= t["absolute"]
-        verdict = CONFIRMED if collapsed else by_ratio
+        # two routes to CONFIRMED, each read at 97.5 % (Bonferroni over the two); REFUTED has one route, at 95 %
+        by_ratio = decide(simultaneous(ratio, LEAK_ROUTES), **rule)
+        collapsed = by_ratio == CONFIRMED or simultaneous(absolute, LEAK_ROUTES).high <= t["absolute"]
+        verdict = CONFIRMED if collapsed else REFUTED if decide(ratio, **rule) == REFUTED else UNDECIDED
         text = (f"{label}: no-tril ppl {fmt(absolute.estimate)}{interval_text(absolute, fmt)}, no-tril / tril "
                 f"{ratio.estimate:.3f}{interval_text(ratio, lambda x: f'{x:.3f}')} at ×1")
-        out.append(record(verdict, text, ratio, rule, runs_of(tril, leak), show=lambda x: f"{x:.3f}",
-                           ratio=ratio.estimate, ratio_low=ratio.low, ratio_high=ratio.high,
-                           no_tril_ppl=absolute.estimate, no_tril_ppl_high=absolute.high,
-                           tril_ppl=geometric_mean(tril, lengths)))
+        check = record(verdict, text, ratio, rule, runs_of(tril, leak), show=lambda x: f"{x:.3f}",
+                       ratio=ratio.estimate, ratio_low=ratio.low, ratio_high=ratio.high,
+                       no_tril_ppl=absolute.estimate, no_tril_ppl_high=absolute.high,
+                       tril_ppl=geometric_mean(tril, lengths))
+        if f"towards {CONFIRMED}" in str(check.get("seeds_needed_text")):  # the ratio route is read at 97.5 %
+            needed, why = seeds_to_decide(ratio, **rule, comparisons=LEAK_ROUTES)
+            check.update(seeds_needed=needed, seeds_needed_text=why)
+        out.append(check)
     return out
 
 

@@ -23,7 +23,8 @@ so u_rs holds that seed's window noise too):
 
 :func:`table_variance` is that arithmetic; :class:`SeedNoiseSource` applies it to ``lm_results.csv`` (with
 ``lm_windows.csv``). A check reads σ of its own setting; where its setting has one seed, the largest σ the grid
-measured for that statistic (any setting of the same regime), named in the basis as borrowed — never silently.
+measured for that statistic (any setting of the same regime, never another: a mixed comparison borrows only from
+mixed pools), named in the basis as borrowed — never silently.
 Without any multi-seed setting there is no estimate (the check's own spread, or UNDECIDED with one seed).
 
 Statistics (the argument ``stat``):
@@ -259,15 +260,17 @@ class SeedNoiseSource:
 
     def noise(self, stat: tuple, paired: bool, setting: tuple | None, regime: str = CAUSAL) -> SeedNoise | None:
         """σ of one seed's value of ``stat`` for a run of ``setting`` and ``regime`` (``paired``: its interaction
-        part): the setting's own estimate in that regime, else the largest any setting gives in it (the basis says
-        it is borrowed; a mixed comparison borrows from any pool); None when no setting gives one."""
+        part): the setting's own estimate in that regime, else the largest any setting gives in the same regime
+        (the basis says it is borrowed); never a pool of another kind — a mixed comparison (tril against no tril)
+        reads mixed pools only, whose σ was measured 2.3× the causal pool's; None when no setting gives one (the
+        comparison's own spread, or UNDECIDED with one seed)."""
         if regime not in REGIMES:
             raise ValueError(f"seed-noise regime {regime!r}; allowed values: {', '.join(REGIMES)}")
         if setting is not None and (setting, regime) in self.settings:
             own = self._variance((setting, regime), stat, paired)
             if own is not None:
                 return SeedNoise(math.sqrt(own[0]), own[1], self.settings[(setting, regime)].label())
-        found = [(v, key) for key in self.settings if (regime == MIXED or key[1] == regime)
+        found = [(v, key) for key in self.settings if key[1] == regime
                  and (v := self._variance(key, stat, paired)) is not None]
         if not found:
             return None
