@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 
 from dape_core.report.aggregate import ROLES, in_role
-from dape_core.report.intervals import (CONFIRMED, POINT, REFUTED, UNDECIDED, Interval, SeedNoise, combine_noise,
-                                        decide, difference, interval, seeds_to_decide, simultaneous)
+from dape_core.report.intervals import (CONFIRMED, NO_MIXED_NOISE, NO_SEED_NOISE, POINT, REFUTED, UNDECIDED, Interval,
+                                        SeedNoise, combine_noise, decide, difference, interval, seeds_to_decide,
+                                        simultaneous)
 from dape_core.report.seed_noise import MIXED, SeedNoiseSource, causal, regime_of, setting_of
 
 SETTING = ["dataset", "train_len", "size"]  # a check's setting inside its role: one set of checks per value
@@ -121,8 +122,9 @@ class Context:
         return self.seed_source.noise(stat, paired, setting_of(rows), regime_of(rows))
 
     def interval(self, units, statistic, key: str, inner: str = "windows", seed_noise: SeedNoise | None = None,
-                 kind: str = "paired t") -> Interval:
-        return interval(units, statistic, key, point=self.point, inner=inner, seed_noise=seed_noise, kind=kind)
+                 kind: str = "paired t", missing: str = NO_SEED_NOISE) -> Interval:
+        return interval(units, statistic, key, point=self.point, inner=inner, seed_noise=seed_noise, kind=kind,
+                        missing=missing)
 
     def difference(self, units_b, units_a, statistic, key: str, inner: str = "windows",
                    noise_b: SeedNoise | None = None, noise_a: SeedNoise | None = None) -> Interval:
@@ -214,7 +216,8 @@ def compare(ctx: Context, ra: pd.DataFrame, rb: pd.DataFrame, lengths_a, lengths
         regime = regime_a if regime_a == regime_b else MIXED  # regime_of(both): tril on and off pool together
         parts = [ctx.seed_source.noise(stat, True, setting_a, regime) for stat in stats]
         noise = combine_noise(parts) if all(p is not None for p in parts) else None
-        return ctx.interval(units, lambda m: m[:, k:].mean(axis=1) - m[:, :k].mean(axis=1), key, seed_noise=noise)
+        return ctx.interval(units, lambda m: m[:, k:].mean(axis=1) - m[:, :k].mean(axis=1), key, seed_noise=noise,
+                            missing=NO_MIXED_NOISE if regime == MIXED else NO_SEED_NOISE)
     units_a = [seed_unit(ctx, [(by_seed_a[s], lengths_a, "loss")]) for s in sorted(sa)]
     units_b = [seed_unit(ctx, [(by_seed_b[s], lengths_b, "loss")]) for s in sorted(sb)]
     return ctx.difference(units_b, units_a, lambda m: m.mean(axis=1), key,

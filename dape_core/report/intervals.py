@@ -62,6 +62,7 @@ RESAMPLES = 2000
 SEED = 0
 POINT = "point (the paper's printed numbers)"
 NO_SEED_NOISE = "1 seed (seed noise not estimated: no setting has several seeds)"
+NO_MIXED_NOISE = "1 seed (seed noise not estimated: no setting has runs with tril on and off on several seeds)"
 OWN_SPREAD = "the seeds' own spread"
 MAX_SEEDS = 100
 
@@ -129,10 +130,12 @@ def _slope(f: Callable[[float], float], x: float) -> float:
     return float(slope) if np.isfinite(slope) else math.nan
 
 
-def basis(kind: str, noise: SeedNoise | None, n_rows: int, inner: str = "windows") -> str:
-    """What an interval saw (module docstring): ``kind`` "paired t", "unpaired t" or "t"; the σ's source."""
+def basis(kind: str, noise: SeedNoise | None, n_rows: int, inner: str = "windows",
+          missing: str = NO_SEED_NOISE) -> str:
+    """What an interval saw (module docstring): ``kind`` "paired t", "unpaired t" or "t"; the σ's source
+    (``missing``: why there is none)."""
     if noise is None:
-        text = NO_SEED_NOISE
+        text = missing
     elif noise.source == OWN_SPREAD:
         text = f"{kind} on {OWN_SPREAD}"
     else:
@@ -170,7 +173,8 @@ def _n_rows(units) -> int:
 
 
 def interval(units: Sequence[np.ndarray], statistic: Statistic, key: str = "", *, point: bool = False,
-             inner: str = "windows", seed_noise: SeedNoise | None = None, kind: str = "paired t") -> Interval:
+             inner: str = "windows", seed_noise: SeedNoise | None = None, kind: str = "paired t",
+             missing: str = NO_SEED_NOISE) -> Interval:
     """The mean over units (seeds) of ``statistic`` with its t-interval: ``seed_noise`` (σ of one seed, pooled over
     the grid) when given, else the units' own spread with ≥ 2 seeds, else (−∞, +∞). ``kind`` names the pairing
     ("paired t": a per-seed difference of two methods sharing initialisation and batch stream; "t": one run's
@@ -182,7 +186,7 @@ def interval(units: Sequence[np.ndarray], statistic: Statistic, key: str = "", *
     if point:
         return Interval(estimate, estimate, estimate, POINT, n, n_rows)
     noise = seed_noise if seed_noise is not None else own_noise(values)
-    label = basis(kind, noise, n_rows, inner)
+    label = basis(kind, noise, n_rows, inner, missing)
     if np.isinf(estimate):  # a divergence is a fact in every seed that had it, whatever the noise
         return Interval(estimate, estimate, estimate, label, n, n_rows, math.nan, noise)
     if noise is None or not np.isfinite(estimate) or not np.isfinite(noise.sd):
