@@ -37,3 +37,11 @@ rule all:
         all_targets(),
     localrule: True
 
+
+onerror:
+    # Snakemake deletes a failed job's outputs but not their seals (<file>.sha256, written by the job itself)
+    from dape_core.verify import remove_orphan_seals
+
+    for seal in remove_orphan_seals("results", REPORTS):
+        print(f"dape: removed {seal}: the seal of an output deleted after its job failed", flush=True)
+

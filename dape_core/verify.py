@@ -12,6 +12,9 @@ are then newer). ``make reproduce`` and ``make robustness`` run ``dape verify`` 
 
     dape verify && snakemake --configfile … $(dape verify --pending)
 
+A failed run leaves no seal of a file that does not exist: the workflow's ``onerror`` removes the seals of the
+outputs Snakemake deleted (:func:`remove_orphan_seals`).
+
 What it does not see yet: an unsealed file (written before outputs were sealed) and a file copied with its seal from
 another run (the seal records the content, not whose it is).
 """
@@ -132,6 +135,21 @@ def verify(results: str | Path) -> tuple[int, list[Finding], Path | None]:
     if not findings:
         return checked, [], None
     return checked, findings, set_aside(results, findings, time.strftime("%Y%m%d-%H%M%S"))
+
+
+def remove_orphan_seals(*folders: str | Path) -> list[Path]:
+    """Removes the seals under ``folders`` (their .damaged folders aside) whose file is gone, and returns them: a
+    job that fails has its outputs deleted by Snakemake, which does not know their seals (the workflow's ``onerror``
+    calls this, so that a failed run leaves no seal of a file that does not exist)."""
+    removed = []
+    for folder in map(Path, folders):
+        if not folder.is_dir():
+            continue
+        for path, record in sealed_files(folder):
+            if not path.exists():
+                record.unlink(missing_ok=True)
+                removed.append(record)
+    return removed
 
 
 def pending(results: Path, set_aside_now: list[Path] = ()) -> list[Path]:

@@ -272,3 +272,20 @@ def test_dape_verify_names_a_token_file_changed_in_place(tiny_corpus, tmp_path):
     checked, findings, folder = verify.verify(tmp_path / "results")
     assert checked >= 5 and [f.path.name for f in findings] == ["train.bin"]
     assert (folder / "data" / "code" / "train.bin").is_file() and not (data / "train.bin").exists()
+
+
+def test_remove_orphan_seals_removes_only_seals_whose_file_is_gone(tmp_path):
+    from dape_core import io
+    from dape_core.verify import remove_orphan_seals
+
+    kept, gone = tmp_path / "results" / "a.csv", tmp_path / "reports" / "b.csv"
+    for path in (kept, gone):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        io.write_text(path, "x\n1\n", seal=True)
+    gone.unlink()
+    aside = tmp_path / "results" / ".damaged" / "t" / "c.csv.sha256"
+    aside.parent.mkdir(parents=True)
+    aside.write_text("0" * 64)
+    assert remove_orphan_seals(tmp_path / "results", tmp_path / "reports", tmp_path / "absent") == [
+        io.hash_path(gone)]
+    assert io.hash_path(kept).exists() and not io.hash_path(gone).exists() and aside.exists()

@@ -66,6 +66,10 @@ def test_a_cut_windows_file_is_named_redone_by_its_command_and_the_reports_come_
     stopped = run(workdir, CONFIG)
     logs = "".join(p.read_text(errors="replace") for p in (workdir / "logs" / "report").rglob("*.log"))
     assert stopped.returncode != 0
+    # the failed aggregation's outputs were deleted by Snakemake, their seals by the workflow's onerror
+    orphans = [seal for seal in workdir.rglob("*.sha256") if ".damaged" not in seal.parts
+               and not seal.with_name(seal.name.removesuffix(".sha256")).exists()]
+    assert orphans == [] and "the seal of an output deleted after its job failed" in stopped.stdout + stopped.stderr
     line = next(line for line in logs.splitlines() if str(path.relative_to(workdir)) in line)
     assert "does not match the sha256 its job recorded" in line
     command = re.search(r"redo it: snakemake --forcerun (\S+)", line).group(1)
