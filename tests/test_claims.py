@@ -640,3 +640,14 @@ def test_every_rule_text_states_the_thresholds_its_check_decides_against():
     assert "never from tril-only runs" in by_id["leakage_collapse"].rule
     assert "t-interval" in by_id["che_dape1x3_beats_kerple"].rule
     assert "bootstrap" not in by_id["che_dape1x3_beats_kerple"].rule
+
+
+def test_claims_md_says_how_many_false_decisions_the_claims_allow_together():
+    import pandas as pd
+
+    from dape_core.report.claims_markdown import family_line
+
+    df = pd.DataFrame({"verdict": ["CONFIRMED"] * 2 + ["REFUTED"] + ["UNDECIDED"] * 15 + ["NOT-RUN"] * 2})
+    line = family_line(df)
+    assert "each of the 18 evaluated claims" in line and "up to 0.9 false decisions" in line
+    assert "up to 60% were they independent" in line and "3 are decided here" in line

@@ -61,6 +61,21 @@ POWER_RULE = (
     "bound says which decides.")
 
 
+def family_line(df: pd.DataFrame) -> str:
+    """How many false decisions the claims read together allow: each evaluated claim decides two identical methods
+    at most 5 % of the time (its own rule, calibrated), so n of them make up to 0.05·n false decisions on average
+    when nothing is true (Markov: P(≥ 1) ≤ 0.05·n; 1 − 0.95ⁿ were they independent)."""
+    evaluated = int((df["verdict"] != NOT_RUN).sum())
+    decided = int(df["verdict"].isin([CONFIRMED, REFUTED]).sum())
+    alpha = 1 - LEVEL
+    return (f"Read together: each of the {evaluated} evaluated claims decides two identical methods at most "
+            f"{alpha:.0%} of the time, so when no claim's effect is real up to {alpha * evaluated:.1f} false "
+            f"decisions are expected among them (at least one with probability up to "
+            f"{1 - LEVEL ** evaluated:.0%} were they independent); {decided} are decided here. Each verdict holds at "
+            "its own 5 %, not for the family: a decided claim is evidence, the set of them is not a family-wise "
+            "guarantee.")
+
+
 def _open_lines(df: pd.DataFrame) -> list[str]:
     """The section on what would decide each UNDECIDED claim."""
     open_claims = df[df["verdict"] == UNDECIDED] if "seeds_to_decide" in df else df.iloc[0:0]
@@ -93,7 +108,7 @@ def claims_markdown(df: pd.DataFrame, paper: pd.DataFrame | None = None, rho: pd
     extra = "" if on_paper is None else " on the paper's numbers (point) |"
     out = ["# Claims", "",
            ", ".join(f"{counts.get(v, 0)} {v}" for v in (CONFIRMED, REFUTED, UNDECIDED, NOT_RUN)) + ".", "",
-           HOW_TO_READ, "",
+           HOW_TO_READ, "", family_line(df), "",
            "## Method orderings against the paper", "",
            "Spearman's ρ between the run's and the paper's ordering of the methods both have, per role and run "
            "setting, at each multiple (n = shared methods) and averaged over the multiples (see "
