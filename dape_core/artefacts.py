@@ -109,7 +109,8 @@ def verify_hash(path: str | Path, rule: str | None = None) -> bool:
     has no record (written before files were sealed). A mismatch or an unreadable record raises."""
     record = io.hash_path(path)
     if not record.is_file():
-        return False
+        raise fail(path, f"has no seal ({record.name}): its seal was removed, or it was written before outputs were "
+                         "sealed (an older run's files are sealed once with `dape seal`)", rule)
     try:
         wanted = record.read_text(encoding="utf-8").split()[0]
     except (OSError, UnicodeDecodeError, IndexError):

@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "che": ("dape_core.che.runner", "train and evaluate one CHE cell (Table 6)"),
     "report": ("dape_core.report.cli", "aggregate results into CSVs, tables, figures and claim verdicts"),
     "verify": ("dape_core.verify", "check every sealed and token file of a results directory; set damaged ones aside"),
+    "seal": ("dape_core.seal", "seal the files of an older version's results once, as they are (the migration)"),
 }
 
 

@@ -83,6 +83,15 @@ def hash_path(path: str | Path) -> Path:
     return path.with_name(path.name + HASH_SUFFIX)
 
 
+def seal_file(path: str | Path) -> Path:
+    """Records the sha256 of an existing file beside it (``<file>.sha256``), as a job records what it writes."""
+    path = Path(path)
+    record = hash_path(path)
+    with atomic_path(record) as written:
+        written.write_text(f"{file_sha256(path)}  {path.name}\n", encoding="utf-8")
+    return record
+
+
 @contextmanager
 def output_path(path: str | Path, seal: bool = False) -> Iterator[Path]:
     """:func:`atomic_path`; with ``seal`` the finished temporary file's sha256 is recorded beside ``path`` before the

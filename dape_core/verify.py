@@ -12,11 +12,13 @@ are then newer). ``make reproduce`` and ``make robustness`` run ``dape verify`` 
 
     dape verify && snakemake --configfile … $(dape verify --pending)
 
-A failed run leaves no seal of a file that does not exist: the workflow's ``onerror`` removes the seals of the
-outputs Snakemake deleted (:func:`remove_orphan_seals`).
+A file of a kind the jobs seal (CSV, JSON, model, archive) that has no seal is set aside too: its seal was removed,
+or it is not what its job wrote. Results of an older version, written before every output was sealed, are sealed
+once by ``dape seal`` (:mod:`dape_core.seal`), the migration. A failed run leaves no seal of a file that does not
+exist: the workflow's ``onerror`` removes the seals of the outputs Snakemake deleted (:func:`remove_orphan_seals`).
 
-What it does not see yet: an unsealed file (written before outputs were sealed) and a file copied with its seal from
-another run (the seal records the content, not whose it is).
+What it does not see yet: a file copied with its seal from another run (the seal records the content, not whose it
+is).
 """
 
 from __future__ import annotations
@@ -132,6 +134,13 @@ def verify(results: str | Path) -> tuple[int, list[Finding], Path | None]:
     token_files, token_findings = token_file_findings(results)
     checked += token_files
     findings += token_findings
+    from dape_core.seal import unsealed
+
+    for path in unsealed(results):  # a file of a sealed kind without its seal: not what its job wrote
+        checked += 1
+        findings.append(Finding(path, f"has no seal ({io.hash_path(path).name}): its seal was removed, or it was "
+                                      "written by an older version (whose results `dape seal` seals once, before "
+                                      "`dape verify`)"))
     if not findings:
         return checked, [], None
     return checked, findings, set_aside(results, findings, time.strftime("%Y%m%d-%H%M%S"))

@@ -70,26 +70,38 @@ def test_a_damaged_sealed_file_is_named_with_the_command_that_redoes_it(tmp_path
     assert f"snakemake --forcerun {path} (rule evaluate_lm" in line
 
 
-def test_an_unsealed_file_is_checked_by_columns_blanks_and_rows(tmp_path):
-    """Files written before outputs were sealed: the declared columns, numbers, blanks and row counts still tell."""
+def test_an_unsealed_file_is_damage_until_dape_seal_migrates_it_and_then_its_columns_and_rows_tell(tmp_path):
+    """A file without its seal is named (its seal removed, or not what its job wrote), with the migration command for
+    an older version's results; once `dape seal` sealed it, the declared columns, numbers, blanks and row counts
+    still check what the seal cannot (a file sealed as it was)."""
+    from dape_core.seal import seal_unsealed
+
     path = tmp_path / "eval.csv"
     eval_frame().to_csv(path, index=False)
-    assert not artefacts.verify_hash(path)
+    with pytest.raises(ArtefactError, match=r"eval.csv: has no seal \(eval.csv.sha256\): .*sealed once with "
+                                            r"`dape seal`.*redo it: snakemake --forcerun"):
+        artefacts.read_csv(path, artefacts.EVAL)
+    assert seal_unsealed(tmp_path) == [path] and seal_unsealed(tmp_path) == []
+    assert artefacts.verify_hash(path)
     assert len(artefacts.read_csv(path, artefacts.EVAL, rows=2)) == 2
     with pytest.raises(ArtefactError, match="2 data rows where its run has 3"):
         artefacts.read_csv(path, artefacts.EVAL, rows=3)
     cut(path, 0.9)  # the last row loses its tail: blank fields
+    io.seal_file(path)
     with pytest.raises(ArtefactError, match="eval.csv: column .* is blank in data row 2 .*cut or damaged"):
         artefacts.read_csv(path, artefacts.EVAL)
     path.write_text(json.dumps({"eval_len": [32]}))  # JSON text where a CSV belongs
+    io.seal_file(path)
     with pytest.raises(ArtefactError, match="eval.csv: no column .*expected the evaluation table"):
         artefacts.read_csv(path, artefacts.EVAL)
     frame = windows_frame().astype({"loss": object})
     frame.loc[4, "loss"] = "4 2.5"  # garbled number
     frame.to_csv(tmp_path / "windows.csv", index=False)
+    io.seal_file(tmp_path / "windows.csv")
     with pytest.raises(ArtefactError, match="windows.csv: column loss holds '4 2.5' in data row 5, not a number"):
         artefacts.read_csv(tmp_path / "windows.csv", artefacts.WINDOWS)
     (tmp_path / "empty.csv").write_text("")
+    io.seal_file(tmp_path / "empty.csv")
     with pytest.raises(ArtefactError, match="empty.csv: unreadable as the CHE results"):
         artefacts.read_csv(tmp_path / "empty.csv", artefacts.CHE)
 
@@ -99,11 +111,12 @@ def test_a_summary_that_is_not_json_is_named(tmp_path):
     io.write_json(path, {"status": "ok", "steps_done": 10, "config_hash": "abc"}, seal=True)
     assert artefacts.read_json(path, artefacts.SUMMARY)["steps_done"] == 10
     path.write_text('{"status": "ok",\n "steps_done": 1O}')
-    io.hash_path(path).unlink()
+    io.seal_file(path)  # sealed as it is: the structural checks behind the seal
     with pytest.raises(ArtefactError, match=r"summary.json: not valid JSON \(Expecting .* line 2 column .*\); redo it: "
                                             r"snakemake --forcerun .*summary.json \(rule train_lm"):
         artefacts.read_json(path, artefacts.SUMMARY)
     path.write_text('["status"]')
+    io.seal_file(path)
     with pytest.raises(ArtefactError, match="a JSON list; expected the training summary"):
         artefacts.read_json(path, artefacts.SUMMARY)
     io.hash_path(path).write_text("garbage")
@@ -119,7 +132,7 @@ def test_attention_maps_are_checked(tmp_path):
     with pytest.raises(ArtefactError, match="maps.npz: no array B"):
         artefacts.load_npz(path, ("B",))
     cut(path)
-    io.hash_path(path).unlink()
+    io.seal_file(path)  # sealed as it is: the structural checks behind the seal
     with pytest.raises(ArtefactError, match="maps.npz: not a readable NumPy archive"):
         artefacts.load_npz(path, ("A",))
 
@@ -142,7 +155,7 @@ def test_a_model_file_is_checked_where_it_is_loaded(tmp_path):
     model, checkpoint = load_model(path)
     assert checkpoint["method"] == "Kerple"
     path.write_bytes(b"garbage" * 100)
-    io.hash_path(path).unlink()
+    io.seal_file(path)  # sealed as it is: the structural checks behind the seal
     with pytest.raises(ArtefactError, match=r"model.pt: not a readable model.pt of `dape train` \(.*\); redo it: "
                                             r"snakemake --forcerun .*model.pt \(rule train_lm"):
         load_model(path)
@@ -151,7 +164,7 @@ def test_a_model_file_is_checked_where_it_is_loaded(tmp_path):
         load_model(path)
     torch.save({"model": {}, "model_config": {"vocab_size": 50, "n_layer": 1, "n_head": 2, "d_model": 16},
                 "train_settings": {}, "status": "ok", "config_hash": "x", "method": "m"}, path)
-    io.hash_path(path).unlink()
+    io.seal_file(path)  # sealed as it is: the structural checks behind the seal
     with pytest.raises(ArtefactError, match="model.pt: its weights do not fit the model its model_config describes"):
         load_model(path)
 
@@ -159,6 +172,7 @@ def test_a_model_file_is_checked_where_it_is_loaded(tmp_path):
 def test_dape_evaluate_names_a_garbage_model_in_one_line(tmp_path):
     path = tmp_path / "model.pt"
     path.write_bytes(b"\x80\x04garbage")
+    io.seal_file(path)
     result = subprocess.run([sys.executable, "-m", "dape_core.cli", "evaluate", "--checkpoint", str(path),
                              "--data-dir", str(tmp_path), "--out", str(tmp_path / "eval.csv")],
                             capture_output=True, text=True, timeout=300)
@@ -289,3 +303,26 @@ def test_remove_orphan_seals_removes_only_seals_whose_file_is_gone(tmp_path):
     assert remove_orphan_seals(tmp_path / "results", tmp_path / "reports", tmp_path / "absent") == [
         io.hash_path(gone)]
     assert io.hash_path(kept).exists() and not io.hash_path(gone).exists() and aside.exists()
+
+
+def test_dape_verify_sets_aside_a_file_whose_seal_was_removed_and_dape_seal_migrates_older_results(tmp_path):
+    """The issue's case: a windows.csv whose seal was deleted and one digit changed is set aside, named with the
+    migration command for an older version's results; after `dape seal`, an older version's files pass."""
+    from dape_core import verify
+    from dape_core.seal import seal_unsealed, unsealed
+
+    results = tmp_path / "results"
+    io.write_text(results / "lm" / "a" / "windows.csv", "document,loss\n0,4.25\n", seal=True)
+    (results / "lm" / "a" / "windows.csv.sha256").unlink()
+    (results / "lm" / "a" / "windows.csv").write_text("document,loss\n0,4.26\n")
+    (results / "lm" / "a" / "metrics.jsonl").write_text("{}\n")  # a kind no reader checks: not sealed, not damage
+    checked, findings, folder = verify.verify(results)
+    assert [(f.path.name, f.problem.split(":")[0]) for f in findings] == [
+        ("windows.csv", "has no seal (windows.csv.sha256)")]
+    assert "`dape seal`" in findings[0].problem and not (results / "lm" / "a" / "windows.csv").exists()
+    older = tmp_path / "older"  # an older version's results: eval.csv and summary.json, no seals
+    (older / "lm" / "r" / "seed0").mkdir(parents=True)
+    (older / "lm" / "r" / "seed0" / "eval.csv").write_text("eval_len,ppl\n32,9.5\n")
+    (older / "lm" / "r" / "seed0" / "summary.json").write_text("{}")
+    assert [p.name for p in unsealed(older)] == ["eval.csv", "summary.json"]
+    assert len(seal_unsealed(older)) == 2 and verify.verify(older)[1] == []

@@ -18,7 +18,7 @@ import tokenizers
 import zstandard
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-from dape_core import cli, data
+from dape_core import cli, data, io
 from dape_core.errors import ArtefactError, ConfigError
 
 HUB_FIXTURE = Path(__file__).parent / "data" / "hub_pile_like"
@@ -428,13 +428,14 @@ def test_loader_errors_raise_config_error(tmp_path):
     with pytest.raises(ArtefactError, match=r"val.bin: its content does not match the sha256 meta.json recorded.*"
                                             r"snakemake --forcerun .*meta.json \(rule tokenize\)"):
         data.load_split(out, "val")
-    (out / "meta.json.sha256").unlink()  # an older, unsealed meta.json (its seal: the test below)
     meta = json.loads((out / "meta.json").read_text())  # a meta.json without hashes: the lengths still tell
     del meta["splits"]["val"]["tokens_sha256"]
     (out / "meta.json").write_text(json.dumps(meta))
+    io.seal_file(out / "meta.json")  # sealed as it is (an older version's, after `dape seal`)
     with pytest.raises(ConfigError, match="data_dir: val.bin in .* does not match meta.json"):
         data.load_split(out, "val")
     (out / "meta.json").write_text("{not json")
+    io.seal_file(out / "meta.json")
     with pytest.raises(ArtefactError, match="meta.json: not valid JSON"):
         data.load_split(out, "val")
 

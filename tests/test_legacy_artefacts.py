@@ -1,5 +1,6 @@
-"""Artefacts written by an earlier version of the code keep working: its ``model.pt`` loads and gives the same
-logits, and its resume checkpoint resumes to the loss and weights of its uninterrupted run.
+"""Artefacts written by an earlier version of the code keep working once `dape seal` has sealed them (the
+migration: a file without its seal is otherwise named as damage): its ``model.pt`` loads and gives the same logits,
+and its resume checkpoint resumes to the loss and weights of its uninterrupted run.
 
 The files in ``tests/data/legacy`` were written by the commit named in ``expected.json``; ``make_legacy.py`` there
 says how. Tolerances: logits rtol 1e-5 (atol 1e-6), final loss and loss curve 1e-6 relative, weights rtol 1e-5
@@ -17,14 +18,27 @@ import pytest
 import torch
 
 from dape_core.cli import main
+from dape_core.errors import ArtefactError
+from dape_core.seal import seal_unsealed
 from dape_core.train import load_model
 
 LEGACY = Path(__file__).parent / "data" / "legacy"
 EXPECTED = json.loads((LEGACY / "expected.json").read_text())
 
 
-def test_legacy_model_loads_with_the_same_logits():
-    model, _ = load_model(LEGACY / "model.pt")
+@pytest.fixture
+def legacy(tmp_path):
+    """A copy of the earlier version's files, migrated by `dape seal` (sealed as they are)."""
+    copy = tmp_path / "legacy"
+    shutil.copytree(LEGACY, copy)
+    assert seal_unsealed(copy)
+    return copy
+
+
+def test_legacy_model_loads_with_the_same_logits(legacy):
+    with pytest.raises(ArtefactError, match=r"model.pt: has no seal .*sealed once with `dape seal`"):
+        load_model(LEGACY / "model.pt")  # unmigrated
+    model, _ = load_model(legacy / "model.pt")
     assert any("processor" in name for name, _ in model.named_parameters())  # DAPE weights were restored
     tokens = torch.tensor([EXPECTED["logits"]["tokens"]], dtype=torch.int64)
     with torch.no_grad():
@@ -33,12 +47,14 @@ def test_legacy_model_loads_with_the_same_logits():
 
 
 @pytest.mark.slow
-def test_legacy_checkpoint_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch, capfd):
+def test_legacy_checkpoint_resumes_to_the_uninterrupted_result(legacy, tmp_path, monkeypatch, capfd):
     monkeypatch.setattr(sys, "argv", sys.argv[:1])  # cli.main rewrites sys.argv
     checkpoints, out = tmp_path / "checkpoints", tmp_path / "out"
     checkpoints.mkdir()
-    shutil.copy(LEGACY / "resume" / "last.pt", checkpoints / "last.pt")
-    places = {"data": str(LEGACY / "data"), "OUT": str(out), "CHECKPOINTS": str(checkpoints)}
+    for name in ("last.pt", "last.pt.sha256"):
+        if (legacy / "resume" / name).exists():
+            shutil.copy(legacy / "resume" / name, checkpoints / name)
+    places = {"data": str(legacy / "data"), "OUT": str(out), "CHECKPOINTS": str(checkpoints)}
     command = [places.get(arg, arg) for arg in shlex.split(EXPECTED["train"])[1:]]  # the recorded `dape train`
     threads = torch.get_num_threads()
     try:
@@ -58,5 +74,5 @@ def test_legacy_checkpoint_resumes_to_the_uninterrupted_result(tmp_path, monkeyp
     assert summary["steps_done"] == EXPECTED["loss_curve"][-1][0]
     assert math.isclose(summary["final_loss"], EXPECTED["final_loss"], rel_tol=1e-6)
     resumed, _ = load_model(out / "model.pt")
-    uninterrupted, _ = load_model(LEGACY / "model.pt")
+    uninterrupted, _ = load_model(legacy / "model.pt")
     torch.testing.assert_close(resumed.state_dict(), uninterrupted.state_dict(), rtol=1e-5, atol=1e-6)

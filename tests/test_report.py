@@ -11,6 +11,7 @@ import yaml
 
 from dape_core.report import aggregate, figures, tables
 from dape_core.report.cli import write_tables
+from dape_core.seal import seal_unsealed
 from test_workflow import assert_valid_png
 from workflow_fixture import REPO, SMOKE_PLAN, smoke_run  # noqa: F401
 
@@ -106,6 +107,7 @@ def write_run(root, run, seed, rows, status="ok"):
     pd.DataFrame(rows).to_csv(directory / "eval.csv", index=False)
     (directory / "summary.json").write_text(json.dumps({"status": status, "final_loss": 3.0, "wall_s": 1.0,
                                                         "git_commit": "abc", "versions": {"torch": "2"}}))
+    seal_unsealed(directory)  # as the jobs seal what they write
     return str(directory / "eval.csv"), str(directory / "summary.json")
 
 
@@ -168,6 +170,7 @@ def test_timing_and_che_aggregation_carry_roles(tmp_path):
         pd.DataFrame([{"method": "Kerple", "median_ms": 1.0}]).to_csv(tmp_path / f"{name}.csv", index=False)
     pd.DataFrame([{"task": "even_pairs", "accuracy": 0.5}]).to_csv(tmp_path / "che" / "cell" / "seed0.csv",
                                                                    index=False)
+    seal_unsealed(tmp_path)
     timing = aggregate.timing_results(plan, [str(tmp_path / "fast.csv"), str(tmp_path / "slow.csv")])
     assert list(timing["families"]) == ["t1;t3", "t2"] and list(timing["roles"]) == ["forward_time", "step_time"]
     che = aggregate.che_results(plan, [str(tmp_path / "che" / "cell" / "seed0.csv")])

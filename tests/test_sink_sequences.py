@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from dape_core import attention_maps
+from dape_core import attention_maps, io
 from dape_core.cli import main
 from dape_core.config import SCHEMA_PATH, attention_map_options, build_plan, load_yaml, train_options
 from dape_core.data import load_split
@@ -128,6 +128,7 @@ def test_a_diverged_run_writes_no_rows_and_keeps_one_diverged_row_in_the_report(
     ckpt = torch.load(two_runs["kerple"] / "model.pt", weights_only=False)
     ckpt["status"] = "diverged"
     torch.save(ckpt, tmp_path / "model.pt")
+    io.seal_file(tmp_path / "model.pt")
     plan = build_plan(load_yaml(REPO / "config.yaml"))
     run, seed, length = plan.attention_jobs()[0]
     job = tmp_path / f"results/lm/{run}/seed{seed}/attention/L{length}"
@@ -147,6 +148,8 @@ def _job_files(root: Path, run: str, seed: int, length: int, masses: np.ndarray)
     pd.DataFrame(rows).to_csv(job / "sink.csv", index=False)
     pd.DataFrame([{"eval_len": length, "method": "m", "status": "ok", "ppl": 9.0, "loss": np.log(9.0),
                    "config_hash": "h", "data_dir": "d"}]).to_csv(job / "eval.csv", index=False)
+    for name in ("sink.csv", "eval.csv"):
+        io.seal_file(job / name)  # as the job seals what it writes
     return str(job / "sink.csv")
 
 
@@ -169,6 +172,7 @@ def test_a_sink_file_without_sequences_is_named_with_the_command_that_redoes_it(
     run, seed, length = plan.attention_jobs()[0]
     path = _job_files(tmp_path, run, seed, length, np.full((1, 2), 0.3))
     pd.read_csv(path).drop(columns=["sequence"]).to_csv(path, index=False)
+    io.seal_file(path)  # sealed as it is: the column check behind the seal
     with pytest.raises(ArtefactError, match="sink.csv: no column sequence; expected the attention-sink table.*forcerun .*sink.csv "
                                             r"\(rule attention_maps"):
         aggregate.sink_results(plan.report_spec(), [path])

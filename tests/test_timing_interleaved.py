@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from dape_core import config as grid
+from dape_core import io as dape_io
 from dape_core import timing
 from dape_core.cli import main
 from dape_core.errors import ConfigError
@@ -80,6 +81,7 @@ def test_the_per_repeat_table_has_the_contract_columns(timed_job, tmp_path):
         aggregate.REPEAT_COLUMNS[1:])
     damaged = tmp_path / "forward-tiny-B1.repeats.csv"
     repeats.iloc[1:].to_csv(damaged, index=False)  # one repeat lost
+    dape_io.seal_file(damaged)  # sealed as it is: the row count behind the seal
     with pytest.raises(ConfigError, match=r"has 2 repeat rows in its \.repeats\.csv, expected 3; redo it with"):
         aggregate.timing_repeats(plan, [str(damaged)], table)
 

@@ -423,6 +423,8 @@ def test_report_lm_collects_windows_and_report_claims_reads_them(tmp_path):
     """`dape report lm --windows … --windows-out` then `dape report claims --windows`: the DAG's two steps."""
     import json
 
+    from dape_core.seal import seal_unsealed
+
     lm, windows = synthetic({"Kerple": 0.0, "DAPE-Kerple": GAIN_20, "DAPE1x3-Kerple": 2 * GAIN_20},
                             role="central")
     plan = {"families": {"base": {"stage": "lm", "role": "central", "runs": sorted(set(lm["run"]))}},
@@ -442,6 +444,7 @@ def test_report_lm_collects_windows_and_report_claims_reads_them(tmp_path):
         summaries.append(str(directory / "summary.json"))
         window_files.append(str(directory / "windows.csv"))
     (tmp_path / "plan.json").write_text(json.dumps(plan))
+    seal_unsealed(tmp_path)  # as the jobs seal what they write
     reports = tmp_path / "reports"
     assert main(["report", "lm", "--plan", str(tmp_path / "plan.json"), "--evals", *evals, "--summaries", *summaries,
                  "--out", str(reports / "lm_results.csv"), "--windows", *window_files,

@@ -1,0 +1,70 @@
+"""``dape seal``: the migration of results written before every output was sealed. Readers treat a file without
+its seal (``<file>.sha256``) as damage — its seal was removed, or it is not the file its job wrote — so results of
+an older version are sealed once, as they are now, by this command::
+
+    dape seal                       # every unsealed file under results/
+    dape seal results reports       # several folders
+
+It seals what it finds and trusts it as it is: run it only on results nobody has edited since they were made. It
+seals the kinds of file the readers check (CSV, JSON, model files and NumPy archives); left unsealed: other files
+(figures, Markdown, logs), the seals themselves, the ``.damaged`` and ``.snakemake`` folders, a fine-tune's Hugging
+Face ``model/`` folder (read whole by transformers; not sealed yet), and the token files a data folder's ``meta.json`` records the sha256 of (``*.bin``, ``*.docs.npy``, ``token_bytes.npy``,
+``tokenizer.json``), which their readers check against it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from dape_core import io
+
+# not sealed by their jobs: Snakemake's and the logs, set-aside files, and a fine-tune's Hugging Face model folder
+# (`model/`, written by save_pretrained and read whole by transformers)
+SKIPPED_FOLDERS = {".damaged", ".snakemake", "logs", "model"}
+SEALED_SUFFIXES = (".csv", ".json", ".pt", ".npz")  # the kinds the readers check (dape_core.artefacts)
+TOKEN_FILES = ("token_bytes.npy", "tokenizer.json")
+
+
+def _covered_by_meta(path: Path) -> bool:
+    """A token file whose sha256 its folder's meta.json records."""
+    if not (path.parent / "meta.json").is_file():
+        return False
+    return path.name in TOKEN_FILES or path.name.endswith((".bin", ".docs.npy"))
+
+
+def unsealed(folder: str | Path) -> list[Path]:
+    """The files under ``folder`` that a reader would take for damage for want of a seal (module docstring)."""
+    folder = Path(folder)
+    found = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        parts = path.relative_to(folder).parts
+        if (not path.name.endswith(SEALED_SUFFIXES) or SKIPPED_FOLDERS & set(parts)
+                or path.name.startswith(".")):
+            continue
+        if not io.hash_path(path).exists() and not _covered_by_meta(path):
+            found.append(path)
+    return found
+
+
+def seal_unsealed(*folders: str | Path) -> list[Path]:
+    """Seals every unsealed file under ``folders`` and returns them."""
+    sealed = []
+    for folder in folders:
+        for path in unsealed(folder):
+            io.seal_file(path)
+            sealed.append(path)
+    return sealed
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("folders", nargs="*", default=["results"], help="folders to seal (default: results)")
+
+
+def run(args: argparse.Namespace) -> int:
+    for folder in args.folders:
+        if not Path(folder).is_dir():
+            raise SystemExit(f"dape seal: {folder}: not a folder; allowed: folders of results (default: results)")
+    sealed = seal_unsealed(*args.folders)
+    print(f"dape seal: {len(sealed)} unsealed files of {', '.join(args.folders)} sealed as they are now", flush=True)
+    return 0
