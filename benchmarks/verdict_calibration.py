@@ -48,6 +48,13 @@ Bases (those of :mod:`dape_core.report.intervals`, as the claims use them):
   (the default's and the decisive configurations' family) and on 12 (the paper's Table 6), each task read at
   :func:`dape_core.report.intervals.level_for`'s level.
 
+- ``heterogeneous``: the paired comparison when methods differ in noise (one of the pair at 2× or 3× the others'
+  interaction SD, or t-distributed interactions with 3 df; no per-window data): the pooled σ of the paired basis,
+  the pair's own spread (n ≥ 2), the same pair's spread borrowed from a 7 × 2 or 7 × 4 grid (n = 1); the σ of
+  another kind a leakage comparison used to borrow (a tril-only grid, twins whose no-tril side is 2.3× noisier),
+  and the leakage claim through its own check (``leakage_collapse`` on simulated twins for two encodings, 1–4
+  seeds, mixed σ only, its two routes at 97.5 %).
+
 A trial is *decided* when :func:`dape_core.report.intervals.decide` at a zero margin is not UNDECIDED. The CSV holds
 each basis's false-decision rate (effect 0) and power (effect 2 seed-SDs; timing: a rise of 2 SDs of one cell's
 ratio), each with its Monte-Carlo SE √(p(1 − p)/trials).
@@ -55,7 +62,7 @@ ratio), each with its Monte-Carlo SE √(p(1 − p)/trials).
     python benchmarks/verdict_calibration.py [--trials 10000] [--jobs N] [--sink-trials 500] [--che-trials 100]
                                              [--kernel-trials 1000] [--kernel-power-trials 200]
                                              [--claim-trials 1000] [--claim-power-trials 200]
-                                             [--only {bases,claims,kernel,sink}]
+                                             [--only {bases,claims,heterogeneity,kernel,sink}]
                                              [--out benchmarks/results/verdict_calibration.csv]
 """
 
@@ -526,12 +533,88 @@ def hetero_cell(task: tuple) -> dict:
             "sigma_from": rule, "trials": trials, "false_decisions": rate, "false_decisions_se": se}
 
 
-def hetero_rows(trials: int, seed: int, jobs: int = 1) -> list[dict]:
+LEAK_FACTOR = 2.3  # a no-tril run's method × seed SD over a tril run's, as the decisive grid measured (0.0581 / 0.0248)
+LEAK_SEEDS = (1, 2, 3, 4)
+
+
+def leakage_table(rng, n: int, shift: float = 0.0) -> pd.DataFrame:
+    """lm_results.csv rows of the leakage ablation (role leakage, ×1): DAPE1x3-Kerple and DAPE1x3-ALiBi with tril and
+    without, n seeds; a run's log perplexity = level + seed effect (shared by a seed's runs) + run × seed effect
+    (``LEAK_FACTOR`` × larger without tril), the no-tril runs moved by ``shift``; with one seed also a tril-only
+    grid of 7 runs × 2 seeds (the default's case, whose σ is of another kind)."""
+    rows = []
+    inter = KERNEL_REGIMES["run noise dominates"][0]
+
+    def add(role, steps, runs, seeds):
+        seed_effect = rng.normal(0.0, 0.05, seeds)
+        for method, tril in runs:
+            for s in range(seeds):
+                effect = seed_effect[s] + rng.normal(0.0, inter * (1.0 if tril else LEAK_FACTOR))
+                rows.append((f"{method}-S{steps}", role, 3, steps, s, method, tril, KERNEL_TRAIN_LEN,
+                             math.exp(math.log(10.0) + effect - (0.0 if tril else shift))))
+
+    add("leakage", 600, [(f"DAPE1x3-{e}{'' if tril else ' (no tril)'}", tril) for e in ("Kerple", "ALiBi")
+                         for tril in (True, False)], n)
+    if n == 1:
+        add("central", 1200, [(f"M{i}", True) for i in range(R)], 2)
+    df = pd.DataFrame(rows, columns=["run", "roles", "kernel_size", "steps", "seed", "method", "tril", "eval_len",
+                                     "ppl"])
+    encoding = df["method"].str.extract(r"DAPE1x3-(\w+)")[0].str.lower().fillna("kerple")
+    return df.assign(families="f", dataset="code", encoding=encoding, processor="dape_v2", dape_width=32,
+                     size="small", train_len=KERNEL_TRAIN_LEN, batch_size=16, status="ok")
+
+
+def leakage_trial(rng, n: int, shift: float) -> bool:
+    """Decided? ``leakage_collapse`` as the claims run it (its two routes, its mixed σ), at a ratio threshold of 1
+    and an absolute one that never confirms (0): identical twins with and without tril."""
+    from dataclasses import replace
+
+    from dape_core.report.claims import CLAIMS, evaluate_claims
+
+    [claim] = [c for c in CLAIMS if c.claim_id == "leakage_collapse"]
+    zero = replace(claim, thresholds={"ratio": 1.0, "absolute": 0.0})
+    verdict = evaluate_claims(leakage_table(rng, n, shift), claims=(zero,))["verdict"].iloc[0]
+    return verdict != UNDECIDED
+
+
+def leakage_cell(task: tuple) -> dict:
+    n, trials, seed = task
+    rng = cell_rng(seed, "heterogeneous", "leakage", n)
+    rate, se = _rate(sum(leakage_trial(rng, n, 0.0) for _ in range(trials)), trials)
+    return {"basis": "heterogeneous: the leakage claim (σ of tril and no-tril runs together)", "per_window_data": False,
+            "regime": f"no-tril runs at {LEAK_FACTOR}× the tril runs' interaction SD", "seeds": n,
+            "sigma_from": "the leakage runs' mixed grid" if n >= 2 else "none (no mixed grid with one seed)",
+            "trials": trials, "false_decisions": rate, "false_decisions_se": se}
+
+
+def another_kind_cell(task: tuple) -> dict:
+    """The rule a leakage comparison had with one seed: σ borrowed from a tril-only 7 × 2 grid, for twins whose
+    no-tril side has ``LEAK_FACTOR`` × the interaction SD (through :func:`dape_core.report.intervals.interval`)."""
+    trials, seed = task
+    rng = cell_rng(seed, "heterogeneous", "another kind")
+    main_sd, inter_sd = REGIMES["seed noise dominates"]
+    hits = 0
+    for _ in range(trials):
+        grid_noise = _noise(hetero_grid(rng, 2, 1.0, "normal"), True, "tril-only grid")
+        twins = rng.normal(0.0, main_sd) + rng.normal(0.0, inter_sd, 2) * np.array([1.0, LEAK_FACTOR])
+        iv = interval([np.array([twins])], lambda m: m[:, 1] - m[:, 0], seed_noise=combine_noise([grid_noise] * 2))
+        hits += decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
+    rate, se = _rate(hits, trials)
+    return {"basis": "heterogeneous: σ of another kind (tril-only grid, the rule before)", "per_window_data": False,
+            "regime": f"no-tril runs at {LEAK_FACTOR}× the tril runs' interaction SD", "seeds": 1,
+            "sigma_from": "a tril-only 7 × 2 grid", "trials": trials, "false_decisions": rate,
+            "false_decisions_se": se}
+
+
+def hetero_rows(trials: int, seed: int, jobs: int = 1, leakage_trials: int = 1000) -> list[dict]:
     """The paired comparison under unequal method noise and heavy tails: the pooled σ the paired basis uses, the
-    pair's own spread, and the same pair's spread borrowed from a grid (for one seed)."""
+    pair's own spread, and the same pair's spread borrowed from a grid (for one seed); the leakage claim through
+    its own check, and the σ of another kind it used to borrow."""
     cells = [(rule, label, n, trials, seed) for rule, counts in HETERO_RULES.items() for label in HETEROGENEITY
              for n in counts]
-    return each_cell(hetero_cell, cells, jobs)
+    leak = [(n, leakage_trials, seed) for n in LEAK_SEEDS] if leakage_trials else []
+    return (each_cell(hetero_cell, cells, jobs) + each_cell(another_kind_cell, [(trials, seed)], jobs)
+            + each_cell(leakage_cell, leak, jobs))
 
 
 def timing_row(task: tuple) -> dict:
