@@ -7,8 +7,9 @@ an older version are sealed once, as they are now, by this command::
 
 It seals what it finds and trusts it as it is: run it only on results nobody has edited since they were made. It
 seals the kinds of file the readers check (CSV, JSON, model files and NumPy archives); left unsealed: other files
-(figures, Markdown, logs), the seals themselves, the ``.damaged`` and ``.snakemake`` folders, a fine-tune's Hugging
-Face ``model/`` folder (read whole by transformers; not sealed yet), and the token files a data folder's ``meta.json`` records the sha256 of (``*.bin``, ``*.docs.npy``, ``token_bytes.npy``,
+(figures, Markdown, logs), the seals themselves, the ``.damaged`` and ``.snakemake`` folders, resume checkpoints
+(``checkpoints/``, checked by their own loader), a fine-tune's Hugging Face ``model/`` folder (read whole by
+transformers; not sealed yet), and the token files a data folder's ``meta.json`` records the sha256 of (``*.bin``, ``*.docs.npy``, ``token_bytes.npy``,
 ``tokenizer.json``), which their readers check against it.
 """
 
@@ -19,9 +20,10 @@ from pathlib import Path
 
 from dape_core import io
 
-# not sealed by their jobs: Snakemake's and the logs, set-aside files, and a fine-tune's Hugging Face model folder
-# (`model/`, written by save_pretrained and read whole by transformers)
-SKIPPED_FOLDERS = {".damaged", ".snakemake", "logs", "model"}
+# not sealed by their jobs: Snakemake's and the logs, set-aside files, a training's resume checkpoints
+# (`checkpoints/`: rewritten every few steps, checked by their own loader, which falls back to the previous one) and a
+# fine-tune's Hugging Face model folder (`model/`, written by save_pretrained and read whole by transformers)
+SKIPPED_FOLDERS = {".damaged", ".snakemake", "logs", "checkpoints", "model"}
 SEALED_SUFFIXES = (".csv", ".json", ".pt", ".npz")  # the kinds the readers check (dape_core.artefacts)
 TOKEN_FILES = ("token_bytes.npy", "tokenizer.json")
 

@@ -316,10 +316,16 @@ def test_dape_verify_sets_aside_a_file_whose_seal_was_removed_and_dape_seal_migr
     (results / "lm" / "a" / "windows.csv.sha256").unlink()
     (results / "lm" / "a" / "windows.csv").write_text("document,loss\n0,4.26\n")
     (results / "lm" / "a" / "metrics.jsonl").write_text("{}\n")  # a kind no reader checks: not sealed, not damage
+    resume = results / "checkpoints" / "run" / "seed0"  # an interrupted training's: its own loader checks them
+    resume.mkdir(parents=True)
+    (resume / "last.pt").write_bytes(b"checkpoint")
+    (resume / "step-10").mkdir()
+    (resume / "step-10" / "checkpoint.json").write_text("{}")
     checked, findings, folder = verify.verify(results)
     assert [(f.path.name, f.problem.split(":")[0]) for f in findings] == [
         ("windows.csv", "has no seal (windows.csv.sha256)")]
     assert "`dape seal`" in findings[0].problem and not (results / "lm" / "a" / "windows.csv").exists()
+    assert (resume / "last.pt").exists() and (resume / "step-10" / "checkpoint.json").exists()  # left to resume
     older = tmp_path / "older"  # an older version's results: eval.csv and summary.json, no seals
     (older / "lm" / "r" / "seed0").mkdir(parents=True)
     (older / "lm" / "r" / "seed0" / "eval.csv").write_text("eval_len,ppl\n32,9.5\n")

@@ -122,6 +122,12 @@ def test_a_killed_run_goes_on_without_a_manual_step(smoke_run, tmp_path):  # noq
     for table in ("lm_results.csv", "claims.csv", "claims.md"):
         (workdir / SMOKE_REPORTS / table).unlink()
     killed_run(workdir, CONFIG, after_s=6.0)
+    import subprocess
+
+    verified = subprocess.run([sys.executable, "-m", "dape_core.cli", "verify"], cwd=workdir, capture_output=True,
+                              text=True, timeout=300)  # make reproduce's first step: a kill is not damage
+    set_aside = [line for line in verified.stdout.splitlines() if "set aside under" in line]
+    assert verified.returncode == 0 and all("a seal whose file is gone" in line for line in set_aside), set_aside
     finished = run(workdir, CONFIG)
     assert finished.returncode == 0, (finished.stdout + finished.stderr)[-3000:]
     assert "rule train_lm" not in finished.stdout + finished.stderr
