@@ -105,8 +105,8 @@ def fail(path: str | Path, problem: str, rule: str | None = None) -> ArtefactErr
 
 
 def verify_hash(path: str | Path, rule: str | None = None) -> bool:
-    """Compare ``path`` with the sha256 its job recorded; True when a record exists and matches, False when the file
-    has no record (written before files were sealed). A mismatch or an unreadable record raises."""
+    """Compare ``path`` with the sha256 its job recorded; True when it matches. A missing record (a removed seal, or
+    an older version's file that ``dape seal`` has not migrated), an unreadable one or a mismatch raises."""
     record = io.hash_path(path)
     if not record.is_file():
         raise fail(path, f"has no seal ({record.name}): its seal was removed, or it was written before outputs were "

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from dape_core import io
 from dape_core.errors import ArtefactError
+from dape_core.seal import unsealed
 
 DAMAGED = ".damaged"
 PENDING = "pending.txt"  # under DAMAGED: what was set aside and is not yet remade
@@ -134,8 +135,6 @@ def verify(results: str | Path) -> tuple[int, list[Finding], Path | None]:
     token_files, token_findings = token_file_findings(results)
     checked += token_files
     findings += token_findings
-    from dape_core.seal import unsealed
-
     for path in unsealed(results):  # a file of a sealed kind without its seal: not what its job wrote
         checked += 1
         findings.append(Finding(path, f"has no seal ({io.hash_path(path).name}): its seal was removed, or it was "

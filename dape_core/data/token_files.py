@@ -101,7 +101,7 @@ def read_meta(data_dir: str | Path) -> dict[str, Any]:
     redo = f"redo it: snakemake --forcerun {path} (rule tokenize)"
     from dape_core.artefacts import verify_hash  # (pandas, imported by artefacts, only where a split is loaded)
 
-    verify_hash(path, rule="tokenize")  # sealed since meta.json has one (older data folders: the checks below)
+    verify_hash(path, rule="tokenize")  # the checks below still run behind the seal (a meta.json sealed as it was)
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
