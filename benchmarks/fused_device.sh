@@ -2,9 +2,9 @@
 # The fused kernel on a GPU in one run (docs/performance.md, "The fused kernel"), results under $OUT:
 #   1. exactness: benchmarks/fused_check.py, one process per case (compiled in parallel), merged into
 #      fused_check.csv; at the same time the timed kernels are compiled once (a warm-up run fills Triton's cache);
-#   2. one layer, forward + backward, every path and each tile setting side by side, with the bf16 error row
-#      (fused_layer.csv);
-#   3. training steps of NoPE, Kerple and DAPE1x3-Kerple on the materialized and fused paths (gpu_step.csv);
+#   2. one layer, forward + backward, the paths of LAYER_ROWS and each tile setting side by side, with the bf16
+#      error row (fused_layer.csv);
+#   3. training steps of NoPE, Kerple and DAPE1x3-Kerple on the paths of IMPLS (gpu_step.csv);
 #   4. evaluation's forward pass of a 350M DAPE1x3-Kerple at T 8192 (fused_eval.csv);
 #   5. profile: each kernel's device time per tile setting, and the layer's forward-only pass (fused_profile.csv).
 # STEPS picks among check, layer, step, eval, profile (default: all but profile).
@@ -18,6 +18,8 @@ mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
 TILES=${TILES-"16.16.8.16.8 16.16.4.16.4"}  # set empty: the default tiles only
+LAYER_ROWS=${LAYER_ROWS:-"sdpa sdpa-bias materialized paper-compiled compiled compiled-keep fused"}
+IMPLS=${IMPLS:-"materialized compiled fused"}
 PROFILE_TILES=${PROFILE_TILES:-"16.32.16.16.8 16.32.16.16.8+uncapped 16.32.16.32.8 16.32.16.16.4 16.32.16.32.16"}
 STEPS=" ${STEPS:-check layer step eval} "
 has() { [[ "$STEPS" == *" $1 "* ]]; }
@@ -25,7 +27,8 @@ if [ "${SMOKE:-0}" = 1 ]; then
     export TRITON_INTERPRET=1
     CHECK="--device cpu --length 40 --heads 4 --head-dim 8 --dape-width 6"
     LAYER="--device cpu --shapes 2x40 --heads 4 --head-dim 8 --rounds 2 --warmup 1"
-    STEP="--device cpu --size tiny --vocab-size 512 --tokens 128 --lengths 32 --rounds 2 --warmup 1 --dape-impls materialized fused"
+    STEP="--device cpu --size tiny --vocab-size 512 --tokens 128 --rounds 2 --warmup 1"
+    LENGTHS=${LENGTHS:-32}
     EVAL="--device cpu --shapes --eval-size tiny --eval-length 48 --vocab-size 512 --rounds 2 --warmup 1"
     PROFILE="--device cpu --shape 2x40 --heads 4 --head-dim 8 --dape-width 6 --reps 1"
     LIMIT=600
@@ -34,7 +37,7 @@ else
     CASES=${CASES:-"kerple:v2-causal:bf16 nope:v1:bf16 fire:v2-same-no-tril:bf16 alibi:v2-k5:bf16"}
     CHECK="" LAYER="--rounds 10" STEP="--rounds 5 --warmup 2" EVAL="--shapes --eval-size 350M --rounds 5"
     PROFILE="--reps 5"
-    LIMIT=240
+    LIMIT=${LIMIT:-240}
 fi
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw \
     --format=csv
@@ -82,13 +85,14 @@ if has profile; then
     echo "profile done: $(( $(date +%s) - start )) s"
 fi
 if has layer; then
-    timeout $LIMIT $PY benchmarks/fused_layer.py $LAYER --rows sdpa sdpa-bias materialized fused \
+    timeout $LIMIT $PY benchmarks/fused_layer.py $LAYER --rows $LAYER_ROWS \
         ${TILES:+--fused-tiles $TILES} --check --out "$OUT/fused_layer.csv" || echo "layer timing failed (exit $?)"
     echo "layer timing done: $(( $(date +%s) - start )) s"
 fi
 if has step; then
     timeout $LIMIT $PY benchmarks/gpu_step.py $STEP --methods NoPE Kerple DAPE1x3-Kerple \
-        --lengths ${LENGTHS:-512 2048} --modes eager --out "$OUT/gpu_step.csv" || echo "step timing failed (exit $?)"
+        --lengths ${LENGTHS:-512 2048} --modes eager --dape-impls $IMPLS --out "$OUT/gpu_step.csv" \
+        || echo "step timing failed (exit $?)"
     echo "step timing done: $(( $(date +%s) - start )) s"
 fi
 if has eval; then

@@ -8,13 +8,16 @@ Rows (q, k, v, Kerple's r1, r2 and both convolutions learnable; bf16 autocast on
 * ``materialized``: ``attend_materialized`` (recompute on, the default), ``materialized-keep`` (recompute off);
 * ``paper``: the paper's materialised form (the ``plain`` path: [batch, 2H, T, T], ``nn.Conv2d``);
   ``paper-compiled``: that form under ``torch.compile``;
+* ``compiled``: the ``compiled`` path (the materialized path's chunks under ``torch.compile``, recompute on),
+  ``compiled-keep`` (recompute off);
 * ``fused``: the fused Triton kernel (``attention_impl: fused``) at its default tiles; ``--fused-tiles`` adds a row
   per tile setting, ``fused-BM.W.warps.Wb.warpsb`` (block rows, the forward's key tile and warps, the backward's).
 
 Each case is built once and warmed up, then the cases take turns, one timed forward + backward each per round; on
 CUDA each is bracketed by ``torch.cuda.synchronize`` and its peak memory is ``torch.cuda.max_memory_allocated``
-above what the inputs hold. ``--check`` adds the error row: the fused path in the benchmark's dtype against the
-plain path in fp32 on the same inputs (output and q, k, v gradients, max |difference| / max |reference|).
+above what the inputs hold. ``--check`` adds the error rows: the fused path (and the compiled and materialized
+paths where their rows run) in the benchmark's dtype against the plain path in fp32 on the same inputs (output and
+q, k, v gradients, max |difference| / max |reference|).
 
 ``--eval-size`` adds evaluation's forward pass (no gradients, bf16 autocast on CUDA) of a whole DAPE1x3-Kerple model
 at ``--eval-length``, batch 1, on the ``materialized`` and ``fused`` paths, round robin (the rows ``eval-…``).
@@ -49,7 +52,8 @@ from dape_core.settings import AttentionSettings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "fused_layer.csv"
-ROWS = ("sdpa", "sdpa-bias", "materialized", "materialized-keep", "paper", "paper-compiled", "fused")
+ROWS = ("sdpa", "sdpa-bias", "materialized", "materialized-keep", "paper", "paper-compiled", "compiled",
+        "compiled-keep", "fused")
 
 
 def floors(batch: int, n: int, heads: int, head_dim: int, width: int, kernel_size: int, itemsize: int = 2) -> dict:
@@ -90,10 +94,10 @@ class Layer:
             out = attend_fused(q, k, v, encoding=self.encoding, processor=self.processor, positions=self.positions,
                                causal=True, tiles=parse_tiles(row))
         else:
-            impl = {"sdpa-bias": "materialized", "materialized-keep": "materialized", "paper": "plain"}.get(row, row)
+            impl = {"sdpa-bias": "materialized", "paper": "plain"}.get(row, row.removesuffix("-keep"))
             out = attend(q, k, v, encoding=self.encoding, processor=None if row == "sdpa-bias" else self.processor,
                          positions=self.positions, causal=True, attention_impl=impl,
-                         recompute_scores=False if row == "materialized-keep" else None)
+                         recompute_scores=False if row.endswith("-keep") else None)
         out.float().square().mean().backward()
         return out
 
@@ -123,8 +127,8 @@ def sync(device):
         torch.cuda.synchronize(device)
 
 
-def error_row(layer: Layer, device) -> dict:
-    """The fused path in the benchmark's precision against the plain path in fp32 on the same inputs."""
+def error_row(layer: Layer, device, impl: str = "fused") -> dict:
+    """Path ``impl`` in the benchmark's precision against the plain path in fp32 on the same inputs."""
     def run(impl, dtype, cast):
         for t in layer.qkv:
             t.grad = None
@@ -137,7 +141,7 @@ def error_row(layer: Layer, device) -> dict:
         return [out.detach().float(), *(t.grad.float() for t in (q, k, v))]
 
     reference = run("plain", torch.float32, False)
-    fused = run("fused", layer.qkv[0].dtype, True)
+    fused = run(impl, layer.qkv[0].dtype, True)
     errors = [float((a - b).abs().max() / b.abs().max().clamp_min(1e-30)) for a, b in zip(fused, reference)]
     return dict(zip(("error_output", "error_grad_q", "error_grad_k", "error_grad_v"), errors))
 
@@ -174,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--fused-tiles", nargs="+", default=[], metavar="BM.W.WARPS.WB.WARPSB",
                         help="a fused row per tile setting (block rows, forward key tile and warps, backward's)")
-    parser.add_argument("--check", action="store_true", help="add the fused path's error against fp32 plain")
+    parser.add_argument("--check", action="store_true", help="add the fused (compiled, materialized) path's error against fp32 plain")
     parser.add_argument("--eval-size", default=None, help="add evaluation's forward pass of a model of this size")
     parser.add_argument("--eval-length", type=int, default=8192)
     parser.add_argument("--vocab-size", type=int, default=50304)
@@ -223,11 +227,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"{'–' if ratio is None else format(ratio, '.2f')}", flush=True)
         print(f"floors B{batch} T{n}: forward {floor['forward_gflop']:.1f} GFLOP / {floor['forward_mb']:.0f} MB, "
               f"backward {floor['backward_gflop']:.1f} GFLOP / {floor['backward_mb']:.0f} MB")
-        if args.check:
-            errors = error_row(layer, device)
-            rows.append({**info, "batch": batch, "train_len": n, "row": "fused-error",
-                         "dtype": str(dtype).removeprefix("torch."), **errors})
-            print("fused vs fp32 plain: " + ", ".join(f"{k} {v:.2e}" for k, v in errors.items()), flush=True)
+        for impl in ("fused", "compiled", "materialized") if args.check else ():
+            if impl == "fused" or impl in args.rows:
+                errors = error_row(layer, device, impl)
+                rows.append({**info, "batch": batch, "train_len": n, "row": f"{impl}-error",
+                             "dtype": str(dtype).removeprefix("torch."), **errors})
+                print(f"{impl} vs fp32 plain: " + ", ".join(f"{k} {v:.2e}" for k, v in errors.items()), flush=True)
         write_rows(rows, args.out)
     if args.eval_size:
         medians = evaluation_rows(args.eval_size, args.eval_length, args.vocab_size, device, args.warmup, args.rounds)

@@ -9,7 +9,7 @@ them; on CUDA each step is bracketed by ``torch.cuda.synchronize`` and the peak 
 since the case's last reset. A case that does not fit is recorded ``out_of_memory``. Printed and written (CSV): the
 median step ms, its ratio to NoPE's at the same length and mode (the issue's "× NoPE"), DAPE's ratio to Kerple's,
 and the peak GiB. ``--dape-impls`` times each DAPE method on each named ``attention_impl`` (default on CUDA:
-``materialized`` and ``fused``), as the row ``DAPE1x3-Kerple (fused)``.
+``materialized``, ``compiled`` and ``fused``), as the row ``DAPE1x3-Kerple (fused)``.
 
     python benchmarks/gpu_step.py                                   # on a GPU: the full table
     python benchmarks/gpu_step.py --device cpu --size tiny --vocab-size 512 --tokens 1024 --lengths 64 128 \\
@@ -72,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048])
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument("--dape-impls", nargs="+", default=None,
-                        help="attention_impl of each DAPE method, one row each (default: materialized and fused on "
-                             "CUDA, the resolved auto elsewhere)")
+                        help="attention_impl of each DAPE method, one row each (default: materialized, compiled and "
+                             "fused on CUDA, the resolved auto elsewhere)")
     parser.add_argument("--modes", nargs="+", choices=("eager", "compiled"), default=["eager", "compiled"])
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="bf16")
     parser.add_argument("--warmup", type=int, default=3)
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     info = machine_info(args.device)
-    impls = args.dape_impls or (["materialized", "fused"] if device.type == "cuda" else [])
+    impls = args.dape_impls or (["materialized", "compiled", "fused"] if device.type == "cuda" else [])
     args.methods = [f"{m} ({impl})" if impl else m for m in args.methods
                     for impl in (impls if parse_method(m)["processor"] != "none" else [""]) or [""]]
     rows = []

@@ -2,7 +2,7 @@
 
     scores = q·kᵀ/√d  →  + encoding bias B  →  DAPE processor  →  causal mask  →  softmax  →  ·V
 
-``attention_impl`` is a resolved path (``plain``, ``fast``, ``materialized`` or ``fused``;
+``attention_impl`` is a resolved path (``plain``, ``fast``, ``materialized``, ``compiled`` or ``fused``;
 :func:`dape_core.implementations.resolve_attention_impl` turns ``auto`` into one of them by device). Six ways to
 run it, all computing the same function:
 * the plain path (``attention_impl="plain"``, ``_attend_rows`` on all rows): the readable reference, materialises
@@ -13,7 +13,8 @@ run it, all computing the same function:
 * with a processor on the fast path (``_attend_processed``, the CPU's): query rows in chunks, the processor's
   blocked GEMM form (:mod:`dape_core.implementations.blocked`), each chunk reading only the keys its rows reach;
 * with a processor on the materialized path (the accelerator's): the reference's arithmetic per chunk of query
-  rows with operator calls independent of the batch (:mod:`dape_core.implementations.materialized`);
+  rows with operator calls independent of the batch (:mod:`dape_core.implementations.materialized`); on the
+  compiled path the same chunks, each compiled by ``torch.compile`` (:mod:`dape_core.implementations.compiled`);
 * with a processor on the fused path: one Triton kernel per pass, the processor on chip, no [batch, H, T, T]
   tensor (:mod:`dape_core.implementations.fused`); with attention dropout it takes the materialized path, and
   without a processor it is the materialized path (SDPA);
@@ -45,6 +46,7 @@ from dape_core.dape import ScoreProcessor
 from dape_core.encodings import PositionalEncoding
 from dape_core.errors import require_choice
 from dape_core.implementations.blocked import blocked_scores
+from dape_core.implementations.compiled import attend_compiled
 from dape_core.implementations.fused import attend_fused
 from dape_core.implementations.materialized import attend_materialized, autocast_dtype
 from dape_core.positions import consecutive
@@ -52,7 +54,7 @@ from dape_core.positions import consecutive
 DEFAULT_CHUNK_BYTES = 16 * 2**20  # one chunk's [batch, H, rows, T] fp32 scores on the fast path
 ACCELERATOR_SCORE_BYTES = 2**30  # one SDPA call's [batch, H, rows, T] scores on the accelerator path
 MIN_CHUNK_ROWS = 64  # fewer query rows make q·kᵀ a memory-bound, matrix-vector-like product
-PATHS = ("plain", "fast", "materialized", "fused")  # the resolved values of ``attention_impl``
+PATHS = ("plain", "fast", "materialized", "compiled", "fused")  # the resolved values of ``attention_impl``
 
 
 @dataclass(frozen=True)
@@ -100,8 +102,9 @@ def attend(
     attention_impl = _unfused(attention_impl, processor, dropout_p)
     if processor is not None and attention_impl == "fused":
         return attend_fused(q, k, v, encoding=encoding, processor=processor, positions=positions, causal=causal)
-    if processor is not None and attention_impl == "materialized":
-        return attend_materialized(
+    if processor is not None and attention_impl in ("materialized", "compiled"):
+        materialized = attend_compiled if attention_impl == "compiled" else attend_materialized
+        return materialized(
             q, k, v, encoding=encoding, processor=processor, positions=positions, causal=causal,
             dropout_p=dropout_p, chunk=query_chunk_size, dape_dtype=dape_dtype, recompute_scores=recompute_scores,
         )
@@ -167,8 +170,9 @@ def attend_causal(
     if processor is not None and attention_impl == "fused":
         return attend_fused(q, k, v, encoding=encoding, processor=processor, positions=positions, causal=True,
                             row_offset=row_offset)
-    if processor is not None and attention_impl == "materialized":
-        return _attend_materialized_rows(q, k, v, row_offset, chunk=query_chunk_size, dape_dtype=dape_dtype, **kwargs)
+    if processor is not None and attention_impl in ("materialized", "compiled"):
+        return _attend_materialized_rows(q, k, v, row_offset, chunk=query_chunk_size, dape_dtype=dape_dtype,
+                                         compiled=attention_impl == "compiled", **kwargs)
     if processor is not None and attention_impl == "fast":
         chunk = query_chunk_size or auto_chunk_rows(q.shape[0], q.shape[1], n_keys)
         return _attend_processed(q, k, v, causal=True, chunk=chunk, dape_dtype=dape_dtype, row_offset=row_offset,
@@ -180,8 +184,11 @@ def attend_causal(
 
 def _unfused(attention_impl: str, processor, dropout_p: float) -> str:
     """The path that runs for ``fused``: the fused kernel with a processor and no attention dropout, else the
-    materialized path (SDPA without a processor; the kernel has no dropout)."""
+    materialized path (SDPA without a processor; the kernel has no dropout); for ``compiled`` without a processor,
+    the materialized path (SDPA)."""
     if attention_impl == "fused" and (processor is None or dropout_p > 0):
+        return "materialized"
+    if attention_impl == "compiled" and processor is None:
         return "materialized"
     return attention_impl
 
@@ -199,10 +206,11 @@ def _by_row_chunks(attend_rows, n: int, chunk: int) -> torch.Tensor:
     return chunks[0] if len(chunks) == 1 else torch.cat([chunks[r0] for r0 in starts], dim=2)
 
 
-def _attend_materialized_rows(q, k, v, row_offset, *, encoding, processor, positions, dropout_p, chunk, dape_dtype):
-    """The materialized path (``attend_materialized``, its precision and recomputation) for query rows at
-    ``row_offset``."""
-    return attend_materialized(q, k, v, encoding=encoding, processor=processor, positions=positions, causal=True,
+def _attend_materialized_rows(q, k, v, row_offset, *, encoding, processor, positions, dropout_p, chunk, dape_dtype,
+                              compiled=False):
+    """The materialized path (``attend_materialized``, its precision and recomputation; ``compiled``: its chunks
+    compiled, ``attend_compiled``) for query rows at ``row_offset``."""
+    return (attend_compiled if compiled else attend_materialized)(q, k, v, encoding=encoding, processor=processor, positions=positions, causal=True,
                                dropout_p=dropout_p, chunk=chunk, dape_dtype=dape_dtype, row_offset=row_offset)
 
 

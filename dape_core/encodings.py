@@ -285,7 +285,7 @@ class Kerple(PositionalEncoding):
     """Kerple, logarithmic variant (Chi et al., 2022): b(i, j) = −r1·log(1 + r2·max(i − j, 0)), r1, r2 ≥ 0.01.
 
     Init r1 ~ 2·U(0, 1), r2 ~ U(0, 1) per head; the parameters are clamped to ≥ 0.01 in place at every forward,
-    as the reference does. Decoder: the public code's kernel of tril(i − j), so keys right of the query get 0.
+    as the reference does (under torch.compile the bias reads the clamped values, :meth:`clamped_parameters`). Decoder: the public code's kernel of tril(i − j), so keys right of the query get 0.
     Encoder (two-sided): −r1·log(1 + r2·|i − j|) with separate (r1, r2) for keys left and right of the query.
     """
 
@@ -300,17 +300,27 @@ class Kerple(PositionalEncoding):
 
     def clamp_parameters(self) -> None:
         """r1, r2 ≥ 0.01 (the reference's clamp at every forward), in place only when needed, so a table shared by
-        layers keeps its autograd version; under torch.compile always (the compiled graph has no version counters,
-        and the check would read values on the host)."""
+        layers keeps its autograd version."""
         with torch.no_grad():
             for param in (self.r1, self.r2):
                 if param.device.type == "meta":  # no values to clamp (a memory estimate's model)
                     continue
-                if torch.compiler.is_compiling() or bool((param < self.min_value).any()):
+                if bool((param < self.min_value).any()):
                     param.clamp_(min=self.min_value)
 
-    def bias(self, q, k, scores, q_pos, k_pos):
+    def clamped_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(r1, r2) ≥ 0.01 as the bias reads them: eagerly the parameters after :meth:`clamp_parameters`; under
+        torch.compile the in-place clamp's values and gradients without mutating the parameters inside the graph
+        (the check would read values on the host, and a graph that clamps in place at every call bumps the
+        parameters' versions under the tensors an earlier call saved); training clamps the stored parameters
+        after every optimiser step (``train.constrain_parameters``)."""
+        if torch.compiler.is_compiling():
+            return tuple(p + (p.clamp(min=self.min_value) - p).detach() for p in (self.r1, self.r2))
         self.clamp_parameters()
+        return self.r1, self.r2
+
+    def bias(self, q, k, scores, q_pos, k_pos):
+        r1, r2 = self.clamped_parameters()
         dtype = torch.promote_types(q.dtype, torch.float32)  # the kernel in fp32 at least, B in q's dtype
         if self.causal:  # tril(i − j)
             distance = geometry.get(("causal_distance", dtype), q_pos, k_pos,
@@ -318,8 +328,8 @@ class Kerple(PositionalEncoding):
         else:
             distance = geometry.get(("abs_distance", dtype), q_pos, k_pos,
                                     lambda: relative_distance(q_pos, k_pos).abs().to(dtype))
-        r1 = self.r1.to(dtype)[:, :, None, None]
-        r2 = self.r2.to(dtype)[:, :, None, None]
+        r1 = r1.to(dtype)[:, :, None, None]
+        r2 = r2.to(dtype)[:, :, None, None]
         kernel = -r1 * torch.log1p(r2 * distance)  # [sides, H, Tq, Tk]
         if self.causal:
             return kernel[0].to(q.dtype)

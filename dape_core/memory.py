@@ -42,6 +42,7 @@ from torch.autograd.graph import saved_tensors_hooks
 from torch.overrides import TorchFunctionMode
 
 from dape_core.errors import ConfigError, require_choice
+from dape_core.implementations import training_path
 
 KERNELS = ("efficient", "math")
 RESERVE_BYTES = 2 * 2**30  # CUDA context and library workspaces
@@ -125,8 +126,11 @@ def _count_saved(cfg, micro_batch: int, precision: str, attention_kernel: str) -
 
 
 def _accelerator_path(attention_impl: str) -> str:
-    """``auto`` is the accelerator's path here (``materialized``)."""
-    return "materialized" if attention_impl == "auto" else attention_impl
+    """The path traced for ``attention_impl`` training on a GPU (``auto``: ``training_path``): ``compiled`` as
+    ``materialized`` (on ``meta``, which compiles nothing), whose chunks it runs and recomputes alike; without
+    recomputation, the eager path's saved tensors stand for what the compiled graph saves."""
+    path = training_path(attention_impl)
+    return "materialized" if path == "compiled" else path
 
 
 class _nothing:
@@ -173,6 +177,7 @@ def transient_bytes(cfg, micro_batch: int, *, precision: str = "fp32") -> int:
     from dape_core.attention import accelerator_chunk_rows
     from dape_core.dape import build_processor
     from dape_core.encodings import ENCODINGS
+    from dape_core.implementations.compiled import CHUNK_BYTES as COMPILED_CHUNK_BYTES
     from dape_core.implementations.materialized import chunk_bytes, chunk_rows
 
     b, n, heads = micro_batch, cfg.train_len, cfg.n_head
@@ -182,7 +187,8 @@ def transient_bytes(cfg, micro_batch: int, *, precision: str = "fp32") -> int:
     bias = ENCODINGS[cfg.encoding].has_bias
     if cfg.processor != "none":
         processor = build_processor(heads, cfg.attention_settings(), bias_channels=bias)
-        rows = chunk_rows(processor, b, n, feature_itemsize=itemsize)
+        budget = COMPILED_CHUNK_BYTES if training_path(cfg.attention_impl) == "compiled" else None
+        rows = chunk_rows(processor, b, n, budget=budget, feature_itemsize=itemsize)
         attention = 2 * chunk_bytes(processor, b, rows, n, itemsize)
     elif bias:
         rows = accelerator_chunk_rows(b, heads, n, itemsize)

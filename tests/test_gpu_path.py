@@ -96,7 +96,7 @@ class AttentionCase:
         self.qkv = [torch.randn(3, heads, n, head_dim) for _ in range(3)]
         self.weight = torch.randn(3, heads, n, head_dim)
 
-    def run(self, attention_impl, chunk=None, dtype=torch.float32) -> dict:
+    def run(self, attention_impl, chunk=None, dtype=torch.float32, recompute_scores=None) -> dict:
         """The output and every gradient: q, k, v, the processor's weights, the encoding's parameters (on fresh
         copies of the modules in ``dtype``)."""
         encoding = copy.deepcopy(self.encoding).to(dtype)
@@ -106,7 +106,7 @@ class AttentionCase:
             params.update(processor.named_parameters(prefix="processor"))
         qkv = [t.to(dtype, copy=True).requires_grad_() for t in self.qkv]
         out = attend(*qkv, encoding=encoding, processor=processor, positions=self.positions, causal=self.causal,
-                     query_chunk_size=chunk, attention_impl=attention_impl)
+                     query_chunk_size=chunk, attention_impl=attention_impl, recompute_scores=recompute_scores)
         (out * self.weight.to(dtype)).sum().backward()
         result = {"output": out.detach(), **{f"grad {n}": t.grad for n, t in zip("qkv", qkv)}}
         result.update({f"grad {n}": p.grad for n, p in params.items() if p.grad is not None})
@@ -234,12 +234,24 @@ def test_the_convolutions_see_a_channels_last_input_and_no_padded_copy(proc, mon
 @pytest.mark.parametrize("name,device,expected", [
     ("auto", torch.device("cpu"), "fast"),
     ("auto", "cpu", "fast"),
-    ("auto", torch.device("cuda"), "materialized"),
-    ("auto", "cuda:1", "materialized"),
-    *[(name, device, name) for name in ("fast", "plain", "materialized") for device in ("cpu", torch.device("cuda"))],
+    ("auto", torch.device("cuda"), "compiled"),
+    ("auto", "cuda:1", "compiled"),
+    ("auto", "mps", "materialized"),
+    *[(name, device, name) for name in ("fast", "plain", "materialized", "compiled", "fused")
+      for device in ("cpu", torch.device("cuda"))],
 ])
-def test_auto_resolves_by_device_and_other_names_are_themselves(name, device, expected):
+def test_auto_resolves_by_device_and_other_names_are_themselves(name, device, expected, monkeypatch):
+    from dape_core import implementations
+    monkeypatch.setattr(implementations, "TRITON_IMPORTABLE", True)
     assert resolve_attention_impl(name, device) == expected
+
+
+def test_auto_trains_on_the_materialized_path_on_cuda_without_triton(monkeypatch):
+    """TorchInductor compiles GPU kernels with Triton: without it, auto on CUDA is the materialized path."""
+    from dape_core import implementations
+    monkeypatch.setattr(implementations, "TRITON_IMPORTABLE", False)
+    assert resolve_attention_impl("auto", "cuda") == "materialized"
+    assert resolve_attention_impl("compiled", "cuda") == "compiled"  # a named path is itself
 
 
 def test_an_unknown_attention_impl_names_the_field_and_the_allowed_values():
@@ -251,9 +263,11 @@ def test_an_unknown_attention_impl_names_the_field_and_the_allowed_values():
 
 
 def test_the_default_is_auto_and_runs_the_blocked_path_on_a_cpu(monkeypatch):
+    from dape_core import implementations
+    on_cuda = "compiled" if implementations.TRITON_IMPORTABLE else "materialized"  # training: torch.compile's
     model = tiny_gpt("kerple", processor="dape_v2", kernel_size=3)
     assert model.cfg.attention_impl == "auto"
-    assert model.resolved_attention_impl() == "fast" and model.resolved_attention_impl("cuda") == "materialized"
+    assert model.resolved_attention_impl() == "fast" and model.resolved_attention_impl("cuda") == on_cuda
     used = []
     original = attention.blocked_scores
     monkeypatch.setattr(attention, "blocked_scores", lambda *a, **kw: used.append("fast") or original(*a, **kw))
@@ -262,7 +276,7 @@ def test_the_default_is_auto_and_runs_the_blocked_path_on_a_cpu(monkeypatch):
         model(torch.randint(0, VOCAB, (2, 12)))
     assert used == ["fast"] * model.cfg.n_layer
     encoder = Encoder(EncoderConfig(n_layer=1, d_model=16, n_head=4, processor="dape_v2", kernel_size=3))
-    assert encoder.resolved_attention_impl() == "fast" and encoder.resolved_attention_impl("cuda") == "materialized"
+    assert encoder.resolved_attention_impl() == "fast" and encoder.resolved_attention_impl("cuda") == on_cuda
 
 
 def test_a_model_set_to_materialized_runs_it_on_a_cpu(monkeypatch):

@@ -5,8 +5,10 @@ operator calls whose host cost does not shrink with the model. A job's GPU-hours
 FLOP time (FLOPs / (``gpu_tflops`` × ``utilisation``)) and its dispatch time (this module), unless a calibration
 CSV measured the job's shape (:mod:`dape_core.config.estimate`). Pure Python: no torch at plan time.
 
-**Operator calls per step** (:func:`step_calls`), as ``dape_core.train.fit`` makes them on the path a GPU takes
-(``attention_impl`` auto → ``materialized``, ``recompute_scores`` as set)::
+**Operator calls per step** (:func:`step_calls`), as ``dape_core.train.fit`` makes them on the ``materialized`` path
+(``attention_impl`` auto or ``compiled`` → ``materialized``, ``recompute_scores`` as set; the ``compiled`` path,
+what auto trains with on CUDA with Triton, runs each chunk as one compiled graph of fewer kernel launches, so these
+counts bound its dispatch from above)::
 
     calls = grad_accum × pieces × (micro_constant + micro_per_layer × n_layer)
             + optimizer_constant + optimizer_per_layer × n_layer
@@ -110,11 +112,12 @@ def _step_defaults() -> dict:
 
 
 def step_key(settings: Mapping) -> tuple[str, ...]:
-    """A run's :data:`STEP_KEY`: ``attention_impl`` auto (or absent, as in lm_results.csv) is the GPU's
-    ``materialized``; an absent setting takes its declared default."""
+    """A run's :data:`STEP_KEY`: ``attention_impl`` auto (or absent, as in lm_results.csv) and ``compiled`` are
+    counted as ``materialized`` (an upper bound for ``compiled``, module docstring); an absent setting takes its
+    declared default."""
     defaults = _step_defaults()
     values = {name: settings.get(name, defaults.get(name)) for name in STEP_KEY}
-    if _norm(values["attention_impl"]) == "auto":
+    if _norm(values["attention_impl"]) in ("auto", "compiled"):
         values["attention_impl"] = "materialized"
     return tuple(_norm(values[name]) for name in STEP_KEY)
 

@@ -221,7 +221,7 @@ def _in_batch_order(outputs, batch: int) -> torch.Tensor:
 
 
 def set_attention_impl(model: nn.Module, attention_impl: str) -> None:
-    """Switch a patched model's path (``attention_impl``: auto, fast, plain or materialized), kept in its config."""
+    """Switch a patched model's path (``attention_impl``: auto, fast, plain, materialized, compiled or fused), kept in its config."""
     require_choice("attention_impl", attention_impl, ATTENTION_IMPLS)
     saved = getattr(model.config, CONFIG_KEY, None)
     if saved is None:

@@ -8,8 +8,9 @@ gradients, which the tests prove (``tests/test_performance_paths.py``, ``tests/t
 * ``auto`` (the default) — resolved where the model runs, by :func:`resolve_attention_impl`: ``fast`` on a CPU;
   on CUDA ``fused`` for a pass without gradients under bf16 or fp16 autocast where Triton is installed
   (evaluation: measured 0.66× ``materialized``'s time for a 350M model at T 8192 on an H200, with memory linear in
-  T), else ``materialized`` (training: the fused step measured 1.27–1.32× ``materialized``'s); ``materialized`` on
-  any other non-CPU device;
+  T), else ``compiled`` where ``torch.compile`` can compile for the GPU (Triton importable; training: a 125M
+  DAPE1×3-Kerple step measured 0.67× ``materialized``'s at T 512 and 0.57× at T 2048 on an H200, the fused step
+  1.27–1.32×), else ``materialized``; ``materialized`` on any other non-CPU device;
 * ``plain`` — the reference itself (materialised [batch, 2H, T, T], ``nn.Conv2d``); kept selectable because the
   paper's timing table measured it;
 * ``fast`` — :mod:`dape_core.implementations.blocked`: blocked GEMMs shaped for a CPU core's caches, with the
@@ -18,6 +19,8 @@ gradients, which the tests prove (``tests/test_performance_paths.py``, ``tests/t
 * ``materialized`` — :mod:`dape_core.implementations.materialized`: the reference's arithmetic per chunk of query
   rows (the layer's own ``nn.Conv2d``, channels-last, fp32 scores and softmax), chunks sized by a memory budget;
   its operator calls do not depend on the batch, which on a GPU means kernel launches;
+* ``compiled`` — :mod:`dape_core.implementations.compiled`: the materialized path with each chunk one graph
+  compiled by ``torch.compile`` (its elementwise steps fused into few kernels), larger chunks;
 * ``fused`` — :mod:`dape_core.implementations.fused`: one Triton kernel per pass (FlashAttention-2's tiling with
   the processor on chip), no [batch, H, T, T] tensor; CUDA with Triton (the ``gpu`` extra), or Triton's CPU
   interpreter in the tests. ``auto`` picks it where it measured faster, for gradient-free passes on CUDA
@@ -33,21 +36,26 @@ A new implementation is a module here whose scores function takes the arguments 
 
 from __future__ import annotations
 
+import importlib.util
+
 import torch
 
 from dape_core.errors import require_choice
 from dape_core.settings import ATTENTION_IMPLS
 
 CPU_PATH = "fast"  # what ``auto`` runs on a CPU
-ACCELERATOR_PATH = "materialized"  # what ``auto`` runs on any other device (and for training on CUDA)
+ACCELERATOR_PATH = "materialized"  # what ``auto`` runs on any other device
+TRAINING_PATH = "compiled"  # what ``auto`` runs on CUDA for the other passes (training), where it can compile
 INFERENCE_PATH = "fused"  # what ``auto`` runs on CUDA for a pass without gradients under 16-bit autocast
 HALF_DTYPES = (torch.bfloat16, torch.float16)
+# TorchInductor compiles GPU kernels with Triton (CUDA builds of torch ship it); looked up once, not imported
+TRITON_IMPORTABLE = importlib.util.find_spec("triton") is not None
 
 
 def resolve_attention_impl(name: str, device: torch.device | str) -> str:
-    """The path that ``attention_impl`` ``name`` runs on ``device`` now: ``auto`` → ``fast`` on a CPU; on CUDA
-    ``fused`` for a gradient-free pass under 16-bit autocast with Triton installed, else ``materialized``; every
-    other name is itself."""
+    """The path that ``attention_impl`` ``name`` runs on ``device`` now: ``auto`` → ``fast`` on a CPU; on CUDA with
+    Triton installed ``fused`` for a gradient-free pass under 16-bit autocast, else ``compiled``; ``materialized``
+    on CUDA without Triton and on other devices; every other name is itself."""
     require_choice("attention_impl", name, ATTENTION_IMPLS)
     if name != "auto":
         return name
@@ -56,7 +64,16 @@ def resolve_attention_impl(name: str, device: torch.device | str) -> str:
         return CPU_PATH
     if kind == "cuda" and inference_pass(kind) and _fused_available():
         return INFERENCE_PATH
+    if kind == "cuda" and TRITON_IMPORTABLE:
+        return TRAINING_PATH
     return ACCELERATOR_PATH
+
+
+def training_path(name: str) -> str:
+    """The path ``attention_impl`` ``name`` trains with on a GPU (``auto``: :data:`TRAINING_PATH`, the path of a
+    CUDA machine with Triton)."""
+    require_choice("attention_impl", name, ATTENTION_IMPLS)
+    return TRAINING_PATH if name == "auto" else name
 
 
 def inference_pass(device_type: str) -> bool:

@@ -166,7 +166,7 @@ def attend_fused(
     check_dtype(q.dtype, q.device.type)
     if not fused_runs_on(q.device):
         raise ConfigError(f"attention_impl: fused runs on CUDA (or on a CPU under TRITON_INTERPRET=1), not on "
-                          f"{q.device}; allowed here: auto, fast, plain, materialized")
+                          f"{q.device}; allowed here: auto, fast, plain, materialized, compiled")
     tiles = tiles or FusedTiles()
     form = bias_form(encoding, processor, positions)
     with autocast_off(q.device.type):  # B in fp32 under bf16 autocast, as on the other paths
@@ -187,7 +187,7 @@ def check_dtype(dtype: torch.dtype, device_type: str) -> None:
     if dtype not in allowed:
         names = ", ".join(str(d).removeprefix("torch.") for d in allowed)
         raise ConfigError(f"attention_impl: fused does not take {dtype} inputs on {device_type}; allowed dtypes: "
-                          f"{names} (precision: bf16; or attention_impl plain or materialized)")
+                          f"{names} (precision: bf16; or attention_impl plain, materialized or compiled)")
 
 
 def _kernel_bias(form: str, encoding: PositionalEncoding, q, k, positions, row_offset: int):

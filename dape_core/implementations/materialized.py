@@ -97,46 +97,56 @@ def attend_materialized(
     dape_dtype: torch.dtype | None = None,
     row_offset: int = 0,
     recompute_scores: bool | None = None,
+    chunk_fn=None,
 ) -> torch.Tensor:
     """softmax(mask(A + B + f(tril([A; B])))) · V (eq. 5) for q [batch, H, Tq, d_head] and k, v [batch, H, Tk,
     d_head] (already rotated; query row r is key ``row_offset`` + r, ``positions`` are the keys'), in chunks of
     ``chunk`` query rows (default: :func:`chunk_rows`); ``recompute_scores`` (default: whenever gradients are
-    recorded) recomputes each chunk in the backward pass. Returns [batch, H, Tq, d_head]."""
+    recorded) recomputes each chunk in the backward pass; ``chunk_fn``: the function of one chunk, with the arguments
+    of :func:`chunk_attention` (default: it). Returns [batch, H, Tq, d_head]."""
     device_type, n, n_keys = q.device.type, q.shape[2], k.shape[2]
+    chunk_fn = chunk_fn or chunk_attention
     feature_dtype = dape_dtype or autocast_dtype(device_type)
     score_dtype = torch.promote_types(q.dtype, torch.float32)  # fp32 scores under bf16 autocast (fp64 stays)
     chunk = chunk or chunk_rows(processor, q.shape[0], n_keys, feature_itemsize=(feature_dtype or score_dtype).itemsize)
     if recompute_scores is None:
         recompute_scores = True
     recompute_scores = recompute_scores and torch.is_grad_enabled()
-    halo = processor.needed_halo()
-
-    def rows_output(q_s, k_s, v, r0, rows_end):
-        """One chunk: query rows r0 … rows_end − 1 against the keys they reach."""
-        first, last = row_offset + r0, row_offset + rows_end
-        keys_read, keys_kept = (min(n_keys, last + halo), last) if causal else (n_keys, n_keys)
-        q_rows, k_read = q_s[:, :, r0:rows_end], k_s[:, :, :keys_read]
-        with autocast_off(device_type):
-            scores = torch.matmul(q_rows, k_read.transpose(-2, -1)).mul_(1.0 / math.sqrt(q.shape[-1]))  # A
-            bias = None
-            if encoding.has_bias:
-                bias = encoding.bias(q_rows, k_read, scores, positions[first:last], positions[:keys_read])  # B
-            scores = materialized_scores(processor, scores, bias, first, causal=causal, keys_out=keys_kept,
-                                         compute_dtype=feature_dtype)
-            probs = torch.softmax(scores, dim=-1)
-            if dropout_p > 0:
-                probs = F.dropout(probs, p=dropout_p)
-            return torch.matmul(probs.to(v.dtype), v[:, :, :keys_kept])
-
     outputs = {}
     q_s, k_s = q.to(score_dtype), k.to(score_dtype)
+    options = dict(encoding=encoding, processor=processor, causal=causal, dropout_p=dropout_p,
+                   feature_dtype=feature_dtype)
+    halo = processor.needed_halo()
     for r0 in reversed(range(0, n, chunk)):  # largest chunk first: later chunks reuse its memory
         rows_end = min(n, r0 + chunk)
-        if recompute_scores:
-            outputs[r0] = checkpoint(rows_output, q_s, k_s, v, r0, rows_end, use_reentrant=False)
+        first, last = row_offset + r0, row_offset + rows_end
+        keys_read, keys_kept = (min(n_keys, last + halo), last) if causal else (n_keys, n_keys)
+        args = (q_s[:, :, r0:rows_end], k_s[:, :, :keys_read], v[:, :, :keys_kept])
+        rows = dict(q_positions=positions[first:last], k_positions=positions[:keys_read], first=first, **options)
+        if recompute_scores:  # (positions as keywords: the checkpoint keeps no reference of its own to them)
+            outputs[r0] = checkpoint(chunk_fn, *args, use_reentrant=False, **rows)
         else:
-            outputs[r0] = rows_output(q_s, k_s, v, r0, rows_end)
+            outputs[r0] = chunk_fn(*args, **rows)
     return outputs[0] if len(outputs) == 1 else torch.cat([outputs[r0] for r0 in sorted(outputs)], dim=2)
+
+
+def chunk_attention(q_rows, k_read, v_kept, *, q_positions, k_positions, first, encoding, processor, causal,
+                    dropout_p, feature_dtype):
+    """One chunk of eq. 5: query rows ``first`` … (as keys; q_rows [batch, H, rows, d_head] in the scores' dtype)
+    against the keys they read (k_read [batch, H, K, d_head]: under the causal mask those ≤ the last row plus the
+    convolutions' halo) and keep (v_kept [batch, H, K_kept, d_head]): A, B, the processor, the causal mask,
+    softmax, ·V in v's dtype."""
+    with autocast_off(q_rows.device.type):
+        scores = torch.matmul(q_rows, k_read.transpose(-2, -1)).mul_(1.0 / math.sqrt(q_rows.shape[-1]))  # A
+        bias = None
+        if encoding.has_bias:
+            bias = encoding.bias(q_rows, k_read, scores, q_positions, k_positions)  # B
+        scores = materialized_scores(processor, scores, bias, first, causal=causal, keys_out=v_kept.shape[2],
+                                     compute_dtype=feature_dtype)
+        probs = torch.softmax(scores, dim=-1)
+        if dropout_p > 0:
+            probs = F.dropout(probs, p=dropout_p)
+        return torch.matmul(probs.to(v_kept.dtype), v_kept)
 
 
 def materialized_scores(

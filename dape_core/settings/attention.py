@@ -17,7 +17,7 @@ from dape_core.settings.fields import check_choices, setting
 
 PROCESSORS = ("none", "dape_v1", "dape_v2")
 PADDINGS = ("same", "causal")
-ATTENTION_IMPLS = ("auto", "fast", "plain", "materialized", "fused")
+ATTENTION_IMPLS = ("auto", "fast", "plain", "materialized", "compiled", "fused")
 DAPE_DTYPES = ("float32", "bfloat16")
 
 
@@ -36,13 +36,14 @@ class AttentionSettings:
     encoding_shared: bool | None = setting(None, help="one positional module for all layers; default: as the "
                                                        "public code (only T5's table shared)")
     attention_impl: str = setting("auto", choices=ATTENTION_IMPLS,
-                                  help="auto: fast on a CPU; on CUDA fused for gradient-free passes under 16-bit "
-                                       "autocast (with Triton), else materialized; fast: the blocked "
+                                  help="auto: fast on a CPU; on CUDA with Triton fused for gradient-free passes "
+                                       "under 16-bit autocast, else compiled; else materialized; fast: the blocked "
                                        "DAPE path (CPU); plain: the paper's materialised form; materialized: that "
-                                       "form per chunk of query rows, few kernel launches (GPU); fused: one Triton "
-                                       "kernel per pass, no [batch, H, T, T] tensor (GPU, the gpu extra)")
+                                       "form per chunk of query rows, few kernel launches (GPU); compiled: the "
+                                       "materialized path with each chunk compiled by torch.compile (GPU); fused: "
+                                       "one Triton kernel per pass, no [batch, H, T, T] tensor (GPU, the gpu extra)")
     dape_dtype: str = setting("float32", choices=DAPE_DTYPES, help="precision of DAPE's GEMMs on the fast path")
-    recompute_scores: bool | None = setting(None, help="materialized path: recompute each query chunk's score "
+    recompute_scores: bool | None = setting(None, help="materialized and compiled paths: recompute each query chunk's score "
                                                        "pipeline in the backward pass instead of keeping its "
                                                        "[batch, rows, keys, channels] tensors (training memory "
                                                        "linear in T); default: on (the accelerator's path)")

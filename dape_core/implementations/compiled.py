@@ -1,0 +1,64 @@
+"""The materialized path compiled (``attention_impl: compiled``): :func:`attend_materialized`'s chunks of query rows,
+each one graph compiled by ``torch.compile`` (TorchInductor): the same arithmetic and precision (eq. 5).
+
+The materialized path runs a chunk as separate operators — A, B, the channels-last copy of tril([A; B]), Conv1,
+LeakyReLU, Conv2, A + B + f, the causal mask, softmax, ·V — each streaming [batch, channels, rows, keys] maps
+through memory. Compiled, the elementwise steps between the products and the convolutions fuse into a few kernels
+(the products and convolutions stay the vendor libraries'), in the forward pass and in the backward pass, which
+AOTAutograd traces from the same graph. The recomputation (``recompute_scores``) is the materialized path's; the
+chunks are larger (:data:`CHUNK_BYTES`, 4 GiB: one chunk per layer for the 125M model at 16,384 tokens and
+T 512): fewer, larger kernels and fewer graphs to compile. The memory model (:mod:`dape_core.memory`) reads the
+same budget.
+
+One compiled function serves every layer: the chunk's function takes its modules as arguments, whose parameters
+are graph inputs, so every layer reuses the first one's graph. Shapes are static: each distinct chunk shape (the
+chunks of one length, a new length) compiles once, and the recompilation limit of this function is raised to
+cover a sequence's chunks. Inside a graph that ``torch.compile`` already traces (``training.compile``) the chunks
+are traced into it uncompiled. With attention dropout the chunks run uncompiled (the materialized path itself):
+the compiled graph's random numbers would not repeat those of the recomputation in the backward pass.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch._dynamo
+
+from dape_core.implementations.materialized import attend_materialized, autocast_dtype, chunk_attention, chunk_rows
+
+BACKEND = "inductor"  # torch.compile's backend for the chunks (the tests trace with others)
+CHUNK_BYTES = 4 * 2**30  # one chunk's temporaries (materialized.chunk_bytes), the compiled path's budget
+MIN_RECOMPILES = 8  # torch's default recompilation limit, raised to a sequence's number of chunks + 8
+
+
+@functools.cache
+def compiled_chunk(backend=BACKEND):
+    """:func:`chunk_attention` under ``torch.compile(fullgraph=True, dynamic=False)`` with ``backend``, once per
+    process and backend."""
+    return torch.compile(chunk_attention, fullgraph=True, dynamic=False, backend=backend)
+
+
+def attend_compiled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, processor, chunk: int | None = None,
+                    dropout_p: float = 0.0, dape_dtype: torch.dtype | None = None, **kwargs) -> torch.Tensor:
+    """:func:`attend_materialized` (eq. 5; its arguments and result) with each chunk compiled, chunks of ``chunk``
+    rows (default: :func:`compiled_chunk_rows`)."""
+    if chunk is None:
+        itemsize = (dape_dtype or _feature_dtype(q)).itemsize
+        chunk = compiled_chunk_rows(processor, q.shape[0], k.shape[2], feature_itemsize=itemsize)
+    options = dict(processor=processor, chunk=chunk, dropout_p=dropout_p, dape_dtype=dape_dtype, **kwargs)
+    if dropout_p > 0 or torch.compiler.is_compiling():
+        return attend_materialized(q, k, v, **options)
+    limit = max(MIN_RECOMPILES, -(-q.shape[2] // chunk) + MIN_RECOMPILES)
+    with torch._dynamo.config.patch(recompile_limit=max(limit, torch._dynamo.config.recompile_limit)):
+        return attend_materialized(q, k, v, chunk_fn=compiled_chunk(BACKEND), **options)
+
+
+def compiled_chunk_rows(processor, batch: int, n: int, *, feature_itemsize: int = 4) -> int:
+    """Query rows per chunk on this path: :func:`chunk_rows` within :data:`CHUNK_BYTES`."""
+    return chunk_rows(processor, batch, n, budget=CHUNK_BYTES, feature_itemsize=feature_itemsize)
+
+
+def _feature_dtype(q: torch.Tensor) -> torch.dtype:
+    """The convolutions' dtype of :func:`attend_materialized`: the autocast dtype, else the scores' (fp32 at least)."""
+    return autocast_dtype(q.device.type) or torch.promote_types(q.dtype, torch.float32)
