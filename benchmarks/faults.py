@@ -8,8 +8,9 @@ final reports compared with an uninterrupted run's.
 2. The same DAG in ``WORKDIR/faulted``, killed with SIGKILL (the whole process group, Snakemake and its jobs) at
    ``--kills`` random moments and restarted each time the way ``make reproduce`` does (``dape_core.workflow_lock``
    clears the stale lock, then ``snakemake --profile profiles/default``), with no manual step.
-3. One file of every kind (:data:`KINDS`) in turn, truncated, garbled and overwritten at the same size; after each,
-   ``snakemake`` runs again. Either it stops and its output names the damaged file — then, the first time for a
+3. One file of every kind (:data:`KINDS`) in turn, truncated, garbled, overwritten at the same size, and replaced by
+   another file of its kind with that file's seal (``foreign``: another run's, seed's or cell's, the second match
+   of the kind's glob); after each, ``snakemake`` runs again. Either it stops and its output names the damaged file — then, the first time for a
    kind, the command the message gives (``snakemake --forcerun FILE``) is run, otherwise the file is restored — or
    it finishes; either way the run is completed and its reports compared with the reference's.
 
@@ -39,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from dape_core import config as grid  # noqa: E402
+from dape_core import io  # noqa: E402
 
 #: a file of each kind the DAG writes and reads, by glob under the working directory (the first match is damaged)
 KINDS = {
@@ -56,7 +58,7 @@ KINDS = {
     "report spec": "results/plan*.json",
     "aggregated table": "{reports}/lm_results.csv",
 }
-FAULTS = ("truncate", "garble", "overwrite")
+FAULTS = ("truncate", "garble", "overwrite", "foreign")
 
 #: per aggregated table: the key columns and the numbers a rerun reproduces
 COMPARED = {
@@ -68,9 +70,14 @@ COMPARED = {
 }
 
 
-def damage(path: Path, fault: str, rng: random.Random) -> None:
-    """Cut ``path`` to 60 % of its bytes, garble 16 bytes in its middle, or change one byte (a digit where there is
-    one) without changing its size."""
+def damage(path: Path, fault: str, rng: random.Random, other: Path | None = None) -> None:
+    """Cut ``path`` to 60 % of its bytes, garble 16 bytes in its middle, change one byte (a digit where there is
+    one) without changing its size, or (``foreign``) copy ``other`` and its seal over it and its seal."""
+    if fault == "foreign":
+        for source, target in ((other, path), (io.hash_path(other), io.hash_path(path))):
+            if source.exists():
+                shutil.copyfile(source, target)
+        return
     data = bytearray(path.read_bytes())
     if fault == "truncate":
         data = data[: int(len(data) * 0.6)]
@@ -145,7 +152,10 @@ def main(argv=None) -> int:
     parser.add_argument("--workdir", default="/tmp/dape-faults")
     parser.add_argument("--kills", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--kinds", nargs="*", default=list(KINDS), help="file kinds to damage (default: all)")
+    parser.add_argument("--kinds", nargs="*", default=list(KINDS), choices=list(KINDS),
+                        help="file kinds to damage (default: all)")
+    parser.add_argument("--faults", nargs="*", default=list(FAULTS), choices=FAULTS,
+                        help="faults injected into each kind's file (default: all)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "faults.csv"))
     args = parser.parse_args(argv)
     rng, config = random.Random(args.seed), Path(args.config).resolve()
@@ -181,9 +191,14 @@ def main(argv=None) -> int:
             print(f"{kind}: no file")
             continue
         path, redone = matches[0], False
+        seal = io.hash_path(path)
         original, stat = path.read_bytes(), path.stat()
-        for fault in FAULTS:
-            damage(path, fault, rng)
+        original_seal = seal.read_bytes() if seal.exists() else None
+        for fault in args.faults:
+            if fault == "foreign" and len(matches) < 2:
+                print(f"{kind} foreign: no other file of the kind")
+                continue
+            damage(path, fault, rng, matches[1] if len(matches) > 1 else None)
             damaged = run(faulted, config)
             out = damaged.stdout + damaged.stderr + "".join(
                 p.read_text(errors="replace") for p in (faulted / "logs").rglob("*.log")
@@ -195,9 +210,12 @@ def main(argv=None) -> int:
                 if named and command and not redone:
                     run(faulted, config, "--forcerun", command.group(1))  # the command the message gives
                     redone = True
-                elif path.exists() and path.read_bytes() != original:
-                    path.write_bytes(original)
-                    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+                else:  # the file and its seal as they were
+                    if path.exists() and path.read_bytes() != original:
+                        path.write_bytes(original)
+                        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+                    if original_seal is not None and (not seal.exists() or seal.read_bytes() != original_seal):
+                        seal.write_bytes(original_seal)
             finished = run(faulted, config)
             differences = (compare_reports(reference / reports, faulted / reports) if finished.returncode == 0
                            else ["the run after the fault failed"])
@@ -208,6 +226,7 @@ def main(argv=None) -> int:
                   flush=True)
             pd.DataFrame(rows).to_csv(args.out, index=False)  # every case as it ends: a cut-short run keeps its rows
             original, stat = path.read_bytes(), path.stat()  # a redone file is the new original
+            original_seal = seal.read_bytes() if seal.exists() else None
 
     table = pd.DataFrame(rows)
     silent = table[~table["named"] & ~table["identical"]]

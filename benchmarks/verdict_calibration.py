@@ -35,13 +35,14 @@ Bases (those of :mod:`dape_core.report.intervals`, as the claims use them):
   (:func:`dape_core.report.lm_checks.kernel_not_largest` on a simulated lm_results.csv): DAPE-Kerple with kernels 1,
   3, 5 and 7 at ×1 … ×16 (15 comparisons of a smaller kernel against the largest, each at one length, Bonferroni
   over them), n seeds; a run's log perplexity at a length = level + seed effect (shared by the kernels of a seed) +
-  run × seed effect + run × seed × length noise, in two regimes (either part 3 × the other); σ of the statistic at
-  each length from the setting's kernels × n table, or with one seed borrowed from a 7 × 2 grid of another setting
-  (the default's case); power: kernel 3 better by 2 SDs of one run's statistic at every length;
+  run × seed effect + run × seed × length noise, in two regimes (either part 3 × the other); σ of each comparison
+  from its pair's own per-seed differences (ν = n − 1; none with one seed, as the paired comparisons read it, with
+  a 7 × 2 grid of another setting beside it, the default's case); power: kernel 3 better by 2 SDs of one run's
+  statistic at every length;
 - ``claim of 6 checks``: a claim read over its checks (:func:`dape_core.report.claims.evaluate_claims` with
   :func:`dape_core.report.claim_context.jointly`) — ``dape1x3_improves_additive``, DAPE1x3-X against X for ALiBi,
   Kerple and FIRE within and beyond, all identical, at zero margins, on a simulated lm_results.csv of the kernel
-  rule's noise model (1, 2, 3 and 4 seeds; σ borrowed from a 7 × 2 grid with one seed): CONFIRMED needs all six,
+  rule's noise model (1, 2, 3 and 4 seeds; each pair's own spread, none with one seed): CONFIRMED needs all six,
   REFUTED any one at the Bonferroni level over six; power: every DAPE1x3-X better by 2 SDs of one seed's paired
   difference;
 - ``claim: CHE``: the CHE claim's majority rule (:func:`dape_core.report.che_check.che_beats_kerple`) on 2 tasks
@@ -53,7 +54,7 @@ Bases (those of :mod:`dape_core.report.intervals`, as the claims use them):
   the pair's own spread (n ≥ 2), the same pair's spread borrowed from a 7 × 2 or 7 × 4 grid (n = 1); the σ of
   another kind a leakage comparison used to borrow (a tril-only grid, twins whose no-tril side is 2.3× noisier),
   and the leakage claim through its own check (``leakage_collapse`` on simulated twins for two encodings, 1–4
-  seeds, mixed σ only, its two routes at 97.5 %).
+  seeds, each pair's own spread, its two routes at 97.5 %).
 
 A trial is *decided* when :func:`dape_core.report.intervals.decide` at a zero margin is not UNDECIDED. The CSV holds
 each basis's false-decision rate (effect 0) and power (effect 2 seed-SDs; timing: a rise of 2 SDs of one cell's
@@ -375,7 +376,7 @@ def kernel_cell(task: tuple) -> dict:
                     math.hypot(run_sd, length_sd),  # SD of one run × seed's statistic at one length
                     basis=f"kernel size (a smaller kernel against the largest at each length, Bonferroni over "
                           f"{comparisons})", regime=regime, seeds=n,
-                    sigma_from="a borrowed 7 × 2 grid" if n == 1 else f"its setting's {len(KERNELS)} × {n} grid")
+                    sigma_from="none (1 seed: no pair's own spread)" if n == 1 else "each pair's own spread")
 
 
 def kernel_rows(trials: int, seed: int, seeds=SEEDS, power_trials: int = 0, jobs: int = 1) -> list[dict]:
@@ -418,7 +419,7 @@ def claim_cell(task: tuple) -> dict:
                     math.sqrt(2 * run_sd ** 2 + 2 * length_sd ** 2),  # SD of one seed's paired difference at ×1
                     basis=f"claim of {checks} checks (CONFIRMED when all are at 95 %, REFUTED when any is at the "
                           f"Bonferroni level over {checks})", regime=regime, seeds=n,
-                    sigma_from="a borrowed 7 × 2 grid" if n == 1 else f"its setting's {checks} × {n} grid")
+                    sigma_from="none (1 seed: no pair's own spread)" if n == 1 else "each pair's own spread")
 
 
 CHE_CLAIM_TASKS = (2, 12)  # the default's and decisive configurations' CHE family, and the paper's Table 6
@@ -565,8 +566,8 @@ def leakage_table(rng, n: int, shift: float = 0.0) -> pd.DataFrame:
 
 
 def leakage_trial(rng, n: int, shift: float) -> bool:
-    """Decided? ``leakage_collapse`` as the claims run it (its two routes, its mixed σ), at a ratio threshold of 1
-    and an absolute one that never confirms (0): identical twins with and without tril."""
+    """Decided? ``leakage_collapse`` as the claims run it (its two routes, each pair's own spread), at a ratio
+    threshold of 1 and an absolute one that never confirms (0): identical twins with and without tril."""
     from dataclasses import replace
 
     from dape_core.report.claims import CLAIMS, evaluate_claims
@@ -581,9 +582,9 @@ def leakage_cell(task: tuple) -> dict:
     n, trials, seed = task
     rng = cell_rng(seed, "heterogeneous", "leakage", n)
     rate, se = _rate(sum(leakage_trial(rng, n, 0.0) for _ in range(trials)), trials)
-    return {"basis": "heterogeneous: the leakage claim (σ of tril and no-tril runs together)", "per_window_data": False,
+    return {"basis": "heterogeneous: the leakage claim (each twin pair's own spread)", "per_window_data": False,
             "regime": f"no-tril runs at {LEAK_FACTOR}× the tril runs' interaction SD", "seeds": n,
-            "sigma_from": "the leakage runs' mixed grid" if n >= 2 else "none (no mixed grid with one seed)",
+            "sigma_from": "each twin pair's own spread" if n >= 2 else "none (1 seed: no pair's own spread)",
             "trials": trials, "false_decisions": rate, "false_decisions_se": se}
 
 

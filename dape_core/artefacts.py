@@ -1,9 +1,9 @@
-"""Every per-job output checked where it is read: the sha256 its job recorded (``<file>.sha256``, written by
-``dape_core.io`` with ``seal=True``), the columns and types its kind declares, and its row counts where the plan
-knows them. A damaged, cut or foreign file stops the reader with one line that names the file, what is wrong and
-the command that redoes it (:class:`~dape_core.errors.ArtefactError`); it never becomes a number in reports/.
-
-A file without a recorded hash (written before files were sealed) is read with the column and row checks alone.
+"""Every per-job output checked where it is read: the sha256 and the identity its job recorded (``<file>.sha256``,
+written by ``dape_core.io`` with ``seal=True``), the columns and types its kind declares, and its row counts where
+the plan knows them. A damaged, cut or foreign file stops the reader with one line that names the file, what is
+wrong and the command that redoes it (:class:`~dape_core.errors.ArtefactError`); it never becomes a number in
+reports/. A file without its seal, or whose seal names another file (a copy of another run's file with its seal),
+is damage; an older version's results are sealed once by ``dape seal`` (:mod:`dape_core.seal`).
 """
 
 from __future__ import annotations
@@ -105,14 +105,16 @@ def fail(path: str | Path, problem: str, rule: str | None = None) -> ArtefactErr
 
 
 def verify_hash(path: str | Path, rule: str | None = None) -> bool:
-    """Compare ``path`` with the sha256 its job recorded; True when it matches. A missing record (a removed seal, or
-    an older version's file that ``dape seal`` has not migrated), an unreadable one or a mismatch raises."""
+    """Compare ``path`` with the sha256 and the identity its job recorded; True when both match. A missing record (a
+    removed seal, or an older version's file that ``dape seal`` has not migrated), an unreadable one, a seal of
+    another file (a copy of another run's file with its seal) or a content mismatch raises."""
     record = io.hash_path(path)
     if not record.is_file():
         raise fail(path, f"has no seal ({record.name}): its seal was removed, or it was written before outputs were "
                          "sealed (an older run's files are sealed once with `dape seal`)", rule)
     try:
-        wanted = record.read_text(encoding="utf-8").split()[0]
+        lines = record.read_text(encoding="utf-8").splitlines()
+        wanted = lines[0].split()[0]
     except (OSError, UnicodeDecodeError, IndexError):
         raise fail(record, "not a sha256 record (expected `<hex>  <name>`)", rule) from None
     try:
@@ -122,6 +124,13 @@ def verify_hash(path: str | Path, rule: str | None = None) -> bool:
     if found != wanted:
         raise fail(path, f"its content does not match the sha256 its job recorded in {record.name} (cut, garbled "
                          "or overwritten since it was written)", rule)
+    owner = next((line[len(io.IDENTITY):] for line in lines[1:] if line.startswith(io.IDENTITY)), None)
+    if owner is None:
+        raise fail(path, f"its seal ({record.name}) names no file: an older version's seal, which `dape seal` "
+                         "upgrades once", rule)
+    if not io.names_file(owner, path):
+        raise fail(path, f"its seal was written for {owner}: a copy of another file, not the one its job wrote "
+                         "here", rule)
     return True
 
 

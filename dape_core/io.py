@@ -2,8 +2,9 @@
 
 A killed job never leaves a file that looks finished (Snakemake judges completeness by existence). A job's
 result files are also *sealed* (``seal=True``): the sha256 of their content is written beside them first, as
-``<file>.sha256`` in ``sha256sum`` format, so the reader (:mod:`dape_core.artefacts`) can tell a damaged or
-overwritten file from the one the job wrote.
+``<file>.sha256`` — a ``sha256sum`` line, then the file's identity (``file: <its path>``, :func:`identity_of`) —
+so the reader (:mod:`dape_core.artefacts`) can tell a damaged or overwritten file from the one the job wrote, and a
+copy of another run's file (with its seal) from this run's own.
 """
 
 from __future__ import annotations
@@ -77,6 +78,34 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+IDENTITY = "file: "  # the seal's line naming the file it was written for
+
+
+def identity_of(path: str | Path) -> str:
+    """A file's identity in its seal: its path relative to the working directory it is written from (the workflow's
+    workdir: ``results/lm/<run>/seed0/eval.csv``), or absolute outside it."""
+    absolute = Path(os.path.abspath(path))
+    try:
+        return absolute.relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return absolute.as_posix()
+
+
+def names_file(recorded: str, path: str | Path) -> bool:
+    """Whether the identity ``recorded`` names ``path``: their path components agree from the file name back over
+    the shorter of the two (so a project moved or read from another working directory keeps its files, and a
+    file copied into another run's, seed's or configuration's folder does not)."""
+    theirs = [part for part in Path(recorded).parts if part not in ("/", ".", "..")]
+    ours = [part for part in Path(os.path.abspath(path)).parts if part != "/"]
+    n = min(len(theirs), len(ours))
+    return n > 0 and theirs[-n:] == ours[-n:]
+
+
+def seal_text(path: str | Path, digest: str) -> str:
+    """The seal of ``path`` whose content has sha256 ``digest``: ``<digest>  <name>`` and ``file: <identity>``."""
+    return f"{digest}  {Path(path).name}\n{IDENTITY}{identity_of(path)}\n"
+
+
 def hash_path(path: str | Path) -> Path:
     """Where a sealed file's recorded sha256 lives: ``<file>.sha256``."""
     path = Path(path)
@@ -84,11 +113,12 @@ def hash_path(path: str | Path) -> Path:
 
 
 def seal_file(path: str | Path) -> Path:
-    """Records the sha256 of an existing file beside it (``<file>.sha256``), as a job records what it writes."""
+    """Records the sha256 and identity of an existing file beside it (``<file>.sha256``), as a job records what it
+    writes."""
     path = Path(path)
     record = hash_path(path)
     with atomic_path(record) as written:
-        written.write_text(f"{file_sha256(path)}  {path.name}\n", encoding="utf-8")
+        written.write_text(seal_text(path, file_sha256(path)), encoding="utf-8")
     return record
 
 
@@ -103,7 +133,7 @@ def output_path(path: str | Path, seal: bool = False) -> Iterator[Path]:
             yield tmp
             if seal:
                 with atomic_path(record) as written:
-                    written.write_text(f"{file_sha256(tmp)}  {Path(path).name}\n", encoding="utf-8")
+                    written.write_text(seal_text(path, file_sha256(tmp)), encoding="utf-8")
     except BaseException:
         if seal and not Path(path).exists():  # no seal of a file that is not there
             record.unlink(missing_ok=True)

@@ -5,7 +5,8 @@ an older version are sealed once, as they are now, by this command::
     dape seal                       # every unsealed file under results/
     dape seal results reports       # several folders
 
-It seals what it finds and trusts it as it is: run it only on results nobody has edited since they were made. It
+It seals what it finds and trusts it as it is: run it only on results nobody has edited since they were made. A
+seal of an older version (a sha256 without the file's identity) is upgraded where the file still matches it. It
 seals the kinds of file the readers check (CSV, JSON, model files and NumPy archives); left unsealed: other files
 (figures, Markdown, logs), the seals themselves, the ``.damaged`` and ``.snakemake`` folders, resume checkpoints
 (``checkpoints/``, checked by their own loader), a fine-tune's Hugging Face ``model/`` folder (read whole by
@@ -49,11 +50,30 @@ def unsealed(folder: str | Path) -> list[Path]:
     return found
 
 
+def without_identity(folder: str | Path) -> list[Path]:
+    """The files under ``folder`` whose seal is an older version's (a sha256 line and no identity) and still matches
+    their content."""
+    found = []
+    for record in sorted(Path(folder).rglob(f"*{io.HASH_SUFFIX}")):
+        path = record.with_name(record.name[:-len(io.HASH_SUFFIX)])
+        if SKIPPED_FOLDERS & set(record.relative_to(folder).parts) or not path.is_file():
+            continue
+        try:
+            lines = record.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if (lines and len(lines[0].split()) == 2 and not any(line.startswith(io.IDENTITY) for line in lines[1:])
+                and lines[0].split()[0] == io.file_sha256(path)):
+            found.append(path)
+    return found
+
+
 def seal_unsealed(*folders: str | Path) -> list[Path]:
-    """Seals every unsealed file under ``folders`` and returns them."""
+    """Seals every unsealed file under ``folders``, upgrades the older version's seals that still match, and
+    returns the files."""
     sealed = []
     for folder in folders:
-        for path in unsealed(folder):
+        for path in unsealed(folder) + without_identity(folder):
             io.seal_file(path)
             sealed.append(path)
     return sealed
@@ -68,5 +88,6 @@ def run(args: argparse.Namespace) -> int:
         if not Path(folder).is_dir():
             raise SystemExit(f"dape seal: {folder}: not a folder; allowed: folders of results (default: results)")
     sealed = seal_unsealed(*args.folders)
-    print(f"dape seal: {len(sealed)} unsealed files of {', '.join(args.folders)} sealed as they are now", flush=True)
+    print(f"dape seal: {len(sealed)} files of {', '.join(args.folders)} sealed as they are now (unsealed, or an older "
+          "version's seal without the file's identity)", flush=True)
     return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 from dape_core import artefacts, io
+from dape_core.cli import main
 from dape_core.errors import ArtefactError
 from dape_core.model import GPT, GPTConfig
 from dape_core.train import load_model
@@ -42,16 +44,57 @@ def overwrite_same_size(path) -> None:
     path.write_bytes(bytes(data))
 
 
-def test_a_sealed_file_records_its_sha256_in_sha256sum_format(tmp_path):
+def test_a_sealed_file_records_its_sha256_in_sha256sum_format_and_its_identity(tmp_path):
     path = tmp_path / "eval.csv"
     io.write_csv(path, eval_frame(), seal=True)
     record = io.hash_path(path).read_text()
-    assert record == f"{io.file_sha256(path)}  eval.csv\n"
+    assert record == f"{io.file_sha256(path)}  eval.csv\nfile: {path.as_posix()}\n"  # written outside the cwd
     check = subprocess.run(["sha256sum", "-c", path.name + ".sha256"], cwd=tmp_path, capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
     assert artefacts.verify_hash(path)
     frame = artefacts.read_csv(path, artefacts.EVAL, rows=2)
     assert list(frame["eval_len"]) == [32, 64]
+
+
+def test_a_copy_of_another_runs_file_with_its_seal_is_named_foreign(tmp_path, monkeypatch):
+    """One run's eval.csv and its seal copied over another run's (same seed): the content matches the seal, but the
+    seal names the first run's file; the project moved elsewhere, or read from another working directory, keeps
+    its files."""
+    monkeypatch.chdir(tmp_path)
+    kerple, dape = (Path("results/lm") / run / "seed0" / "eval.csv" for run in ("Kerple", "DAPE1x3-Kerple"))
+    for path in (kerple, dape):
+        io.write_csv(path, eval_frame(), seal=True)
+    assert io.hash_path(kerple).read_text().endswith("\nfile: results/lm/Kerple/seed0/eval.csv\n")
+    for name in (kerple.name, kerple.name + ".sha256"):
+        shutil.copy(kerple.parent / name, dape.parent / name)
+    with pytest.raises(ArtefactError, match=r"DAPE1x3-Kerple/seed0/eval.csv: its seal was written for "
+                                            r"results/lm/Kerple/seed0/eval.csv: a copy of another file"):
+        artefacts.read_csv(dape, artefacts.EVAL)
+    moved = tmp_path / "elsewhere" / "project"
+    shutil.copytree(tmp_path / "results", moved / "results")
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert artefacts.verify_hash(moved / "results/lm/Kerple/seed0/eval.csv")
+    assert artefacts.verify_hash(Path("project/results/lm/Kerple/seed0/eval.csv"))
+    with pytest.raises(ArtefactError, match="a copy of another file"):
+        artefacts.verify_hash(moved / "results/lm/DAPE1x3-Kerple/seed0/eval.csv")
+
+
+def test_an_older_versions_seal_is_upgraded_once_by_dape_seal(tmp_path, monkeypatch):
+    """A seal of a sha256 alone (an older version's) is refused, naming the migration; `dape seal` upgrades those
+    that still match their file (and leaves a changed file for the readers to name)."""
+    monkeypatch.chdir(tmp_path)
+    old, changed = Path("results/a/eval.csv"), Path("results/b/eval.csv")
+    for path in (old, changed):
+        io.write_csv(path, eval_frame())
+        io.hash_path(path).write_text(f"{io.file_sha256(path)}  eval.csv\n")
+    changed.write_text(changed.read_text().replace("32", "33"))
+    with pytest.raises(ArtefactError, match=r"a/eval.csv: its seal \(eval.csv.sha256\) names no file: an older "
+                                            r"version's seal, which `dape seal` upgrades once"):
+        artefacts.verify_hash(old)
+    assert main(["seal", "results"]) == 0
+    assert artefacts.verify_hash(old)
+    with pytest.raises(ArtefactError, match="does not match the sha256 its job recorded"):
+        artefacts.verify_hash(changed)
 
 
 @pytest.mark.parametrize("damage, message", [
@@ -272,12 +315,11 @@ def test_dape_verify_sets_damaged_files_and_orphan_seals_aside_and_keeps_them_pe
 
 
 def test_dape_verify_names_a_token_file_changed_in_place(tiny_corpus, tmp_path):
-    import shutil
-
     from dape_core import verify
 
     data = tmp_path / "results" / "data" / "code"
     shutil.copytree(tiny_corpus, data)
+    io.seal_file(data / "meta.json")  # a copied data folder's meta.json names the original: sealed where it is now
     with open(data / "train.bin", "r+b") as handle:
         handle.seek(10)
         byte = handle.read(1)

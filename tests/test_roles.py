@@ -73,6 +73,6 @@ def test_renaming_every_family_changes_no_verdict(smoke_run, tmp_path):
     assert len(after["windows"]) and after["windows"]["loss"].notna().all()
     written_md = smoke_run.report("claims.md").read_text()
     assert all(f"**{v}**" in written_md for v in expected.values())  # CONFIRMED / REFUTED / UNDECIDED / NOT-RUN
-    assert "paired t, seed noise of" in written_md  # the central comparison's two seeds, paired
+    assert "paired t on the seeds' own spread" in written_md  # the central comparison's two seeds, paired
     pd.testing.assert_frame_equal(ordering(after["lm"]), ordering(before["lm"]))
     assert len(ordering(after["lm"]))

@@ -96,14 +96,15 @@ def test_the_che_rule_decides_two_identical_methods_at_most_7_percent_of_tasks()
 
 def test_the_kernel_size_rule_decides_identical_kernels_at_most_7_percent():
     """The kernel-size check itself (15 comparisons of a smaller kernel against the largest, Bonferroni over them)
-    on simulated sweeps of four identical kernels: with one seed and a borrowed σ (the default's case) and with 4
-    seeds where the per-length noise dominates (the case that decided 14 % before each length took its own σ)."""
+    on simulated sweeps of four identical kernels: with one seed (the default's case: no pair's own spread, never
+    decided) and with 4 seeds where the per-length noise dominates (the case that decided 14 % before each length
+    took its own σ); a real gap is decided with 8 seeds (each pair's own spread on ν 7, Bonferroni over 15)."""
     regime = vc.KERNEL_REGIMES["per-length noise dominates"]
     rng = np.random.default_rng(11)
     decided = [vc.kernel_trial(rng, n, *regime, 0.0) for n in (1, 4) for _ in range(120)]
     assert np.mean(decided) <= 0.07, np.mean(decided)
     unit = float(np.hypot(*regime))
-    assert np.mean([vc.kernel_trial(rng, 4, *regime, 4 * unit) for _ in range(10)]) >= 0.8  # a real gap is decided
+    assert np.mean([vc.kernel_trial(rng, 8, *regime, 4 * unit) for _ in range(10)]) >= 0.8  # a real gap is decided
 
 
 def test_the_kernel_size_rule_needs_its_correction():
@@ -186,7 +187,7 @@ def test_a_claim_of_six_checks_needs_its_correction():
     uncorrected = pytest.MonkeyPatch()
     uncorrected.setattr(claims, "jointly", lambda checks: checks)
     try:
-        decided = [vc.claim_trial(rng, n, *regime, 0.0) for n in (1, 2) for _ in range(150)]
+        decided = [vc.claim_trial(rng, n, *regime, 0.0) for n in (3, 4) for _ in range(150)]
     finally:
         uncorrected.undo()
     assert np.mean(decided) > 0.09, np.mean(decided)

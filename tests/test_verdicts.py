@@ -20,7 +20,7 @@ from dape_core.methods import parse_method
 from dape_core.model import GPT, GPTConfig
 from dape_core.report import aggregate
 from dape_core.report.claims import CONFIRMED, NOT_RUN, REFUTED, UNDECIDED, claims_markdown, evaluate_claims
-from dape_core.report.intervals import (NO_SEED_NOISE, POINT, Interval, SeedNoise, combine, decide, interval,
+from dape_core.report.intervals import (NO_PAIR_SPREAD, POINT, Interval, SeedNoise, combine, decide, interval,
                                         seeds_to_decide)
 from dape_core.report.seed_noise import SeedNoiseSource, table_variance
 
@@ -84,30 +84,30 @@ def with_source(lm: pd.DataFrame, windows: pd.DataFrame, seed_sd=SOURCE_SD, meth
 @pytest.mark.parametrize("seeds", [(0, 1), (0, 1, 2)])
 def test_two_seeds_of_one_method_compared_with_each_other_are_rarely_decided(seeds):
     """"RoPE" and "DAPE-RoPE" are here one and the same method under two names, compared 40 times at the measured
-    noise, with the seed noise of their setting's 8 runs: a calibrated 95 % interval excludes 0 about 2 times in
-    40 (binomial: at most 6 with probability 0.99)."""
+    noise, each with the spread of its own pair over its seeds (not the setting's other 6 runs): a calibrated 95 %
+    interval excludes 0 about 2 times in 40 (binomial: at most 6 with probability 0.99)."""
     verdicts, widths = [], []
     for rng in range(40):
         lm, windows = synthetic({"RoPE": 0.0, "DAPE-RoPE": 0.0}, seeds, rng=rng)
         record = check("naive_dape_degrades_rope", *with_source(lm, windows, seeds=seeds, rng=100 + rng))
         c = first_check(record)
-        assert c["basis"] == f"paired t, seed noise of code, T 64, small (8 runs × {len(seeds)} seeds)"
-        assert c["n_seeds"] == len(seeds) and c["n_rows"] == 32
+        assert c["basis"] == "paired t on the seeds' own spread"
+        assert c["n_seeds"] == len(seeds) and c["n_rows"] == 32 and c["seed_df"] == len(seeds) - 1
         verdicts.append(record["verdict"])
         widths.append(c["gain_high"] - c["gain_low"])
     assert len(verdicts) - verdicts.count(UNDECIDED) <= 6, verdicts
-    assert 0.01 < np.median(widths) < 0.3  # finite intervals of the size of the noise: not vacuous
+    assert 0.01 < np.median(widths) < 1.0  # finite intervals of the size of the noise (t on ν = 1 or 2): not vacuous
 
 
 @pytest.mark.parametrize("rng", [0, 1, 2])
 def test_a_planted_20_percent_gain_is_confirmed_and_a_planted_loss_refuted(rng):
-    lm, windows = synthetic({"RoPE": GAIN_20, "DAPE-RoPE": 0.0}, rng=rng)  # RoPE 20 % better: the claim
+    lm, windows = synthetic({"RoPE": GAIN_20, "DAPE-RoPE": 0.0}, seeds=(0, 1, 2, 3), rng=rng)  # RoPE 20 % better
     record = check("naive_dape_degrades_rope", *with_source(lm, windows))
     assert record["verdict"] == CONFIRMED, record["summary"]
     c = first_check(record)
     assert c["gain"] == pytest.approx(0.2, abs=0.03) and c["gain_low"] <= 0.2 <= c["gain_high"]
     assert c["gain_low"] >= c["margin"]
-    lm, windows = synthetic({"RoPE": -GAIN_20, "DAPE-RoPE": 0.0}, rng=rng)  # RoPE 20 % worse: the opposite
+    lm, windows = synthetic({"RoPE": -GAIN_20, "DAPE-RoPE": 0.0}, seeds=(0, 1, 2, 3), rng=rng)  # the opposite
     record = check("naive_dape_degrades_rope", *with_source(lm, windows))
     assert record["verdict"] == REFUTED, record["summary"]
     assert first_check(record)["gain_high"] < 0
@@ -122,16 +122,17 @@ def test_a_gain_below_the_margin_is_undecided_not_refuted():
     assert record["verdict"] == UNDECIDED
 
 
-def test_one_seed_without_a_multi_seed_source_is_undecided_whatever_the_gap():
-    """One seed per method and no setting with several seeds: the seed noise is unknown, so even a 20 % gap far
-    beyond the window noise stays UNDECIDED ("1 seed"), and no number of seeds can be computed."""
+def test_one_seed_of_a_pair_is_undecided_whatever_the_gap_and_the_grid():
+    """One seed per method: the pair's own spread over seeds is unknown, so even a 20 % gap far beyond the window
+    noise stays UNDECIDED ("1 seed"), and no number of seeds can be computed — also beside a grid of other methods
+    with several seeds, whose pooled σ a noisier pair would exceed."""
     lm, windows = synthetic({"RoPE": GAIN_20, "DAPE-RoPE": 0.0}, seeds=(0,))
-    for table in (windows, None):
-        record = check("naive_dape_degrades_rope", lm, table)
-        assert record["verdict"] == UNDECIDED and record["basis"].startswith(NO_SEED_NOISE), record["summary"]
+    for tables in ((lm, windows), (lm, None), with_source(lm, windows)):
+        record = check("naive_dape_degrades_rope", *tables)
+        assert record["verdict"] == UNDECIDED and record["basis"].startswith(NO_PAIR_SPREAD), record["summary"]
         c = first_check(record)
         assert c["gain"] == pytest.approx(0.2, abs=0.06) and c["gain_low"] == -math.inf and c["gain_high"] == 1.0
-    assert check("naive_dape_degrades_rope", lm, windows)["seeds_to_decide"].startswith("unknown")
+        assert record["seeds_to_decide"].startswith("unknown")
 
 
 def test_two_seeds_without_a_grid_take_their_own_spread():
@@ -168,20 +169,20 @@ def test_a_5_percent_gap_that_another_seed_reverses_is_undecided():
     record = check("naive_dape_degrades_rope", *with_source(one_lm, one_windows))
     c = first_check(record)
     assert c["gain"] == pytest.approx(0.05, abs=0.01)
-    assert record["verdict"] == UNDECIDED and record["basis"] == "paired t, seed noise of code, T 64, small (6 runs × 2 seeds)"
-    assert c["gain_low"] < 0 and c["seed_df"] == 5 and 0.02 < c["seed_sd"] < 0.08, record["summary"]
-    assert "seed noise σ" in record["summary"] and record["seed_noise"].startswith("σ ")
-    # and with both seeds the seeds themselves show the reversal
+    assert record["verdict"] == UNDECIDED and record["basis"].startswith(NO_PAIR_SPREAD), record["summary"]
+    assert c["gain_low"] == -math.inf
+    # and with both seeds the pair's own spread shows the reversal
     both = check("naive_dape_degrades_rope", *with_source(lm, windows))
-    assert both["verdict"] == UNDECIDED and both["basis"].startswith("paired t, seed noise of code, T 64, small (8 runs")
+    assert both["verdict"] == UNDECIDED and both["basis"] == "paired t on the seeds' own spread"
+    assert first_check(both)["gain_low"] < 0 < first_check(both)["gain_high"] and "seed noise σ" in both["summary"]
 
 
-def test_a_gap_far_beyond_the_seed_noise_is_still_decided():
+def test_a_gap_far_beyond_the_pairs_own_spread_is_decided():
     for gain, expected in ((GAIN_20, CONFIRMED), (-GAIN_20, REFUTED)):
-        lm, windows = synthetic({"RoPE": gain, "DAPE-RoPE": 0.0}, seeds=(0,))
+        lm, windows = synthetic({"RoPE": gain, "DAPE-RoPE": 0.0}, seeds=(0, 1, 2))
         record = check("naive_dape_degrades_rope", *with_source(lm, windows))
         assert record["verdict"] == expected, record["summary"]
-        assert record["basis"] == "paired t, seed noise of code, T 64, small (6 runs × 2 seeds)"
+        assert record["basis"] == "paired t on the seeds' own spread" and first_check(record)["seed_df"] == 2
         assert record["seeds_to_decide"] == "" and pd.isna(record["extra_jobs"])
 
 
@@ -193,7 +194,8 @@ def _settings_lm(offsets, seeds, train_len, batch_size, steps=100, rng=0, role="
 
 
 def test_a_one_seed_setting_borrows_the_largest_seed_noise_and_says_so():
-    """A setting with one seed takes the grid's largest σ of the statistic, from another setting, named."""
+    """A setting with one seed takes the grid's largest σ of the statistic, from another setting, named (for a
+    run's own statistic and unpaired comparisons); a paired comparison borrows none."""
     quiet, quiet_w = _settings_lm({m: 0.0 for m in SOURCE}, (0, 1, 2), 64, 16, rng=1)
     loud, loud_w = _settings_lm({m: 0.0 for m in SOURCE}, (0, 1, 2), 32, 32, rng=2)
     loud_w = loud_w.assign(loss=loud_w["loss"] + np.random.default_rng(3).normal(0, 0.3, len(loud_w)))
@@ -206,7 +208,7 @@ def test_a_one_seed_setting_borrows_the_largest_seed_noise_and_says_so():
     assert borrowed.sd == own_loud.sd > own_quiet.sd
     assert borrowed.source.startswith("code, T 32, small, 100 steps × batch 32 (6 runs × 3 seeds), borrowed")
     record = check("naive_dape_degrades_rope", pd.concat([quiet, loud, one]), pd.concat([quiet_w, loud_w, one_w]))
-    assert "borrowed (the grid's largest" in record["basis"]
+    assert record["basis"].startswith(NO_PAIR_SPREAD) and record["verdict"] == UNDECIDED
 
 
 def test_runs_of_different_batch_streams_are_unpaired():
@@ -273,28 +275,27 @@ def test_seeds_to_decide_follows_the_power_rule():
 
 
 def test_an_open_claim_says_what_would_decide_it_and_what_it_costs():
-    lm, windows = five_percent_then_reversed()
-    lm, windows = with_source(lm[lm["seed"] == 0], windows[windows["seed"] == 0])
+    lm, windows = synthetic({"RoPE": math.log(0.95), "DAPE-RoPE": 0.0}, seeds=(0, 1), rng=5)
     lm = lm.assign(train_wall_s=360.0, train_threads=1, flops_per_token=1e9, steps=100, batch_size=10,
                    grad_accum=1, n_layer=2)
     record = evaluate_claims(lm, windows=windows, claim_ids=["naive_dape_degrades_rope"],
                              gpu_tflops=100, utilisation=0.5).iloc[0]
     n = int(record["seeds_to_decide"].split()[0])
-    assert record["seeds_to_decide"] == f"{n} (towards CONFIRMED)" and n >= 2
-    assert record["extra_jobs"] == 2 * 2 * (n - 1)  # two runs, a training and an evaluation job per extra seed
-    assert record["extra_cpu_hours"] == pytest.approx(2 * (n - 1) * 0.1)
+    assert record["verdict"] == UNDECIDED and record["seeds_to_decide"] == f"{n} (towards CONFIRMED)" and n >= 3
+    assert record["extra_jobs"] == 2 * 2 * (n - 2)  # two runs, a training and an evaluation job per extra seed
+    assert record["extra_cpu_hours"] == pytest.approx(2 * (n - 2) * 0.1)
     flop_hours = 1e9 * 100 * 10 * 64 / 50e12 / 3600  # one training job's FLOP time
     per_job = {run: row_gpu_hours(rows.iloc[0].to_dict(), 100, 0.5)
                for run, rows in lm[lm["method"].isin(["RoPE", "DAPE-RoPE"])].groupby("run")}
     assert all(hours >= flop_hours for hours, _ in per_job.values())  # the larger of FLOP and dispatch time
-    assert record["extra_gpu_hours"] == pytest.approx((n - 1) * sum(h for h, _ in per_job.values()), rel=1e-2)
+    assert record["extra_gpu_hours"] == pytest.approx((n - 2) * sum(h for h, _ in per_job.values()), rel=1e-2)
     assert record["gpu_bound"] == "/".join(sorted({b for _, b in per_job.values()}))
     md = claims_markdown(evaluate_claims(lm, windows=windows))
     assert "## What would decide the open claims" in md and f"| `naive_dape_degrades_rope` | {n} (towards" in md
 
 
 def test_without_per_window_losses_the_seeds_give_the_same_interval():
-    lm, windows = with_source(*synthetic({"RoPE": GAIN_20, "DAPE-RoPE": 0.0}, seeds=(0, 1)))
+    lm, windows = with_source(*synthetic({"RoPE": GAIN_20, "DAPE-RoPE": 0.0}, seeds=(0, 1, 2, 3)))
     with_windows, seeds_only = check("naive_dape_degrades_rope", lm, windows), check("naive_dape_degrades_rope", lm, None)
     assert not with_windows["basis"].endswith("(no per-window data)")
     assert seeds_only["basis"].endswith("(no per-window data)")
@@ -316,7 +317,7 @@ def test_a_claim_of_several_checks_combines_all_confirmed_any_refuted():
              (0.0, -GAIN_20): REFUTED}
     for (d3_over_dape, dape_over_kerple), expected in cases.items():
         offsets = {"Kerple": 0.0, "DAPE-Kerple": dape_over_kerple, "DAPE1x3-Kerple": dape_over_kerple + d3_over_dape}
-        record = check(cid, *with_source(*synthetic(offsets, role="central"), methods=SOURCE[1:]))
+        record = check(cid, *with_source(*synthetic(offsets, role="central", seeds=(0, 1, 2, 3)), methods=SOURCE[1:]))
         verdicts = [c["verdict"] for c in record["numbers"].values()]
         assert len(verdicts) == 2 and record["verdict"] == expected, (offsets, record["summary"])
     assert combine([]) == NOT_RUN
@@ -426,7 +427,7 @@ def test_report_lm_collects_windows_and_report_claims_reads_them(tmp_path):
     from dape_core.seal import seal_unsealed
 
     lm, windows = synthetic({"Kerple": 0.0, "DAPE-Kerple": GAIN_20, "DAPE1x3-Kerple": 2 * GAIN_20},
-                            role="central")
+                            role="central", seeds=(0, 1, 2))
     plan = {"families": {"base": {"stage": "lm", "role": "central", "runs": sorted(set(lm["run"]))}},
             "lm_runs": {}, "lm_members": [], "leakage_pairs": {}, "timing_members": [], "che_members": []}
     evals, summaries, window_files = [], [], []
@@ -456,7 +457,7 @@ def test_report_lm_collects_windows_and_report_claims_reads_them(tmp_path):
                  "--out-csv", str(reports / "claims.csv")]) == 0
     table = pd.read_csv(reports / "claims.csv").set_index("claim_id")
     assert table.loc["dape_ordering_beyond", "verdict"] == CONFIRMED
-    assert table.loc["dape_ordering_beyond", "basis"] == "paired t, seed noise of code, T 64, small (3 runs × 2 seeds)"
+    assert table.loc["dape_ordering_beyond", "basis"] == "paired t on the seeds' own spread"
     md = (reports / "claims.md").read_text()
     assert "**CONFIRMED**" in md and "| central | code, train 64, small |" in md  # ρ against Table 2 etc.
 
@@ -472,8 +473,8 @@ def test_report_claims_refuses_a_bad_estimate_rate(tmp_path, capsys):
 
 def test_leaky_runs_keep_their_seed_noise_to_themselves():
     """Runs without tril (the leakage ablation) share a setting with the causal runs but not their noise: a causal
-    comparison's σ comes from the causal runs only (all their seeds, not the fewer the leaky runs have), a leaky
-    run's from the leaky runs, and the leakage check (a run against its tril twin) from both together."""
+    run's σ comes from the causal runs only (all their seeds, not the fewer the leaky runs have), a leaky run's
+    from the leaky runs, the pool of both together is its own; the paired checks read their own pair's spread."""
     causal, causal_w = synthetic({m: 0.0 for m in ("Kerple", "ALiBi", "DAPE1x3-ALiBi", "DAPE1x3-Kerple")},
                                  seeds=(0, 1, 2, 3),
                                  seed_sd=0.02, window_sd=0.02, rng=11)
@@ -496,17 +497,17 @@ def test_leaky_runs_keep_their_seed_noise_to_themselves():
     assert mixed.df == 5 * 2 and "tril on and off (6 runs × 3 seeds)" in mixed.source
     with pytest.raises(ValueError, match="regime 'leaky'; allowed values: tril, no tril, mixed"):
         source.noise(("mean", "within", "loss"), True, setting, "leaky")
-    # the claims read them so: DAPE1x3-Kerple against Kerple (causal) with the causal σ; the leakage check with both
+    # the paired claims read neither pool: DAPE1x3-Kerple against Kerple (4 seeds), the leakage check (3 shared)
     record = first_check(check("dape1x3_improves_additive", lm, windows))
-    assert "tril on (4 runs × 4 seeds)" in record["basis"] and "tril off" not in record["basis"]
+    assert record["basis"] == "paired t on the seeds' own spread" and record["seed_df"] == 3
     record = first_check(check("leakage_collapse", lm, windows))
-    assert "tril on and off (6 runs × 3 seeds)" in record["basis"]
+    assert record["basis"] == "paired t on the seeds' own spread" and record["seed_df"] == 2
 
 
 def test_a_leakage_comparison_never_borrows_the_seed_noise_of_tril_only_runs():
     """A setting whose tril and no-tril twins have one seed each gets no σ from another setting's tril-only grid
-    (whose σ is of another kind): with one seed the leakage check is UNDECIDED and says it has no estimate; once
-    some setting trains twins with and without tril on several seeds, it borrows that mixed pool, named so."""
+    (whose σ is of another kind): with one seed the leakage check is UNDECIDED and says why; a mixed pool, where
+    some setting trains twins with and without tril on several seeds, is lent to mixed pools only, named so."""
     grid, grid_w = synthetic({m: 0.0 for m in ("Kerple", "ALiBi", "RoPE", "NoPE")}, seeds=(0, 1, 2), seed_sd=0.02,
                              window_sd=0.02, rng=21, train_len=32, lengths=(32, 64))
     twin, twin_w = synthetic({"DAPE1x3-Kerple": 0.0}, seeds=(5,), seed_sd=0.02, window_sd=0.02, rng=22,
@@ -520,8 +521,7 @@ def test_a_leakage_comparison_never_borrows_the_seed_noise_of_tril_only_runs():
     assert source.noise(("mean", "within", "loss"), True, setting, "mixed") is None
     assert source.noise(("mean", "within", "loss"), True, setting, "tril") is not None  # borrowed, same kind
     record = first_check(check("leakage_collapse", lm, windows))
-    assert record["verdict"] == UNDECIDED
-    assert "no setting has runs with tril on and off on several seeds" in record["basis"]
+    assert record["verdict"] == UNDECIDED and record["basis"].startswith(NO_PAIR_SPREAD)
     # a setting with tril and no-tril twins on three seeds: its mixed pool serves, named as borrowed
     more, more_w = synthetic({"DAPE1x3-ALiBi": 0.0, "DAPE1x3-ALiBi (no tril)": -1.0}, seeds=(0, 1, 2),
                              seed_sd=0.3, window_sd=0.02, rng=24, train_len=16, lengths=(16, 32), role="leakage")

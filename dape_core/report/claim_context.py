@@ -10,10 +10,9 @@ import numpy as np
 import pandas as pd
 
 from dape_core.report.aggregate import ROLES, in_role
-from dape_core.report.intervals import (CONFIRMED, NO_MIXED_NOISE, NO_SEED_NOISE, POINT, REFUTED, UNDECIDED, Interval,
-                                        SeedNoise, combine_noise, decide, difference, interval, seeds_to_decide,
-                                        simultaneous)
-from dape_core.report.seed_noise import MIXED, SeedNoiseSource, causal, regime_of, setting_of
+from dape_core.report.intervals import (CONFIRMED, NO_PAIR_SPREAD, NO_SEED_NOISE, POINT, REFUTED, UNDECIDED, Interval,
+                                        SeedNoise, decide, difference, interval, seeds_to_decide, simultaneous)
+from dape_core.report.seed_noise import SeedNoiseSource, causal, regime_of, setting_of
 
 SETTING = ["dataset", "train_len", "size"]  # a check's setting inside its role: one set of checks per value
 #: per-window column → the lm_results column whose log stands in for it without per-window data
@@ -199,9 +198,12 @@ def compare(ctx: Context, ra: pd.DataFrame, rb: pd.DataFrame, lengths_a, lengths
              stats=(("mean", "all", "loss"),) * 2) -> Interval | None:
     """log ppl_B − log ppl_A (each a mean over its lengths and the seeds), with its t-interval. Paired by seed (and
     window) only where the two share initialisation and batch stream — the same setting (dataset, size, training
-    length and budget) and seed —, with the interaction σ of the per-run statistics ``stats`` (A's, B's);
-    otherwise unpaired over all their seeds, each side with its setting's within-run σ. None when a side has no
-    complete seed."""
+    length and budget) and seed —, with the σ of the pair's own per-seed differences (ν = n − 1; with one shared
+    seed there is none: UNDECIDED, :data:`NO_PAIR_SPREAD`): methods do not share one noise level (a method whose
+    seeds scatter more than the grid's pooled σ decides identical methods far beyond 5 % of the time with it,
+    ``benchmarks/verdict_calibration.py --only heterogeneity``); otherwise unpaired over all their seeds, each side
+    with its setting's within-run σ of the statistics ``stats`` (A's, B's). None when a side has no complete
+    seed."""
     sa, sb = seeds_with(ra, lengths_a), seeds_with(rb, lengths_b)
     if not sa or not sb:
         return None
@@ -213,11 +215,8 @@ def compare(ctx: Context, ra: pd.DataFrame, rb: pd.DataFrame, lengths_a, lengths
     if shared:
         units = [seed_unit(ctx, [(by_seed_a[s], lengths_a, "loss"), (by_seed_b[s], lengths_b, "loss")])
                  for s in shared]
-        regime = regime_a if regime_a == regime_b else MIXED  # regime_of(both): tril on and off pool together
-        parts = [ctx.seed_source.noise(stat, True, setting_a, regime) for stat in stats]
-        noise = combine_noise(parts) if all(p is not None for p in parts) else None
-        return ctx.interval(units, lambda m: m[:, k:].mean(axis=1) - m[:, :k].mean(axis=1), key, seed_noise=noise,
-                            missing=NO_MIXED_NOISE if regime == MIXED else NO_SEED_NOISE)
+        return ctx.interval(units, lambda m: m[:, k:].mean(axis=1) - m[:, :k].mean(axis=1), key, seed_noise=None,
+                            missing=NO_PAIR_SPREAD)
     units_a = [seed_unit(ctx, [(by_seed_a[s], lengths_a, "loss")]) for s in sorted(sa)]
     units_b = [seed_unit(ctx, [(by_seed_b[s], lengths_b, "loss")]) for s in sorted(sb)]
     return ctx.difference(units_b, units_a, lambda m: m.mean(axis=1), key,

@@ -15,10 +15,12 @@ Verdicts (the rules of ``claims.md``):
   1 − 0.05·j/n (:func:`~dape_core.report.intervals.level_for`). So no claim decides two identical methods more
   often than one 95 % interval does.
 - Intervals are Student's t on per-seed statistics (:mod:`dape_core.report.intervals`), σ the SD of one seed's
-  statistic pooled over the grid's methods in the check's own setting — dataset, size, training length and budget
-  (:mod:`dape_core.report.seed_noise`), causal and leaky (no-tril) runs apart —, or the grid's largest for that statistic where the setting has one seed
-  (named "borrowed" in the basis), or the seeds' own spread without any multi-seed setting; one seed and no
-  estimate: (−∞, +∞), UNDECIDED. The statistic whose σ a check uses: the mean loss within (×1, also for a model
+  statistic. A paired comparison reads its own pair's per-seed differences (ν = n − 1; with one seed (−∞, +∞),
+  UNDECIDED): methods do not share one noise level, and a pooled σ decides a noisier pair too often. A run's own
+  statistic or an unpaired comparison reads σ pooled over the grid's methods in its own setting — dataset, size,
+  training length and budget (:mod:`dape_core.report.seed_noise`), causal and leaky (no-tril) runs apart —, or
+  the grid's largest for that statistic where the setting has one seed (named "borrowed" in the basis), or the
+  seeds' own spread without any multi-seed setting; one seed and no estimate: (−∞, +∞), UNDECIDED. The statistic whose σ a check uses: the mean loss within (×1, also for a model
   evaluated below its training length), beyond (×>1) or over all multiples for perplexity comparisons, the
   explosion's growth for ``baselines_explode_bounded``, the ΔP statistic for ``delta_p_sign``; CHE pools its own
   cells with several seeds, the sink its DAPE1x3 / DAPE pairs with several seeds.

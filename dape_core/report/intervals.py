@@ -63,6 +63,7 @@ SEED = 0
 POINT = "point (the paper's printed numbers)"
 NO_SEED_NOISE = "1 seed (seed noise not estimated: no setting has several seeds)"
 NO_MIXED_NOISE = "1 seed (seed noise not estimated: no setting has runs with tril on and off on several seeds)"
+NO_PAIR_SPREAD = "1 seed (a paired comparison reads its own pair's spread over seeds, which needs two)"
 OWN_SPREAD = "the seeds' own spread"
 MAX_SEEDS = 100
 
