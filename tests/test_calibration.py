@@ -182,3 +182,22 @@ def test_calibrate_gpu_refuses_cuda_without_a_gpu():
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "calibrate_gpu.py"), "--device", "cuda"],
                           capture_output=True, text=True, cwd=REPO, timeout=120, env=env)
     assert done.returncode == 2 and "no CUDA device here" in done.stderr
+
+
+def test_dape_rows_measured_on_an_older_path_of_auto_are_named_upper_bounds(tmp_path):
+    """The committed H100 calibration timed DAPE with `attention_impl: auto` when auto trained on the materialized
+    path; the estimate says so (auto trains with the compiled path on CUDA now), and not for rows of that path."""
+    from dape_core.settings.attention import CUDA_TRAINING_PATH
+
+    committed = REPO / "benchmarks" / "results" / "gpu_calibration.csv"
+    line = grid.estimate_line(grid.build_plan(grid.load_yaml(REPO / "configs" / "gpu.yaml")))
+    frame = pd.read_csv(committed)
+    older = ((frame["processor"] != "none") & (frame["attention_impl"] == "auto")
+             & (frame["attention_path"] == "materialized") & (frame["status"] == "ok")).sum()
+    assert older and f"({older} DAPE rows measured on the materialized path" in line
+    assert f"trains with {CUDA_TRAINING_PATH} on CUDA" in line and "upper bounds" in line
+    current = frame.assign(attention_path=frame["attention_path"].replace("materialized", CUDA_TRAINING_PATH))
+    current.to_csv(tmp_path / "calibration.csv", index=False)
+    config = grid.load_yaml(REPO / "configs" / "gpu.yaml")
+    config["estimate"]["calibration"] = str(tmp_path / "calibration.csv")
+    assert "upper bounds" not in grid.estimate_line(grid.build_plan(config))

@@ -59,6 +59,7 @@ from dape_core.config import dispatch
 from dape_core.encoding_facts import facts
 from dape_core.errors import ConfigError
 from dape_core.model_arithmetic import decoder_flops_per_token, gpt_flops_per_token
+from dape_core.settings.attention import CUDA_TRAINING_PATH
 from dape_core.settings.finetune import SUPPORTED_MODEL_TYPES, is_finetuned
 
 MEASURED, SCALED, FLOPS = "measured", "scaled", "FLOP estimate"
@@ -263,7 +264,23 @@ def load_calibration(assumptions: dict) -> tuple[list[dict] | None, str]:
                           f"{', '.join(devices) or 'none (the CSV has no rows)'}")
     device = device if device is not None else (devices[0] if devices else "none")
     rows = frame[(frame["device"].astype(str) == device) & (frame["status"] == "ok")].to_dict("records")
-    return rows, f"calibration {path}, device {device}: {len(rows)} measured rows"
+    return rows, f"calibration {path}, device {device}: {len(rows)} measured rows{_older_path(rows)}"
+
+
+def _older_path(rows: list[dict]) -> str:
+    """What the estimate says of DAPE rows measured with ``attention_impl: auto`` on another path than the one auto
+    trains with on CUDA now (:data:`~dape_core.settings.attention.CUDA_TRAINING_PATH`): their throughput is that
+    path's."""
+    older = sorted({str(row.get("attention_path")) for row in rows
+                    if row.get("processor") != "none" and str(row.get("attention_impl")) == "auto"
+                    and str(row.get("attention_path")) not in (CUDA_TRAINING_PATH, "nan", "None")})
+    if not older:
+        return ""
+    count = sum(1 for row in rows if str(row.get("attention_path")) in older and row.get("processor") != "none")
+    return (f" ({count} DAPE rows measured on the {', '.join(older)} path, which auto trained with before; it now "
+            f"trains with {CUDA_TRAINING_PATH} on CUDA, whose step measured 0.57–0.67× the materialized one on an "
+            "H200 (docs/performance.md): their GPU-hours are upper bounds until benchmarks/calibrate_gpu.py is "
+            "rerun)")
 
 
 def throughput(key: dict, flops_per_token: float, rows: list[dict] | None) -> tuple[float | None, str]:

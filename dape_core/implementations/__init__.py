@@ -42,10 +42,11 @@ import torch
 
 from dape_core.errors import require_choice
 from dape_core.settings import ATTENTION_IMPLS
+from dape_core.settings.attention import CUDA_TRAINING_PATH
 
 CPU_PATH = "fast"  # what ``auto`` runs on a CPU
 ACCELERATOR_PATH = "materialized"  # what ``auto`` runs on any other device
-TRAINING_PATH = "compiled"  # what ``auto`` runs on CUDA for the other passes (training), where it can compile
+TRAINING_PATH = CUDA_TRAINING_PATH  # what ``auto`` runs on CUDA for the other passes (training), where it can compile
 INFERENCE_PATH = "fused"  # what ``auto`` runs on CUDA for a pass without gradients under 16-bit autocast
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 # TorchInductor compiles GPU kernels with Triton (CUDA builds of torch ship it); looked up once, not imported

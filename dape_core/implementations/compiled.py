@@ -25,7 +25,7 @@ import functools
 import torch
 import torch._dynamo
 
-from dape_core.implementations.materialized import attend_materialized, autocast_dtype, chunk_attention, chunk_rows
+from dape_core.implementations.materialized import attend_materialized, chunk_attention, chunk_rows, feature_itemsize
 
 BACKEND = "inductor"  # torch.compile's backend for the chunks (the tests trace with others)
 CHUNK_BYTES = 4 * 2**30  # one chunk's temporaries (materialized.chunk_bytes), the compiled path's budget
@@ -44,8 +44,7 @@ def attend_compiled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, proces
     """:func:`attend_materialized` (eq. 5; its arguments and result) with each chunk compiled, chunks of ``chunk``
     rows (default: :func:`compiled_chunk_rows`)."""
     if chunk is None:
-        itemsize = (dape_dtype or _feature_dtype(q)).itemsize
-        chunk = compiled_chunk_rows(processor, q.shape[0], k.shape[2], feature_itemsize=itemsize)
+        chunk = compiled_chunk_rows(processor, q.shape[0], k.shape[2], feature_itemsize=feature_itemsize(q, dape_dtype))
     options = dict(processor=processor, chunk=chunk, dropout_p=dropout_p, dape_dtype=dape_dtype, **kwargs)
     if dropout_p > 0 or torch.compiler.is_compiling():
         return attend_materialized(q, k, v, **options)
@@ -57,8 +56,3 @@ def attend_compiled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, proces
 def compiled_chunk_rows(processor, batch: int, n: int, *, feature_itemsize: int = 4) -> int:
     """Query rows per chunk on this path: :func:`chunk_rows` within :data:`CHUNK_BYTES`."""
     return chunk_rows(processor, batch, n, budget=CHUNK_BYTES, feature_itemsize=feature_itemsize)
-
-
-def _feature_dtype(q: torch.Tensor) -> torch.dtype:
-    """The convolutions' dtype of :func:`attend_materialized`: the autocast dtype, else the scores' (fp32 at least)."""
-    return autocast_dtype(q.device.type) or torch.promote_types(q.dtype, torch.float32)

@@ -108,7 +108,7 @@ def attend_materialized(
     chunk_fn = chunk_fn or chunk_attention
     feature_dtype = dape_dtype or autocast_dtype(device_type)
     score_dtype = torch.promote_types(q.dtype, torch.float32)  # fp32 scores under bf16 autocast (fp64 stays)
-    chunk = chunk or chunk_rows(processor, q.shape[0], n_keys, feature_itemsize=(feature_dtype or score_dtype).itemsize)
+    chunk = chunk or chunk_rows(processor, q.shape[0], n_keys, feature_itemsize=feature_itemsize(q, dape_dtype))
     if recompute_scores is None:
         recompute_scores = True
     recompute_scores = recompute_scores and torch.is_grad_enabled()
@@ -128,6 +128,13 @@ def attend_materialized(
         else:
             outputs[r0] = chunk_fn(*args, **rows)
     return outputs[0] if len(outputs) == 1 else torch.cat([outputs[r0] for r0 in sorted(outputs)], dim=2)
+
+
+def feature_itemsize(q: torch.Tensor, dape_dtype: torch.dtype | None = None) -> int:
+    """Bytes per element of the feature map: ``dape_dtype``, else the autocast dtype, else the scores' (fp32 at
+    least)."""
+    dtype = dape_dtype or autocast_dtype(q.device.type) or torch.promote_types(q.dtype, torch.float32)
+    return dtype.itemsize
 
 
 def chunk_attention(q_rows, k_read, v_kept, *, q_positions, k_positions, first, encoding, processor, causal,

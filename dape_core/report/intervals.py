@@ -20,7 +20,8 @@ seed's statistic:
 - with one seed and no estimate, (−∞, +∞): UNDECIDED.
 
 Two methods trained on the same initialisation and batch stream (same setting, same seed) are compared by
-:func:`interval` on the per-seed differences ("paired"); otherwise by :func:`difference` ("unpaired"): v̄_B − v̄_A
+:func:`interval` on the per-seed differences ("paired"; the claims read them with the pair's own spread,
+:func:`dape_core.report.claim_context.compare`, since methods differ in noise); otherwise by :func:`difference` ("unpaired"): v̄_B − v̄_A
 with σ_B²/n_B + σ_A²/n_A and the Welch–Satterthwaite degrees of freedom (Welch, *Biometrika* 34, 1947).
 
 Calibration: :mod:`benchmarks.verdict_calibration` simulates two identically distributed methods (seed main

@@ -16,7 +16,9 @@ what a seed does to every run alike, u_rs what it does to one run (each V is a m
 so u_rs holds that seed's window noise too):
 
 - a *paired* comparison (both methods of one setting and seed) sees u only: the interaction mean square
-  Σ (V − V̄_r· − V̄_·s + V̄)² / ((R − 1)(S − 1)) estimates Var(u) per method, pooled over the setting's methods;
+  Σ (V − V̄_r· − V̄_·s + V̄)² / ((R − 1)(S − 1)) estimates Var(u) per method, pooled over the setting's methods
+  (the claims' paired comparisons do not read it: methods differ in Var(u), and a pair reads its own per-seed
+  differences, :func:`dape_core.report.claim_context.compare`; it is the simulation's reference basis);
 - a run on its own or an *unpaired* comparison sees β + u: Var(β) + Var(u) from the seed and interaction mean
   squares on S − 1 degrees of freedom (:func:`table_variance`): all runs of a setting share β_s, so the
   within-run spread of R runs is not R independent estimates of it.

@@ -18,6 +18,7 @@ from dape_core.settings.fields import check_choices, setting
 PROCESSORS = ("none", "dape_v1", "dape_v2")
 PADDINGS = ("same", "causal")
 ATTENTION_IMPLS = ("auto", "fast", "plain", "materialized", "compiled", "fused")
+CUDA_TRAINING_PATH = "compiled"  # what auto trains with on CUDA where Triton is importable (dape_core.implementations)
 DAPE_DTYPES = ("float32", "bfloat16")
 
 
