@@ -124,15 +124,17 @@ def test_a_gain_below_the_margin_is_undecided_not_refuted():
 
 def test_one_seed_of_a_pair_is_undecided_whatever_the_gap_and_the_grid():
     """One seed per method: the pair's own spread over seeds is unknown, so even a 20 % gap far beyond the window
-    noise stays UNDECIDED ("1 seed"), and no number of seeds can be computed — also beside a grid of other methods
-    with several seeds, whose pooled σ a noisier pair would exceed."""
+    noise stays UNDECIDED ("1 seed") — also beside a grid of other methods with several seeds, whose pooled σ a
+    noisier pair would exceed. That σ sizes the seeds a verdict would need (a plan): without it, "unknown"."""
     lm, windows = synthetic({"RoPE": GAIN_20, "DAPE-RoPE": 0.0}, seeds=(0,))
     for tables in ((lm, windows), (lm, None), with_source(lm, windows)):
         record = check("naive_dape_degrades_rope", *tables)
         assert record["verdict"] == UNDECIDED and record["basis"].startswith(NO_PAIR_SPREAD), record["summary"]
         c = first_check(record)
         assert c["gain"] == pytest.approx(0.2, abs=0.06) and c["gain_low"] == -math.inf and c["gain_high"] == 1.0
-        assert record["seeds_to_decide"].startswith("unknown")
+    assert check("naive_dape_degrades_rope", lm, windows)["seeds_to_decide"].startswith("unknown")
+    planned = check("naive_dape_degrades_rope", *with_source(lm, windows))["seeds_to_decide"]
+    assert re.fullmatch(r"\d+ \(towards CONFIRMED\)", planned) and int(planned.split()[0]) >= 2
 
 
 def test_two_seeds_without_a_grid_take_their_own_spread():

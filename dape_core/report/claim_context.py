@@ -6,13 +6,16 @@ that would decide it. No claim is named here: the checks (:mod:`~dape_core.repor
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
 from dape_core.report.aggregate import ROLES, in_role
 from dape_core.report.intervals import (CONFIRMED, NO_PAIR_SPREAD, NO_SEED_NOISE, POINT, REFUTED, UNDECIDED, Interval,
-                                        SeedNoise, decide, difference, interval, seeds_to_decide, simultaneous)
-from dape_core.report.seed_noise import SeedNoiseSource, causal, regime_of, setting_of
+                                        SeedNoise, combine_noise, decide, difference, interval, seeds_to_decide,
+                                        simultaneous)
+from dape_core.report.seed_noise import MIXED, SeedNoiseSource, causal, regime_of, setting_of
 
 SETTING = ["dataset", "train_len", "size"]  # a check's setting inside its role: one set of checks per value
 #: per-window column → the lm_results column whose log stands in for it without per-window data
@@ -201,7 +204,9 @@ def compare(ctx: Context, ra: pd.DataFrame, rb: pd.DataFrame, lengths_a, lengths
     length and budget) and seed —, with the σ of the pair's own per-seed differences (ν = n − 1; with one shared
     seed there is none: UNDECIDED, :data:`NO_PAIR_SPREAD`): methods do not share one noise level (a method whose
     seeds scatter more than the grid's pooled σ decides identical methods far beyond 5 % of the time with it,
-    ``benchmarks/verdict_calibration.py --only heterogeneity``); otherwise unpaired over all their seeds, each side
+    ``benchmarks/verdict_calibration.py --only heterogeneity``). With one shared seed the interval's ``unit_sd`` is
+    the setting's interaction σ pooled over its methods (of its regime; borrowed where it has one seed), which
+    sizes the seeds a verdict would need (a plan, never a verdict); otherwise unpaired over all their seeds, each side
     with its setting's within-run σ of the statistics ``stats`` (A's, B's). None when a side has no complete
     seed."""
     sa, sb = seeds_with(ra, lengths_a), seeds_with(rb, lengths_b)
@@ -215,8 +220,14 @@ def compare(ctx: Context, ra: pd.DataFrame, rb: pd.DataFrame, lengths_a, lengths
     if shared:
         units = [seed_unit(ctx, [(by_seed_a[s], lengths_a, "loss"), (by_seed_b[s], lengths_b, "loss")])
                  for s in shared]
-        return ctx.interval(units, lambda m: m[:, k:].mean(axis=1) - m[:, :k].mean(axis=1), key, seed_noise=None,
-                            missing=NO_PAIR_SPREAD)
+        iv = ctx.interval(units, lambda m: m[:, k:].mean(axis=1) - m[:, :k].mean(axis=1), key, seed_noise=None,
+                          missing=NO_PAIR_SPREAD)
+        if len(shared) == 1 and not ctx.point:  # no verdict; the seeds one needs are sized with a plan's σ
+            regime = regime_a if regime_a == regime_b else MIXED
+            parts = [ctx.seed_source.noise(stat, True, setting_a, regime) for stat in stats]
+            if all(p is not None for p in parts):
+                iv = replace(iv, unit_sd=combine_noise(parts).sd)
+        return iv
     units_a = [seed_unit(ctx, [(by_seed_a[s], lengths_a, "loss")]) for s in sorted(sa)]
     units_b = [seed_unit(ctx, [(by_seed_b[s], lengths_b, "loss")]) for s in sorted(sb)]
     return ctx.difference(units_b, units_a, lambda m: m.mean(axis=1), key,
