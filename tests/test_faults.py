@@ -21,7 +21,7 @@ from faults import (FAULTS, KINDS, compare_reports, damage, killed_run, run,  # 
 CONFIG = REPO / "configs" / "smoke.yaml"
 
 
-@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("fault", [f for f in FAULTS if f != "foreign"])
 def test_each_fault_changes_the_file_and_only_a_cut_changes_its_size(tmp_path, fault):
     path = tmp_path / "eval.csv"
     path.write_text("eval_len,ppl\n32,9.25\n64,11.5\n")
@@ -30,6 +30,21 @@ def test_each_fault_changes_the_file_and_only_a_cut_changes_its_size(tmp_path, f
     after = path.read_bytes()
     assert after != before
     assert (len(after) < len(before)) if fault == "truncate" else (len(after) == len(before))
+
+
+def test_the_foreign_fault_copies_another_file_with_its_seal(tmp_path):
+    """``foreign``: another run's file and its seal over this run's; the reader names the copy."""
+    from dape_core import artefacts, io
+    from dape_core.errors import ArtefactError
+
+    ours, theirs = tmp_path / "a" / "eval.csv", tmp_path / "b" / "eval.csv"
+    io.write_text(ours, "eval_len,ppl\n32,9.25\n", seal=True)
+    io.write_text(theirs, "eval_len,ppl\n32,9.5\n", seal=True)
+    damage(ours, "foreign", random.Random(0), theirs)
+    assert ours.read_bytes() == theirs.read_bytes()
+    assert io.hash_path(ours).read_bytes() == io.hash_path(theirs).read_bytes()
+    with pytest.raises(ArtefactError, match="its seal was written for .*b/eval.csv: a copy of another file"):
+        artefacts.verify_hash(ours)
 
 
 def test_every_kind_of_file_of_the_smoke_run_is_found(smoke_run):  # noqa: F811

@@ -29,7 +29,7 @@ from dape_core.implementations.materialized import attend_materialized, chunk_at
 
 BACKEND = "inductor"  # torch.compile's backend for the chunks (the tests trace with others)
 CHUNK_BYTES = 4 * 2**30  # one chunk's temporaries (materialized.chunk_bytes), the compiled path's budget
-MIN_RECOMPILES = 8  # torch's default recompilation limit, raised to a sequence's number of chunks + 8
+SPARE_RECOMPILES = 8  # the chunk function's recompilation limit: a sequence's number of chunks + this (torch's default)
 
 
 @functools.cache
@@ -48,7 +48,7 @@ def attend_compiled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, proces
     options = dict(processor=processor, chunk=chunk, dropout_p=dropout_p, dape_dtype=dape_dtype, **kwargs)
     if dropout_p > 0 or torch.compiler.is_compiling():
         return attend_materialized(q, k, v, **options)
-    limit = max(MIN_RECOMPILES, -(-q.shape[2] // chunk) + MIN_RECOMPILES)
+    limit = -(-q.shape[2] // chunk) + SPARE_RECOMPILES
     with torch._dynamo.config.patch(recompile_limit=max(limit, torch._dynamo.config.recompile_limit)):
         return attend_materialized(q, k, v, chunk_fn=compiled_chunk(BACKEND), **options)
 
