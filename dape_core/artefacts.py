@@ -126,8 +126,8 @@ def verify_hash(path: str | Path, rule: str | None = None) -> bool:
                          "or overwritten since it was written)", rule)
     owner = next((line[len(io.IDENTITY):] for line in lines[1:] if line.startswith(io.IDENTITY)), None)
     if owner is None:
-        raise fail(path, f"its seal ({record.name}) names no file: an older version's seal, which `dape seal` "
-                         "upgrades once", rule)
+        raise fail(path, f"its seal ({record.name}) names no file: {io.OLDER_SEAL}, which `dape seal` upgrades once",
+                   rule)
     if not io.names_file(owner, path):
         raise fail(path, f"its seal was written for {owner}: a copy of another file, not the one its job wrote "
                          "here", rule)

@@ -79,6 +79,7 @@ def file_sha256(path: str | Path) -> str:
 
 
 IDENTITY = "file: "  # the seal's line naming the file it was written for
+OLDER_SEAL = "an older version's seal"  # a sha256 without that line (dape_core.seal migrates it)
 
 
 def identity_of(path: str | Path) -> str:

@@ -17,8 +17,9 @@ or it is not what its job wrote. Results of an older version, written before eve
 once by ``dape seal`` (:mod:`dape_core.seal`), the migration. A failed run leaves no seal of a file that does not
 exist: the workflow's ``onerror`` removes the seals of the outputs Snakemake deleted (:func:`remove_orphan_seals`).
 
-What it does not see yet: a file copied with its seal from another run (the seal records the content, not whose it
-is).
+A file copied with its seal from another run's folder is set aside as well: the seal names the file it was written
+for. Results whose seals are an older version's (a sha256 without the file's identity) are not damage to redo: the
+command sets nothing aside, names them and the migration (``dape seal``, once), and exits with status 2.
 """
 
 from __future__ import annotations
@@ -121,8 +122,17 @@ def set_aside(results: Path, findings: list[Finding], stamp: str) -> Path:
     return folder
 
 
+class OlderResults(Exception):
+    """Files whose seals are an older version's: the migration (``dape seal``) comes first."""
+
+    def __init__(self, findings: list[Finding]):
+        super().__init__(f"{len(findings)} files")
+        self.findings = findings
+
+
 def verify(results: str | Path) -> tuple[int, list[Finding], Path | None]:
-    """(files checked, findings, the folder they were moved to) for a results directory."""
+    """(files checked, findings, the folder they were moved to) for a results directory; :class:`OlderResults`
+    (nothing set aside) where seals of an older version are found."""
     results = Path(results)
     if not results.is_dir():
         return 0, [], None
@@ -140,6 +150,9 @@ def verify(results: str | Path) -> tuple[int, list[Finding], Path | None]:
         findings.append(Finding(path, f"has no seal ({io.hash_path(path).name}): its seal was removed, or it was "
                                       "written by an older version (whose results `dape seal` seals once, before "
                                       "`dape verify`)"))
+    older = [finding for finding in findings if io.OLDER_SEAL in finding.problem]
+    if older:
+        raise OlderResults(older)
     if not findings:
         return checked, [], None
     return checked, findings, set_aside(results, findings, time.strftime("%Y%m%d-%H%M%S"))
@@ -191,7 +204,14 @@ def run(args: argparse.Namespace) -> int:
         print(forcerun_arguments(pending(results)))
         return 0
     start = time.perf_counter()
-    checked, findings, folder = verify(results)
+    try:
+        checked, findings, folder = verify(results)
+    except OlderResults as older:
+        print(f"dape verify: {len(older.findings)} files of {args.results} carry {io.OLDER_SEAL} (no file identity), "
+              f"e.g. {older.findings[0].path}: run `dape seal {args.results}` once (it upgrades the seals of files "
+              "that still match them), then the same command; nothing was set aside", flush=True)
+        return 2
+    pending(results, [finding.path for finding in findings if finding.path.suffix != io.HASH_SUFFIX])
     pending(results, [finding.path for finding in findings if finding.path.suffix != io.HASH_SUFFIX])
     for finding in findings:
         print(f"dape verify: {finding.path}: {finding.problem}; set aside under {folder}, the DAG redoes it",

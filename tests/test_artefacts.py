@@ -374,3 +374,21 @@ def test_dape_verify_sets_aside_a_file_whose_seal_was_removed_and_dape_seal_migr
     (older / "lm" / "r" / "seed0" / "summary.json").write_text("{}")
     assert [p.name for p in unsealed(older)] == ["eval.csv", "summary.json"]
     assert len(seal_unsealed(older)) == 2 and verify.verify(older)[1] == []
+
+
+def test_dape_verify_asks_for_the_migration_instead_of_setting_older_results_aside(tmp_path, monkeypatch, capsys):
+    """Results whose seals are an older version's are not damage to redo: `dape verify` sets nothing aside, names
+    them and `dape seal`, and exits 2; after the migration it finds nothing."""
+    monkeypatch.chdir(tmp_path)
+    old = Path("results/lm/run/seed0/eval.csv")
+    io.write_csv(old, eval_frame())
+    io.hash_path(old).write_text(f"{io.file_sha256(old)}  eval.csv\n")
+    assert main(["verify", "--results", "results"]) == 2
+    out = capsys.readouterr().out
+    assert ("1 files of results carry an older version's seal (no file identity), e.g. "
+            "results/lm/run/seed0/eval.csv: ") in out
+    assert "run `dape seal results` once" in out and "nothing was set aside" in out
+    assert old.is_file() and not Path("results/.damaged").exists()
+    assert main(["seal", "results"]) == 0
+    assert main(["verify", "--results", "results"]) == 0
+    assert "0 set aside" in capsys.readouterr().out and old.is_file()
