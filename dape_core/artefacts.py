@@ -113,8 +113,7 @@ def verify_hash(path: str | Path, rule: str | None = None) -> bool:
         raise fail(path, f"has no seal ({record.name}): its seal was removed, or it was written before outputs were "
                          "sealed (an older run's files are sealed once with `dape seal`)", rule)
     try:
-        lines = record.read_text(encoding="utf-8").splitlines()
-        wanted = lines[0].split()[0]
+        wanted, owner = io.read_seal(record)
     except (OSError, UnicodeDecodeError, IndexError):
         raise fail(record, "not a sha256 record (expected `<hex>  <name>`)", rule) from None
     try:
@@ -124,7 +123,6 @@ def verify_hash(path: str | Path, rule: str | None = None) -> bool:
     if found != wanted:
         raise fail(path, f"its content does not match the sha256 its job recorded in {record.name} (cut, garbled "
                          "or overwritten since it was written)", rule)
-    owner = next((line[len(io.IDENTITY):] for line in lines[1:] if line.startswith(io.IDENTITY)), None)
     if owner is None:
         raise fail(path, f"its seal ({record.name}) names no file: {io.OLDER_SEAL}, which `dape seal` upgrades once",
                    rule)

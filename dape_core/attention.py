@@ -210,8 +210,9 @@ def _attend_materialized_rows(q, k, v, row_offset, *, encoding, processor, posit
                               compiled=False):
     """The materialized path (``attend_materialized``, its precision and recomputation; ``compiled``: its chunks
     compiled, ``attend_compiled``) for query rows at ``row_offset``."""
-    return (attend_compiled if compiled else attend_materialized)(q, k, v, encoding=encoding, processor=processor, positions=positions, causal=True,
-                               dropout_p=dropout_p, chunk=chunk, dape_dtype=dape_dtype, row_offset=row_offset)
+    attend_chunks = attend_compiled if compiled else attend_materialized
+    return attend_chunks(q, k, v, encoding=encoding, processor=processor, positions=positions, causal=True,
+                         dropout_p=dropout_p, chunk=chunk, dape_dtype=dape_dtype, row_offset=row_offset)
 
 
 def _attend_rows_masked(q, k, v, row_offset, key_mask, *, encoding, processor, positions, dropout_p):

@@ -102,6 +102,14 @@ def names_file(recorded: str, path: str | Path) -> bool:
     return n > 0 and theirs[-n:] == ours[-n:]
 
 
+def read_seal(record: str | Path) -> tuple[str, str | None]:
+    """(sha256, identity or None for an older version's seal) of a seal file; OSError, UnicodeDecodeError or
+    IndexError when it is unreadable or empty."""
+    lines = Path(record).read_text(encoding="utf-8").splitlines()
+    digest = lines[0].split()[0]
+    return digest, next((line[len(IDENTITY):] for line in lines[1:] if line.startswith(IDENTITY)), None)
+
+
 def seal_text(path: str | Path, digest: str) -> str:
     """The seal of ``path`` whose content has sha256 ``digest``: ``<digest>  <name>`` and ``file: <identity>``."""
     return f"{digest}  {Path(path).name}\n{IDENTITY}{identity_of(path)}\n"

@@ -59,11 +59,10 @@ def without_identity(folder: str | Path) -> list[Path]:
         if SKIPPED_FOLDERS & set(record.relative_to(folder).parts) or not path.is_file():
             continue
         try:
-            lines = record.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError):
+            digest, owner = io.read_seal(record)
+        except (OSError, UnicodeDecodeError, IndexError):
             continue
-        if (lines and len(lines[0].split()) == 2 and not any(line.startswith(io.IDENTITY) for line in lines[1:])
-                and lines[0].split()[0] == io.file_sha256(path)):
+        if owner is None and digest == io.file_sha256(path):
             found.append(path)
     return found
 
