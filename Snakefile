@@ -28,6 +28,7 @@ include: "workflow/rules/finetune.smk"
 include: "workflow/rules/leakage.smk"
 include: "workflow/rules/timing.smk"
 include: "workflow/rules/che.smk"
+include: "workflow/rules/design.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/robustness.smk"
 

@@ -55,6 +55,10 @@ Bases (those of :mod:`dape_core.report.intervals`, as the claims use them):
   another kind a leakage comparison used to borrow (a tril-only grid, twins whose no-tril side is 2.3× noisier),
   and the leakage claim through its own check (``leakage_collapse`` on simulated twins for two encodings, 1–4
   seeds, each pair's own spread, its two routes at 97.5 %).
+- ``design stage``: the design stage itself (:mod:`dape_core.report.design`) on two identical methods paired by
+  seed — a pilot of 2, 3 or 4 seeds sized for fresh seeds, chosen by the design's own function (at most 8), then
+  the fresh seeds read alone with the pair's own spread —, under equal noise, one method at 2× and 3× the others'
+  interaction SD, and t₃ interactions; the rate is among the trials the design ran.
 
 A trial is *decided* when :func:`dape_core.report.intervals.decide` at a zero margin is not UNDECIDED. The CSV holds
 each basis's false-decision rate (effect 0) and power (effect 2 seed-SDs; timing: a rise of 2 SDs of one cell's
@@ -63,7 +67,7 @@ ratio), each with its Monte-Carlo SE √(p(1 − p)/trials).
     python benchmarks/verdict_calibration.py [--trials 10000] [--jobs N] [--sink-trials 500] [--che-trials 100]
                                              [--kernel-trials 1000] [--kernel-power-trials 200]
                                              [--claim-trials 1000] [--claim-power-trials 200]
-                                             [--only {bases,claims,heterogeneity,kernel,sink}]
+                                             [--only {bases,claims,design,heterogeneity,kernel,sink}]
                                              [--out benchmarks/results/verdict_calibration.csv]
 """
 
@@ -618,6 +622,57 @@ def hetero_rows(trials: int, seed: int, jobs: int = 1, leakage_trials: int = 100
             + each_cell(leakage_cell, leak, jobs))
 
 
+DESIGN_PILOT_SEEDS = (2, 3, 4)
+DESIGN_MAX_SEEDS = 8  # design.max_seeds's default
+
+
+def design_trial(rng, pilot_n: int, factor: float, law: str) -> tuple[bool, bool]:
+    """(run, decided) of the design stage on two identical methods paired by seed (method 1 ``factor`` × noisier,
+    interactions of ``law``): a pilot of ``pilot_n`` seeds sized for fresh seeds
+    (:func:`dape_core.report.intervals.seeds_to_decide` with ``fresh``), chosen by
+    :func:`dape_core.report.design.choose` (at most :data:`DESIGN_MAX_SEEDS`), then a fresh sample of that many
+    seeds read alone with the pair's own spread — the claims' functions, not copies."""
+    from dape_core.report import design
+    from dape_core.report.intervals import seeds_to_decide
+
+    def pair(table):
+        return [np.array([[table[0, s], table[1, s]]]) for s in range(table.shape[1])]
+
+    rule = dict(side=1, confirm=0.0, refute=0.0)
+    pilot = interval(pair(hetero_grid(rng, pilot_n, factor, law)), lambda m: m[:, 1] - m[:, 0])
+    n, text = seeds_to_decide(pilot, **rule, fresh=True)
+    claims = pd.DataFrame([{"claim_id": "c", "verdict": decide(pilot, **rule), "fresh_seeds": n, "fresh_text": text,
+                            "fresh_runs": ["a", "b"]}])
+    chosen = design.choose(claims, {"a": 1.0, "b": 1.0},
+                           design.DesignSettings(budget_minutes=1e6, max_seeds=DESIGN_MAX_SEEDS))["chosen"]
+    if not chosen:
+        return False, False
+    fresh = interval(pair(hetero_grid(rng, chosen[0]["seeds"], factor, law)), lambda m: m[:, 1] - m[:, 0])
+    return True, decide(fresh, **rule) != UNDECIDED
+
+
+def design_cell(task: tuple) -> dict:
+    """One row of the design stage's rows: a noise law × pilot seeds, ``trials`` null trials; the rate is of the
+    trials the design ran (those whose pilot sized at most :data:`DESIGN_MAX_SEEDS` fresh seeds)."""
+    label, pilot_n, trials, seed = task
+    factor, law = HETEROGENEITY[label] if label in HETEROGENEITY else (1.0, "normal")
+    rng = cell_rng(seed, "design", label, pilot_n)
+    results = [design_trial(rng, pilot_n, factor, law) for _ in range(trials)]
+    ran = sum(r for r, _ in results)
+    rate, se = _rate(sum(d for _, d in results), max(1, ran))
+    return {"basis": "design stage: pilot chooses, fresh seeds decide (own spread)", "per_window_data": False,
+            "regime": label, "seeds": pilot_n, "sigma_from": f"the fresh seeds' own spread ({ran} of {trials} "
+            f"trials sized ≤ {DESIGN_MAX_SEEDS} fresh seeds)", "trials": ran, "false_decisions": rate,
+            "false_decisions_se": se}
+
+
+def design_rows(trials: int, seed: int, jobs: int = 1) -> list[dict]:
+    """The design stage under equal noise, one method at 2× and 3× the others' interaction SD, and t₃ tails, for
+    pilots of 2, 3 and 4 seeds."""
+    labels = ("equal noise", *HETEROGENEITY)
+    return each_cell(design_cell, [(label, n, trials, seed) for label in labels for n in DESIGN_PILOT_SEEDS], jobs)
+
+
 def timing_row(task: tuple) -> dict:
     """The timing rule's row at ``rounds`` interleaved rounds per cell."""
     rounds, trials, seed, power = task
@@ -654,6 +709,7 @@ def calibration(trials: int, seed: int = 0, seeds=SEEDS, regimes=tuple(REGIMES),
         rows += claim_rows(claim_trials, seed, power_trials=claim_power_trials if power else 0, jobs=jobs)
     if hetero_trials:
         rows += hetero_rows(hetero_trials, seed, jobs=jobs)
+        rows += design_rows(hetero_trials, seed, jobs=jobs)
     return pd.DataFrame(rows)
 
 
@@ -665,11 +721,12 @@ def sink_che_rows(sink_trials: int, che_trials: int, seed: int, power: bool = Tr
 
 #: the groups of rows a partial rerun recomputes (``--only``): each a test of a row's basis
 GROUPS = {
-    "bases": lambda basis: not basis.startswith(("sink", "CHE", "kernel", "claim", "heterogeneous")),
+    "bases": lambda basis: not basis.startswith(("sink", "CHE", "kernel", "claim", "heterogeneous", "design")),
     "heterogeneity": lambda basis: basis.startswith("heterogeneous"),
     "sink": lambda basis: basis.startswith(("sink", "CHE")),
     "kernel": lambda basis: basis.startswith("kernel"),
     "claims": lambda basis: basis.startswith("claim"),
+    "design": lambda basis: basis.startswith("design"),
 }
 
 
@@ -718,7 +775,8 @@ def main(argv=None) -> int:
                    "claim-level rules' power")
     p.add_argument("--only", choices=sorted(GROUPS), help="recompute one group of rows (bases: the interval bases "
                    "and the timing rule; sink: the sink and CHE rules; kernel: the kernel-size rule; claims: the "
-                   "claim-level rules; heterogeneity: the paired comparison under unequal method noise) and keep the "
+                   "claim-level rules; heterogeneity: the paired comparison under unequal method noise; design: the "
+                   "design stage, pilot → fresh seeds) and keep the "
                    "others from --out")
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args(argv)
@@ -735,7 +793,8 @@ def main(argv=None) -> int:
                                                power_trials=args.kernel_power_trials, jobs=args.jobs),
                  "claims": lambda: claim_rows(args.claim_trials, args.seed, power_trials=args.claim_power_trials,
                                               jobs=args.jobs),
-                 "heterogeneity": lambda: hetero_rows(args.trials, args.seed, jobs=args.jobs)}[args.only]()
+                 "heterogeneity": lambda: hetero_rows(args.trials, args.seed, jobs=args.jobs),
+                 "design": lambda: design_rows(args.trials, args.seed, jobs=args.jobs)}[args.only]()
         df = pd.concat([kept, pd.DataFrame(fresh)], ignore_index=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(args.out, index=False, float_format="%.4f")

@@ -480,7 +480,12 @@ def estimate_line(plan, e: dict | None = None) -> str:
         line += (f"; fine-tunes ≈ {e['finetune_flops']:.3g} FLOPs ≈ {_hours(e['finetune_gpu_hours'])} GPU-hours "
                  f"({FLOPS} at {flop_rate}, bound flops: the calibration and the operator counts describe `dape "
                  f"train` models only); ≈ {_hours(e['gpu_hours'])} GPU-hours in all")
-    return line + "; evaluation, timing and CHE jobs not included"
+    line += "; evaluation, timing and CHE jobs not included"
+    design = plan.config.get("design")
+    if design:
+        line += (f"; these are the design's pilot: the fresh seeds it then chooses take at most "
+                 f"{design['budget_minutes']:g} min on {design['cores']} cores (priced from the pilot's jobs)")
+    return line
 
 
 def family_hours_text(e: dict, family: str) -> str:

@@ -127,6 +127,34 @@ class Plan:
         values = dict(self.config["resources"][rule])
         return {**values, **values.pop("sizes", {}).get(size, {})}
 
+    def with_design(self, fresh: dict[str, list[int]]) -> "Plan":
+        """This plan with the fresh seeds of a design (``fresh``: LM run or CHE cell → its fresh seeds,
+        :func:`dape_core.report.design.choose`): each run or cell gets them beside its pilot's, in every family
+        that lists it (with that family's evaluation lengths), with its attention maps where it has them."""
+        plan = copy.deepcopy(self)
+        for unit, seeds in fresh.items():
+            if unit in plan.lm_runs:
+                run = plan.lm_runs[unit]
+                run["seeds"] = sorted({*run["seeds"], *seeds})
+                if run["attention_seeds"]:
+                    run["attention_seeds"] = sorted({*run["attention_seeds"], *seeds})
+                lens: dict[str, set] = {}
+                for m in self.lm_members:
+                    if m["run"] == unit:
+                        lens.setdefault(m["family"], set()).update(m["eval_lens"])
+                plan.lm_members += [{"family": family, "run": unit, "seed": seed, "eval_lens": sorted(lengths)}
+                                    for family, lengths in lens.items() for seed in seeds]
+            elif unit in plan.che_cells:
+                cell = plan.che_cells[unit]
+                cell["seeds"] = sorted({*cell["seeds"], *seeds})
+                families = dict.fromkeys(m["family"] for m in self.che_members if m["cell"] == unit)
+                plan.che_members += [{"family": family, "cell": unit, "seed": seed}
+                                     for family in families for seed in seeds]
+            else:
+                raise ConfigError(f"design: {unit!r} is neither an LM run nor a CHE cell of this configuration; "
+                                  "allowed values: the plan's runs and cells (rerun the design rule)")
+        return plan
+
     def report_spec(self) -> dict:
         """What the report stage needs (results/plan.json): families with their runs, memberships, run settings."""
         lm_runs = {name: {"settings": run["settings"], "eval": run["eval"]} for name, run in self.lm_runs.items()}
@@ -200,7 +228,22 @@ def build_plan(config: dict, *, check_schema: bool = True, schema_path: str | Pa
     for cell in plan.che_cells.values():
         cell["seeds"] = sorted(set(cell["seeds"]))
     check_train_processes(plan)
+    _check_design(plan)
     return plan
+
+
+def _check_design(plan: Plan) -> None:
+    """The fresh seeds of a design lie above every seed the families run (the pilot's)."""
+    design = plan.config.get("design")
+    if not design:
+        return
+    seeds = [seed for _, seed in plan.lm_jobs()] + [seed for _, seed in plan.che_jobs()]
+    if seeds and design["fresh_seeds_from"] <= max(seeds):
+        raise ConfigError(f"design.fresh_seeds_from: {design['fresh_seeds_from']} is not allowed; allowed values: an "
+                          f"integer above every seed of the families (the pilot's; the largest is {max(seeds)})")
+    if plan.finetune_runs:
+        raise ConfigError("design: not allowed with a finetune family; allowed values: null (a fine-tune family's "
+                          "seeds are its own), or a configuration without finetune families")
 
 
 def family_grids(spec: dict) -> list[dict]:

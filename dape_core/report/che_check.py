@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from dape_core.report.claim_context import Context, interval_text, of_role, unit_of
-from dape_core.report.intervals import (CONFIRMED, MARKS, REFUTED, UNDECIDED, SeedNoise, decide, level_for,
+from dape_core.report.intervals import (CONFIRMED, MARKS, REFUTED, UNDECIDED, SeedNoise, decide, fresh_sizing, level_for,
                                         seeds_to_decide, simultaneous)
 
 PERMUTATION_INVARIANT = ("parity_check", "cycle_navigation", "bucket_sort")  # left out: the paper's Table 6
@@ -107,7 +107,7 @@ def che_beats_kerple(ctx: Context, t: Mapping) -> list[dict]:
               "wins": wins, "losses": refuted, "n_tasks": n}
     if noise is not None and seed_text:
         record.update(seed_sd=noise.sd, seed_df=noise.df)
-    if verdict == UNDECIDED:
+    if verdict == UNDECIDED or fresh_sizing():
         record.update(_che_seeds(needs, n, t["margin"], lower_bound=noise is None))
     return [record]
 

@@ -13,7 +13,8 @@ import pandas as pd
 
 from dape_core.report.aggregate import ROLES, in_role
 from dape_core.report.intervals import (CONFIRMED, NO_PAIR_SPREAD, NO_SEED_NOISE, POINT, REFUTED, UNDECIDED, Interval,
-                                        SeedNoise, combine_noise, decide, difference, interval, seeds_to_decide,
+                                        SeedNoise, combine_noise, decide, difference, fresh_sizing, interval,
+                                        seeds_to_decide,
                                         simultaneous)
 from dape_core.report.seed_noise import MIXED, SeedNoiseSource, causal, regime_of, setting_of
 
@@ -275,7 +276,7 @@ def record(verdict: str, text: str, iv: Interval | None, rule: dict | None = Non
         record.update(basis=iv.basis, n_seeds=iv.n_seeds, n_rows=iv.n_rows, unit_sd=iv.unit_sd)
         if iv.seed_noise is not None:
             record.update(seed_sd=iv.seed_noise.sd, seed_df=iv.seed_noise.df)
-    if rule is not None and iv is not None and verdict == UNDECIDED:
+    if rule is not None and iv is not None and (verdict == UNDECIDED or fresh_sizing()):
         needed, why = seeds_to_decide(iv, **rule)
         record.update(seeds_needed=needed, seeds_needed_text=why, runs=sorted({str(r) for r in runs}))
     if rule is not None and iv is not None and not fact:
@@ -310,7 +311,7 @@ def jointly(checks: list[dict]) -> list[dict]:
                 shown = "; ".join(interval_text(iv, c["_show"]).strip() for iv, _ in joint)
                 c.update(verdict=UNDECIDED, text=f"{c['_head']} → {UNDECIDED} ({REFUTED} at 95 % alone, not at "
                                                   f"{level}: {shown}){c['_scope']}")
-        if c["verdict"] == UNDECIDED and len(judged) == 1 and "_runs" in c:  # a check of seeds (not of rounds)
+        if (c["verdict"] == UNDECIDED or fresh_sizing()) and len(judged) == 1 and "_runs" in c:  # of seeds
             iv, rule = judged[0]  # record() sized an open check at 95 %; a demoted one has no size yet
             heading = c.get("seeds_needed_text") or seeds_to_decide(iv, **rule)[1]
             if f"towards {REFUTED}" in heading:

@@ -43,11 +43,12 @@ def run_costs(lm: pd.DataFrame | None, gpu_tflops: float, utilisation: float) ->
     return out
 
 
-def decide_route(checks: list[dict]) -> tuple[int | None, str, list[str]]:
+def decide_route(checks: list[dict], every: bool = False) -> tuple[int | None, str, list[str]]:
     """For an UNDECIDED claim: the seeds per method that decide it at the observed effects — REFUTED through its
     cheapest check heading there, or CONFIRMED when every open check heads there (the largest n) — the text, and
-    the runs to retrain."""
-    open_checks = [c for c in checks if c["verdict"] == UNDECIDED]
+    the runs to retrain. ``every``: every check is open (fresh seeds, of which none is run yet, decide the claim:
+    the design stage, :mod:`dape_core.report.design`)."""
+    open_checks = [c for c in checks if every or c["verdict"] == UNDECIDED]
     refute = [c for c in open_checks if _towards(c) == REFUTED and c.get("seeds_needed")]
     confirm = (max((c for c in open_checks), key=lambda c: c["seeds_needed"])
                if open_checks and all(_towards(c) == CONFIRMED and c.get("seeds_needed") for c in open_checks)

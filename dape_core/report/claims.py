@@ -73,9 +73,10 @@ import pandas as pd
 from dape_core.report import che_check, lm_checks, sink_check, timing_check
 from dape_core.report.che_check import PERMUTATION_INVARIANT
 from dape_core.report.claim_context import Context, jointly, public, rows_text
-from dape_core.report.claim_costs import run_costs, what_decides
+from dape_core.report.claim_costs import decide_route, run_costs, what_decides
 from dape_core.report.claims_markdown import claims_markdown
-from dape_core.report.intervals import CONFIRMED, MARKS, NOT_RUN, REFUTED, UNDECIDED, combine
+from dape_core.report.intervals import (CONFIRMED, MARKS, NOT_RUN, REFUTED, UNDECIDED, combine, fresh_sizing,
+                                        sizing_fresh_seeds)
 from dape_core.report.lm_checks import against_every_other, beats_each
 
 __all__ = ["CLAIMS", "CONFIRMED", "CORE_CLAIMS", "NOT_RUN", "REFUTED", "UNDECIDED", "claims_markdown",
@@ -289,7 +290,7 @@ def evaluate_claims(lm: pd.DataFrame | None, timing: pd.DataFrame | None = None,
                     sink: pd.DataFrame | None = None, claim_ids=None, *, windows: pd.DataFrame | None = None,
                     point: bool = False, gpu_tflops: float | None = None,
                     utilisation: float | None = None, timing_repeats: pd.DataFrame | None = None,
-                    claims: tuple[Claim, ...] = CLAIMS) -> pd.DataFrame:
+                    claims: tuple[Claim, ...] = CLAIMS, fresh: bool = False) -> pd.DataFrame:
     """One record per claim: verdict CONFIRMED / REFUTED / UNDECIDED / NOT-RUN, what its intervals saw, the seed
     noise they used, the rule, the numbers behind the verdict, and for an UNDECIDED claim the seeds per method
     that would decide it with what those runs cost (``gpu_tflops`` and ``utilisation``: the configuration's
@@ -300,7 +301,15 @@ def evaluate_claims(lm: pd.DataFrame | None, timing: pd.DataFrame | None = None,
     interleaved repeat: the timing claim's interval); ``che``: che_results.csv; ``sink``: sink.csv, whose
     ``sink_mass`` is the mean attention probability placed on the first key by queries at positions ≥ 16.
     ``point``: point verdicts (the paper's numbers). ``claim_ids`` restricts the evaluation to some claims;
-    ``claims``: the declarations evaluated (:data:`CLAIMS`, the paper's)."""
+    ``claims``: the declarations evaluated (:data:`CLAIMS`, the paper's). ``fresh``: a pilot's evaluation (the
+    design stage, :mod:`dape_core.report.design`): every claim, decided or not, also gets ``fresh_seeds`` — the
+    fresh seeds per method that would decide it alone at the pilot's effects (:func:`sizing_fresh_seeds`) —,
+    ``fresh_text`` and ``fresh_runs`` (the LM runs or CHE cells to run them on)."""
+    if fresh:
+        with sizing_fresh_seeds():
+            return evaluate_claims(lm, timing, che, sink, claim_ids, windows=windows, point=point,
+                                   gpu_tflops=gpu_tflops, utilisation=utilisation, timing_repeats=timing_repeats,
+                                   claims=claims)
     ctx = Context(lm, timing, che, sink, windows, point, timing_repeats)
     default_tflops, default_utilisation = _estimate_rate()
     costs = run_costs(lm, gpu_tflops or default_tflops, utilisation or default_utilisation)
@@ -325,6 +334,9 @@ def evaluate_claims(lm: pd.DataFrame | None, timing: pd.DataFrame | None = None,
                   "gpu_bound": "", "numbers": numbers}
         if verdict == UNDECIDED:
             record.update(what_decides(checks, costs))
+        if fresh_sizing():
+            n, text, runs = decide_route(checks, every=True) if checks else (None, "no rows for this check", [])
+            record.update(fresh_seeds=n, fresh_text=text, fresh_runs=runs)
         rows.append(record)
     return pd.DataFrame(rows)
 

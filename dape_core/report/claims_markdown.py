@@ -98,11 +98,13 @@ def _open_lines(df: pd.DataFrame) -> list[str]:
     return out + [""]
 
 
-def claims_markdown(df: pd.DataFrame, paper: pd.DataFrame | None = None, rho: pd.DataFrame | None = None) -> str:
+def claims_markdown(df: pd.DataFrame, paper: pd.DataFrame | None = None, rho: pd.DataFrame | None = None,
+                    design: list[str] | None = None) -> str:
     """A Markdown report: the verdict counts and how to read them, Spearman's ρ of each setting's method ordering
     against the paper's (``rho``, from :func:`dape_core.report.compare.setting_correlations`), the verdicts with
     the numbers behind them, then each claim's rule. With ``paper`` (from :func:`evaluate_claims_on_paper`) a
-    column gives each rule's point verdict on the paper's own numbers."""
+    column gives each rule's point verdict on the paper's own numbers; ``design`` (the lines of
+    :func:`dape_core.report.design.design_lines`): the seeds the design stage chose, and why."""
     def cell(x) -> str:
         return str(x).replace("|", "\\|").replace("\n", " ")
 
@@ -112,6 +114,7 @@ def claims_markdown(df: pd.DataFrame, paper: pd.DataFrame | None = None, rho: pd
     out = ["# Claims", "",
            ", ".join(f"{counts.get(v, 0)} {v}" for v in (CONFIRMED, REFUTED, UNDECIDED, NOT_RUN)) + ".", "",
            HOW_TO_READ, "", family_line(df), "",
+           *(["## Design", "", *design, ""] if design else []),
            "## Method orderings against the paper", "",
            "Spearman's ρ between the run's and the paper's ordering of the methods both have, per role and run "
            "setting, at each multiple (n = shared methods) and averaged over the multiples (see "

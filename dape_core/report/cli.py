@@ -76,8 +76,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--maps", help="maps.npz of an attention_maps job")
     p.add_argument("--out", required=True)
 
+    p = command("design", "the design stage: the pilot's per-job results → the fresh seeds that decide the claims "
+                          "(design.json, design.md)")
+    p.add_argument("--plan", required=True, help="the pilot's plan (results/plan.json)")
+    p.add_argument("--evals", nargs="*", default=[])
+    p.add_argument("--summaries", nargs="*", default=[])
+    p.add_argument("--windows", nargs="*", default=[])
+    p.add_argument("--sinks", nargs="*", default=[])
+    p.add_argument("--cells", nargs="*", default=[])
+    p.add_argument("--benchmarks", nargs="*", default=[], help="the pilot jobs' Snakemake benchmark files (their "
+                   "measured seconds price the fresh seeds; a missing one is priced at its kind's median)")
+    p.add_argument("--threads", nargs="*", default=[], help="KIND=N: the threads of train, evaluate, attention, che")
+    p.add_argument("--budget-minutes", type=_positive_field("design.budget_minutes"), required=True)
+    p.add_argument("--fresh-seeds-from", type=int, required=True)
+    p.add_argument("--max-seeds", type=int, required=True)
+    p.add_argument("--cores", type=int, required=True)
+    p.add_argument("--out", required=True, help="design.json")
+    p.add_argument("--out-md", required=True, help="design.md")
+
     p = command("claims", "claim verdicts: claims.md and claims.csv")
     _add_sources(p)
+    p.add_argument("--design", help="design.json: the verdicts read the fresh seeds only, and say the design")
     p.add_argument("--windows", help="lm_windows.csv: per-window losses (the intervals' windows)")
     p.add_argument("--gpu-tflops", type=_positive, help="estimate.gpu_tflops: the GPU-hours of the extra seeds "
                    "that would decide an open claim (default: the schema's)")
@@ -108,6 +127,20 @@ def _positive(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"gpu_tflops: {text!r} is not allowed; allowed values: a number > 0")
     return value
+
+
+def _positive_field(name: str):
+    """A number > 0 for the setting ``name``."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{name}: {text!r} is not allowed; allowed values: a number > 0")
+        return value
+
+    return parse
 
 
 def _share(text: str) -> float:
@@ -175,10 +208,13 @@ def run(args) -> int:
         io.write_csv(args.out_csv, table, seal=True)
     elif command == "figure":
         draw_figure(args)
+    elif command == "design":
+        write_design(args)
     elif command == "claims":
         write_claims(_read(args.lm), _read(args.timing), _read(args.che), _read(args.sink), args.out_md,
                      args.out_csv, windows=_read(args.windows), gpu_tflops=args.gpu_tflops,
-                     utilisation=args.utilisation, timing_repeats=_read(args.timing_repeats))
+                     utilisation=args.utilisation, timing_repeats=_read(args.timing_repeats),
+                     design=args.design)
     else:
         from dape_core.report.compare import compare_markdown, ordering
 
@@ -248,19 +284,52 @@ def draw_figure(args) -> None:
         figures.che_figure(_read(args.che), args.family, spec.get("aggregation", "max"), title, args.out)
 
 
+def write_design(args) -> dict:
+    """The design stage (:mod:`dape_core.report.design`): the pilot's per-job files aggregated as the reports
+    would, its claims sized for fresh seeds, priced by its jobs' measured seconds, the design written and printed."""
+    from dape_core.report import aggregate, design
+    from dape_core.report.claims import evaluate_claims
+
+    plan = aggregate.read_plan(args.plan)
+    lm = aggregate.lm_results(plan, args.evals, args.summaries) if args.evals else None
+    windows = aggregate.lm_windows(args.windows) if args.windows else None
+    sink = aggregate.sink_results(plan, args.sinks) if args.sinks else None
+    che = aggregate.che_results(plan, args.cells) if args.cells else None
+    pilot = evaluate_claims(lm, che=che, sink=sink, windows=windows, fresh=True)
+    threads = {}
+    for item in args.threads:
+        kind, _, n = item.partition("=")
+        threads[kind] = int(n)
+    settings = design.DesignSettings(args.budget_minutes, args.fresh_seeds_from, args.max_seeds, args.cores)
+    chosen = design.choose(pilot, design.unit_prices(args.benchmarks, threads), settings)
+    lines = design.design_lines(chosen)
+    io.write_json(args.out, chosen, seal=True)
+    io.write_text(args.out_md, "# Design\n\n" + "\n".join(lines) + "\n")
+    print("\n".join(f"dape design: {line}" for line in lines), flush=True)
+    return chosen
+
+
 def write_claims(lm, timing, che, sink, out_md: str | Path, out_csv: str | Path, windows=None,
                  gpu_tflops: float | None = None, utilisation: float | None = None,
-                 timing_repeats=None) -> pd.DataFrame:
+                 timing_repeats=None, design: str | Path | None = None) -> pd.DataFrame:
     """The claim verdicts on this run, next to the same rules applied to the paper's own numbers, and the
     Spearman ρ of each setting's method ordering against the paper's; ``gpu_tflops`` and ``utilisation`` price
-    the seeds that would decide the open claims."""
+    the seeds that would decide the open claims. With ``design`` (design.json) the verdicts read the fresh seeds
+    only and claims.md shows the design."""
+    from dape_core.report import design as designs
     from dape_core.report.claims import claims_markdown, evaluate_claims, evaluate_claims_on_paper
     from dape_core.report.compare import setting_correlations
 
+    chosen = designs.read_design(design) if design else None
+    if chosen is not None:
+        lm, che, sink, windows = (designs.fresh_only(frame, chosen) for frame in (lm, che, sink, windows))
     verdicts = evaluate_claims(lm, timing=timing, che=che, sink=sink, windows=windows, gpu_tflops=gpu_tflops,
                                utilisation=utilisation, timing_repeats=timing_repeats)
+    if chosen is not None:
+        verdicts = designs.annotate(verdicts, chosen)
     rho = setting_correlations(lm) if lm is not None and len(lm) else None
-    io.write_text(out_md, claims_markdown(verdicts, paper=evaluate_claims_on_paper(), rho=rho))
+    io.write_text(out_md, claims_markdown(verdicts, paper=evaluate_claims_on_paper(), rho=rho,
+                                          design=designs.design_lines(chosen) if chosen else None))
     table = verdicts.assign(numbers=verdicts["numbers"].map(lambda n: json.dumps(n, default=str, sort_keys=True)))
     io.write_csv(out_csv, table, seal=True)
     return verdicts

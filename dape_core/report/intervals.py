@@ -47,6 +47,8 @@ from __future__ import annotations
 
 import math
 import zlib
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Callable, Sequence
@@ -297,8 +299,28 @@ def simultaneous(iv: Interval, comparisons: float) -> Interval:
                    high=iv.estimate + (iv.high - iv.estimate) * scale)
 
 
+#: True while claims are sized for fresh seeds (:func:`sizing_fresh_seeds`): the design stage's pilot
+_FRESH = ContextVar("sizing_fresh_seeds", default=False)
+
+
+@contextmanager
+def sizing_fresh_seeds():
+    """Within it every check is sized, decided or not, for a verdict read on fresh seeds alone
+    (:func:`seeds_to_decide` with ``fresh``): the design stage's pilot chooses the seeds, it never decides."""
+    token = _FRESH.set(True)
+    try:
+        yield
+    finally:
+        _FRESH.reset(token)
+
+
+def fresh_sizing() -> bool:
+    """Whether checks are being sized for fresh seeds (:func:`sizing_fresh_seeds`)."""
+    return _FRESH.get()
+
+
 def seeds_to_decide(iv: Interval, *, side: int, confirm: float, refute: float,
-                    comparisons: int = 1) -> tuple[int | None, str]:
+                    comparisons: int = 1, fresh: bool | None = None) -> tuple[int | None, str]:
     """Seeds per method at which :func:`decide` would reach a verdict at the observed effect with 80 % power, by
     the sample size of a comparison of means (Chow, Shao & Wang, *Sample Size Calculations in Clinical Research*,
     2nd ed., §3.1) with t quantiles: the smallest n ≥ ((t_{ν,0.975} + t_{ν,0.8}) · σ / δ)², σ = ``unit_sd`` (one
@@ -307,7 +329,10 @@ def seeds_to_decide(iv: Interval, *, side: int, confirm: float, refute: float,
     from the estimate to the threshold it lies beyond (CONFIRMED's, or REFUTED's on the other side). (None, why)
     when no number of seeds decides: an estimate between the two thresholds stays UNDECIDED however many seeds,
     and without σ there is nothing to scale; "> MAX_SEEDS" is capped. With ``comparisons`` > 1 the interval is one
-    of that many Bonferroni-corrected ones (:func:`simultaneous`): t_{ν,1−0.025/m} in place of t_{ν,0.975}."""
+    of that many Bonferroni-corrected ones (:func:`simultaneous`): t_{ν,1−0.025/m} in place of t_{ν,0.975}.
+    ``fresh`` (default: inside :func:`sizing_fresh_seeds`): the seeds of a new sample that alone gives the
+    verdict — n from 2, ν = n − 1 (none of the estimate's seeds or degrees of freedom carry over)."""
+    fresh = fresh_sizing() if fresh is None else fresh
     est, s = iv.estimate, iv.unit_sd
     if iv.basis == POINT:
         return None, "point verdict: no seeds"
@@ -322,8 +347,8 @@ def seeds_to_decide(iv: Interval, *, side: int, confirm: float, refute: float,
         delta, towards = abs(est - refute), REFUTED
     else:
         return None, "none: the estimate lies between the thresholds"
-    known = 0.0 if iv.seed_noise is None or iv.seed_noise.source == OWN_SPREAD else iv.seed_noise.df
-    for n in range(max(iv.n_seeds + 1, 2), MAX_SEEDS + 1):
+    known = 0.0 if fresh or iv.seed_noise is None or iv.seed_noise.source == OWN_SPREAD else iv.seed_noise.df
+    for n in range(2 if fresh else max(iv.n_seeds + 1, 2), MAX_SEEDS + 1):
         df = max(known, n - 1)  # n seeds of the check's own runs estimate σ on at least n − 1 degrees of freedom
         level = 1 - (1 - LEVEL) / (2 * max(1, comparisons))
         if n >= ((t_quantile(df, level) + t_quantile(df, POWER)) * s / delta) ** 2:

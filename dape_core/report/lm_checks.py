@@ -12,7 +12,8 @@ import pandas as pd
 from dape_core.report.claim_context import (SETTING, Context, compare, exp, fmt, gain_of, geometric_mean, in_range,
                                             interval_text, lm_rows, name_of, pct, pick, record, runs_of, seed_unit,
                                             seeds_with, settings, stat_of)
-from dape_core.report.intervals import (CONFIRMED, REFUTED, UNDECIDED, Interval, decide, seeds_to_decide,
+from dape_core.report.intervals import (CONFIRMED, REFUTED, UNDECIDED, Interval, decide, fresh_sizing,
+                                        seeds_to_decide,
                                         simultaneous)
 from dape_core.report.seed_noise import where_of
 
@@ -196,8 +197,9 @@ def kernel_not_largest(ctx: Context, t: Mapping) -> list[dict]:
                 verdicts.append(REFUTED)
             else:
                 verdicts.append(UNDECIDED)
+            if (verdicts[-1] == UNDECIDED or fresh_sizing()) and gain.estimate > 0:
                 needed = seeds_to_decide(joint, side=1, confirm=t["margin"], refute=0.0, comparisons=comparisons)[0]
-                if needed is not None and gain.estimate > 0:
+                if needed is not None:
                     to_confirm.append((needed, runs_of(rows)))
         confirmed_cells += CONFIRMED in verdicts
         contradicted += all(v == REFUTED for v in verdicts)
@@ -211,7 +213,7 @@ def kernel_not_largest(ctx: Context, t: Mapping) -> list[dict]:
     result = {"verdict": verdict, "text": f"{text} → {verdict}; {'; '.join(sorted(bases | noises))}",
               "basis": "; ".join(sorted(bases)), "cases": supported, "n_compared": total,
               "n_contradicting": contradicted}
-    if verdict == UNDECIDED:  # one smaller kernel beating the largest confirms: the cheapest such cell
+    if verdict == UNDECIDED or fresh_sizing():  # one smaller kernel beating the largest confirms: the cheapest
         needed, runs = min(to_confirm, default=(None, []))
         result.update(seeds_needed=needed, runs=runs, seeds_needed_text=(
             f"{needed} (towards {CONFIRMED}, the cheapest cell)" if needed else

@@ -35,6 +35,10 @@ grid.require_extras(PLAN, job_environments=any(str(getattr(method, "value", meth
 CONFIGURATION = grid.configuration_name(workflow.overwrite_configfiles)
 REPORTS = grid.reports_dir(CONFIGURATION)
 PLAN_JSON = grid.plan_path(CONFIGURATION)
+# a configuration with a design block runs its families as a pilot, then the seeds the design chose (design.smk)
+DESIGN = PLAN.config.get("design")
+DESIGN_JSON = f"{REPORTS}/design.json"
+DESIGNED_PLAN_JSON = PLAN_JSON.removesuffix(".json") + ".designed.json"
 if workflow.is_main_process:  # not again in every job step of a cluster run
     logger.info(grid.estimate_line(PLAN))
 
@@ -275,24 +279,26 @@ def finetune_options(group):
     return lambda wildcards: finetune_groups(wildcards)[group]
 
 
-def lm_files(name, jobs=None):
-    """``results/lm/{run}/seed{seed}/{name}`` for every (run, seed) of the plan, trained or fine-tuned (or of
-    ``jobs``)."""
-    jobs = PLAN.lm_jobs() if jobs is None else jobs
+def lm_files(name, jobs=None, plan=None):
+    """``results/lm/{run}/seed{seed}/{name}`` for every (run, seed) of the plan (``plan``, else the
+    configuration's), trained or fine-tuned (or of ``jobs``)."""
+    jobs = (plan or PLAN).lm_jobs() if jobs is None else jobs
     return [f"results/lm/{run}/seed{seed}/{name}" for run, seed in jobs]
 
 
-def attention_files(name):
-    return [f"results/lm/{run}/seed{seed}/attention/L{length}/{name}" for run, seed, length in PLAN.attention_jobs()]
+def attention_files(name, plan=None):
+    return [f"results/lm/{run}/seed{seed}/attention/L{length}/{name}"
+            for run, seed, length in (plan or PLAN).attention_jobs()]
 
 
-def leakage_jobs():
-    """(run, seed) of every leakage run and its tril twin."""
+def leakage_jobs(plan=None):
+    """(run, seed) of every leakage run and its tril twin (of ``plan``, else the configuration's)."""
+    plan = plan or PLAN
     jobs = []
-    for pairs in PLAN.leakage_pairs.values():
+    for pairs in plan.leakage_pairs.values():
         for pair in pairs:
             for name in (pair["run"], pair["twin"]):
-                jobs += [(name, seed) for seed in PLAN.lm_runs[name]["seeds"]]
+                jobs += [(name, seed) for seed in plan.lm_runs[name]["seeds"]]
     return sorted(set(jobs))
 
 
@@ -332,8 +338,43 @@ def che_options(group):
     return lambda wildcards: che_groups(wildcards)[group]
 
 
-def che_files():
-    return [f"results/che/{cell}/seed{seed}.csv" for cell, seed in PLAN.che_jobs()]
+def che_files(plan=None):
+    return [f"results/che/{cell}/seed{seed}.csv" for cell, seed in (plan or PLAN).che_jobs()]
+
+
+# ------------------------------------------------------------------------------------------------ design
+@lru_cache(maxsize=None)
+def _designed_plan(path, stamp):
+    from dape_core.report.design import read_design
+
+    return PLAN.with_design(read_design(path)["fresh"])
+
+
+def final_plan():
+    """The plan the reports read: the configuration's; with a design block, its runs with the fresh seeds the
+    design chose beside the pilot's (known once the design checkpoint has run)."""
+    if not DESIGN:
+        return PLAN
+    path = checkpoints.design.get().output.design
+    return _designed_plan(path, os.stat(path).st_mtime_ns)
+
+
+def final_plan_json(wildcards):
+    """The report spec the aggregates read: with a design, the designed plan's."""
+    return DESIGNED_PLAN_JSON if DESIGN else PLAN_JSON
+
+
+def final_files(files, *args):
+    """An input function: ``files(*args, plan=final_plan())`` (the aggregates' per-job files)."""
+    return lambda wildcards: files(*args, final_plan())
+
+
+def pilot_benchmarks():
+    """The Snakemake benchmark files of the pilot's jobs (their seconds price the fresh seeds)."""
+    files = [f"logs/lm/{run}/seed{seed}/{job}.benchmark.tsv" for run, seed in PLAN.train_jobs()
+             for job in ("train", "evaluate")]
+    files += [f"logs/lm/{run}/seed{seed}/attention-L{length}.benchmark.tsv" for run, seed, length in PLAN.attention_jobs()]
+    return files + [f"logs/che/{cell}/seed{seed}.benchmark.tsv" for cell, seed in PLAN.che_jobs()]
 
 
 # ------------------------------------------------------------------------------------------------ report

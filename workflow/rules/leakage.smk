@@ -4,8 +4,8 @@ and seed (reports/leakage.csv). The runs themselves are trained and evaluated by
 
 rule leakage_table:
     input:
-        plan=PLAN_JSON,
-        evals=lm_files("eval.csv", leakage_jobs()),
+        plan=final_plan_json,
+        evals=lambda wildcards: lm_files("eval.csv", leakage_jobs(final_plan())),
     output:
         leakage=report(
             f"{REPORTS}/leakage.csv",

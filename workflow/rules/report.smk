@@ -16,10 +16,10 @@ rule write_plan:
 
 rule aggregate_lm:
     input:
-        plan=PLAN_JSON,
-        evals=lm_files("eval.csv"),
-        summaries=lm_files("summary.json"),
-        windows=lm_files("windows.csv"),
+        plan=final_plan_json,
+        evals=final_files(lm_files, "eval.csv", None),
+        summaries=final_files(lm_files, "summary.json", None),
+        windows=final_files(lm_files, "windows.csv", None),
     output:
         lm=report(
             f"{REPORTS}/lm_results.csv",
@@ -39,8 +39,8 @@ rule aggregate_lm:
 
 rule aggregate_sink:
     input:
-        plan=PLAN_JSON,
-        sinks=attention_files("sink.csv"),
+        plan=final_plan_json,
+        sinks=final_files(attention_files, "sink.csv"),
     output:
         sink=f"{REPORTS}/sink.csv",
     localrule: True
@@ -80,8 +80,8 @@ rule aggregate_timing:
 
 rule aggregate_che:
     input:
-        plan=PLAN_JSON,
-        cells=che_files(),
+        plan=final_plan_json,
+        cells=final_files(che_files),
     output:
         che=report(
             f"{REPORTS}/che_results.csv",
@@ -269,6 +269,7 @@ rule claims:
         unpack(
             lambda wildcards: report_inputs(wildcards)
             | ({"windows": f"{REPORTS}/lm_windows.csv"} if PLAN.lm_jobs() else {})
+            | ({"design": DESIGN_JSON} if DESIGN else {})  # the verdicts read the fresh seeds only
         ),
     output:
         markdown=report(f"{REPORTS}/claims.md", caption="../report/claims.rst", category="Claims"),

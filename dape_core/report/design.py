@@ -1,0 +1,228 @@
+"""The design stage: a pilot chooses the fresh seeds that decide the claims, it never decides them.
+
+A configuration with a ``design`` block runs its families as written (the *pilot*), then this module reads the
+pilot's per-job results and sizes, per claim, the fresh seeds per method that would decide it alone at the
+pilot's effects and noise (:func:`~dape_core.report.claims.evaluate_claims` with ``fresh``: the seeds-to-decide
+arithmetic of :func:`~dape_core.report.intervals.seeds_to_decide` at 80 % power, n from 2 with ν = n − 1). Each
+claim's fresh seeds are priced from the pilot's own measured job-seconds (Snakemake's benchmark of every training,
+evaluation, attention-map and CHE job: the median over the pilot's seeds of a run's jobs, × the job's threads,
+spread over ``design.cores``), and the claims are kept cheapest first — the claim whose *extra* cost, given the
+seeds already chosen for others, is the smallest — while the total fits ``design.budget_minutes``. The chosen
+claims' runs (LM runs or CHE cells) get fresh seeds ``fresh_seeds_from``, ``fresh_seeds_from + 1``, … — the same
+numbers on every run, so that runs of one setting pair by seed — and the verdicts come from those fresh seeds
+only (:func:`fresh_only`): no seed both chose a comparison and decides it, so the pilot needs no sequential
+correction. The same pilot results give the same design (nothing random, ties broken by the claims' order).
+
+The timing claim is not a claim of seeds (its interval comes from interleaved rounds of its own run): the design
+leaves it to its run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dape_core.errors import ConfigError
+from dape_core.report.intervals import CONFIRMED, NOT_RUN, REFUTED, UNDECIDED
+
+VERSION = 1
+#: rules whose pilot jobs price one more seed of an LM run, and of a CHE cell
+LM_JOB_RULES = ("train", "evaluate", "attention")
+NOT_SEEDED = "timing_overhead_shrinks"  # its interval resamples interleaved rounds of its own run
+
+
+@dataclass(frozen=True)
+class DesignSettings:
+    """The ``design`` block of a configuration (workflow/schemas/config.schema.yaml)."""
+
+    budget_minutes: float
+    fresh_seeds_from: int = 100
+    max_seeds: int = 8
+    cores: int = 2
+
+    @classmethod
+    def of(cls, block: dict) -> "DesignSettings":
+        return cls(float(block["budget_minutes"]), int(block["fresh_seeds_from"]), int(block["max_seeds"]),
+                   int(block["cores"]))
+
+
+# ------------------------------------------------------------------------------------------------ prices
+def benchmark_seconds(path: str | Path) -> float | None:
+    """The wall seconds Snakemake's benchmark file records for one job (column ``s``); None, with one line
+    naming the file, when it is missing or damaged (the job is then priced at its kind's median)."""
+    try:
+        frame = pd.read_csv(path, sep="\t")
+        value = float(frame["s"].iloc[0])
+        if len(frame) != 1 or not math.isfinite(value) or value < 0:
+            raise ValueError(f"{len(frame)} rows, s = {value}")
+        return value
+    except Exception as err:  # noqa: BLE001 - any damage: named, the job priced at its kind's median
+        print(f"dape design: {path}: not a job's benchmark ({type(err).__name__}: {err}); priced at its kind's "
+              "median", flush=True)
+        return None
+
+
+def _job_of(path: Path) -> tuple[str, str, str] | None:
+    """(kind, unit, seed) of ``logs/lm/{run}/seed{seed}/{train|evaluate|attention-L…}.benchmark.tsv`` or
+    ``logs/che/{cell}/seed{seed}.benchmark.tsv``."""
+    stem = path.name.removesuffix(".benchmark.tsv")
+    if path.parent.name.startswith("seed") and path.parent.parent.parent.name == "lm":
+        kind = "attention" if stem.startswith("attention-L") else stem
+        return (kind, path.parent.parent.name, path.parent.name) if kind in LM_JOB_RULES else None
+    if path.parent.parent.name == "che" and stem.startswith("seed"):
+        return "che", path.parent.name, stem
+    return None
+
+
+def unit_prices(benchmarks: list[str], threads: dict[str, int]) -> dict[str, float]:
+    """CPU-seconds of one more seed of each LM run (training, evaluation and its attention maps) or CHE cell: per
+    job the median over the pilot's seeds of its wall seconds × the rule's threads (``threads``: train, evaluate,
+    attention, che); a job whose benchmark is damaged is priced at the median of its kind."""
+    seconds: dict[tuple[str, str], dict[str, list[float]]] = {}
+    by_kind: dict[str, list[float]] = {}
+    missing = []
+    for path in sorted(benchmarks):
+        job = _job_of(Path(path))
+        if job is None:
+            continue
+        kind, unit, seed = job
+        value = benchmark_seconds(path)
+        key = (kind, unit)
+        if value is None:
+            missing.append((key, path))
+            continue
+        cpu = value * threads.get(kind, 1)
+        seconds.setdefault(key, {}).setdefault(path, []).append(cpu)
+        by_kind.setdefault(kind, []).append(cpu)
+    for (kind, unit), path in missing:
+        if by_kind.get(kind):
+            seconds.setdefault((kind, unit), {})[path] = [float(np.median(by_kind[kind]))]
+    prices: dict[str, float] = {}
+    for (kind, unit), jobs in seconds.items():
+        # one job per (seed, length): the median over seeds of each length's job, summed over lengths
+        per_length: dict[str, list[float]] = {}
+        for path, values in jobs.items():
+            per_length.setdefault(Path(path).name, []).extend(values)
+        prices[unit] = prices.get(unit, 0.0) + sum(float(np.median(v)) for v in per_length.values())
+    return prices
+
+
+# ------------------------------------------------------------------------------------------------ the design
+def choose(pilot: pd.DataFrame, prices: dict[str, float], settings: DesignSettings) -> dict:
+    """The design from the pilot's claims (``pilot``: :func:`evaluate_claims` with ``fresh``) and the price of one
+    more seed of each run or cell: the claims kept cheapest first while the budget holds, the fresh seeds of each
+    run or cell, and for every claim left out why (no affordable or no finite seed count, over the budget, no
+    price) with what it would need."""
+    budget = settings.budget_minutes * 60 * settings.cores  # CPU-seconds
+    seeds: dict[str, int] = {}
+    candidates, left = [], []
+    for order, r in enumerate(pilot.to_dict("records")):
+        claim, n, runs = r["claim_id"], r.get("fresh_seeds"), list(r.get("fresh_runs") or [])
+        base = {"claim_id": claim, "pilot_verdict": r["verdict"], "fresh_text": r.get("fresh_text") or ""}
+        if claim == NOT_SEEDED:
+            left.append({**base, "why": "not a claim of seeds: read on its own run's interleaved rounds"})
+        elif r["verdict"] == NOT_RUN:
+            left.append({**base, "why": "the pilot has no rows for it"})
+        elif n is None or (isinstance(n, float) and not math.isfinite(n)):
+            left.append({**base, "why": f"no number of fresh seeds decides it at the pilot's effects: "
+                                        f"{r.get('fresh_text') or 'unknown'}"})
+        elif int(n) > settings.max_seeds:
+            left.append({**base, "seeds": int(n), "why": f"needs {int(n)} fresh seeds per method, more than "
+                                                        f"design.max_seeds = {settings.max_seeds}"})
+        elif not runs or any(u not in prices for u in runs):
+            unpriced = sorted(u for u in runs if u not in prices) or ["its runs"]
+            left.append({**base, "seeds": int(n), "why": f"no pilot job-seconds for {', '.join(unpriced)}"})
+        else:
+            candidates.append((order, {**base, "seeds": int(n), "runs": sorted(runs)}))
+
+    def extra(c: dict) -> float:
+        return sum(max(0, c["seeds"] - seeds.get(u, 0)) * prices[u] for u in c["runs"])
+
+    chosen, spent = [], 0.0
+    while candidates:
+        order, best = min(candidates, key=lambda oc: (extra(oc[1]), oc[0]))
+        cost = extra(best)
+        if spent + cost > budget:
+            break
+        candidates.remove((order, best))
+        for u in best["runs"]:
+            seeds[u] = max(seeds.get(u, 0), best["seeds"])
+        spent += cost
+        chosen.append({**best, "extra_minutes": round(cost / settings.cores / 60, 2)})
+    for _, c in sorted(candidates, key=lambda oc: oc[0]):
+        alone = sum(c["seeds"] * prices[u] for u in c["runs"])
+        left.append({**c, "minutes": round(alone / settings.cores / 60, 1),
+                     "why": f"over the budget: would need {c['seeds']} fresh seeds per method ≈ "
+                            f"{extra(c) / settings.cores / 60:.1f} min more"})
+    start = settings.fresh_seeds_from
+    fresh = {u: list(range(start, start + n)) for u, n in sorted(seeds.items())}
+    return {"version": VERSION, "budget_minutes": settings.budget_minutes, "cores": settings.cores,
+            "max_seeds": settings.max_seeds, "fresh_seeds_from": start,
+            "minutes": round(spent / settings.cores / 60, 2), "chosen": chosen,
+            "left": sorted(left, key=lambda c: list(pilot["claim_id"]).index(c["claim_id"])),
+            "fresh": fresh, "prices_cpu_s": {u: round(p, 2) for u, p in sorted(prices.items())},
+            "pilot": {r["claim_id"]: r["verdict"] for r in pilot.to_dict("records")}}
+
+
+def design_lines(design: dict) -> list[str]:
+    """The design in a few lines (the console, design.md and claims.md)."""
+    chosen = design["chosen"]
+    out = [f"Design: {len(chosen)} claims get fresh seeds (from {design['fresh_seeds_from']}) in ≈ "
+           f"{design['minutes']:.1f} of {design['budget_minutes']:g} min on {design['cores']} cores, priced from "
+           "the pilot's measured job-seconds; the pilot chose them and decides none (verdicts from the fresh seeds "
+           "only)."]
+    for c in chosen:
+        out.append(f"- seeds chosen: `{c['claim_id']}` {c['seeds']} per method on {len(c['runs'])} runs "
+                   f"(+{c['extra_minutes']:.1f} min; pilot {c['pilot_verdict']}; {c['fresh_text']})")
+    for c in design["left"]:
+        out.append(f"- left undecided: `{c['claim_id']}`: {c['why']} (pilot {c['pilot_verdict']})")
+    return out
+
+
+def read_design(path: str | Path) -> dict:
+    """A design.json, verified (its seal, its version, its keys)."""
+    from dape_core import artefacts
+
+    design = artefacts.read_json(path, DESIGN)
+    if design.get("version") != VERSION:
+        raise ConfigError(f"{path}: design version {design.get('version')!r}; allowed values: {VERSION} (rerun the "
+                          "design rule)")
+    return design
+
+
+def fresh_only(frame: pd.DataFrame | None, design: dict) -> pd.DataFrame | None:
+    """The rows of the fresh seeds alone (seed ≥ ``fresh_seeds_from``): what the verdicts read."""
+    if frame is None or "seed" not in frame:
+        return frame
+    return frame[pd.to_numeric(frame["seed"], errors="coerce") >= design["fresh_seeds_from"]].reset_index(drop=True)
+
+
+def annotate(verdicts: pd.DataFrame, design: dict) -> pd.DataFrame:
+    """Claims on the fresh seeds, with the design's word: a claim the design left out and no fresh seed
+    reaches is UNDECIDED (the pilot ran it; no verdict comes from the pilot), saying why."""
+    left = {c["claim_id"]: c for c in design["left"]}
+    out = verdicts.copy()
+    out["design"] = [("fresh seeds chosen" if cid in {c["claim_id"] for c in design["chosen"]}
+                      else f"left undecided: {left[cid]['why']}" if cid in left else "")
+                     for cid in out["claim_id"]]
+    lost = out["claim_id"].isin(left) & (out["verdict"] == NOT_RUN) & out["claim_id"].map(
+        lambda c: design["pilot"].get(c, NOT_RUN) != NOT_RUN)
+    out.loc[lost, "verdict"] = UNDECIDED
+    out.loc[lost, "summary"] = "the pilot ran it; " + out.loc[lost, "design"]
+    return out
+
+
+def _design_kind():
+    from dape_core import artefacts
+
+    return artefacts.Kind("seed design (rule design)", "design",
+                          keys=("version", "fresh_seeds_from", "chosen", "left", "fresh", "pilot"))
+
+
+DESIGN = _design_kind()
+__all__ = ["CONFIRMED", "DESIGN", "DesignSettings", "REFUTED", "annotate", "choose", "design_lines", "fresh_only",
+           "read_design", "unit_prices"]

@@ -1,0 +1,170 @@
+"""The design stage (dape_core/report/design.py): the pilot's claims sized for fresh seeds, priced by its jobs'
+measured seconds, the cheapest kept within the budget, the plan extended by the fresh seeds, and the verdicts read
+on the fresh seeds alone; then the DAG: the pilot and the checkpoint in a dry run, a real run through it."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+from dape_core.config import build_plan, load_yaml
+from dape_core.errors import ConfigError
+from dape_core.report import design
+from dape_core.report.claims import CONFIRMED, NOT_RUN, UNDECIDED, evaluate_claims
+from dape_core.report.intervals import Interval, seeds_to_decide
+from test_claims import frame, runs
+from workflow_fixture import CONFIGS, job_counts, snakemake
+
+SETTINGS = design.DesignSettings(budget_minutes=10, fresh_seeds_from=100, max_seeds=8, cores=2)
+
+
+def pilot(*rows):
+    """A pilot's claims: (claim_id, verdict, fresh seeds, runs)."""
+    return pd.DataFrame([{"claim_id": c, "verdict": v, "fresh_seeds": n, "fresh_text": f"{n} (towards CONFIRMED)",
+                          "fresh_runs": r} for c, v, n, r in rows])
+
+
+def test_fresh_seeds_are_sized_for_a_new_sample_decided_or_not():
+    iv = Interval(estimate=0.05, low=0.01, high=0.09, n_seeds=6, n_rows=6, basis="paired t", unit_sd=0.03)
+    rule = dict(side=1, confirm=0.005, refute=0.0)
+    more, _ = seeds_to_decide(iv, **rule)
+    fresh, text = seeds_to_decide(iv, **rule, fresh=True)
+    assert more >= 7 and 2 <= fresh < more and "towards CONFIRMED" in text  # n from 2, not from the pilot's 6
+
+
+def test_a_decided_pilot_claim_still_gets_its_fresh_seeds():
+    lm = frame(runs("central", "Kerple", {1: [10.0, 10.1, 9.9], 2: [10.5, 10.6, 10.4]}),
+               runs("central", "DAPE1x3-Kerple", {1: [8.0, 8.1, 7.9], 2: [8.5, 8.6, 8.4]}))
+    plain = evaluate_claims(lm, claim_ids=["dape1x3_best_within"]).iloc[0]
+    sized = evaluate_claims(lm, claim_ids=["dape1x3_best_within"], fresh=True).iloc[0]
+    assert plain["verdict"] == sized["verdict"] == CONFIRMED and "fresh_seeds" not in plain
+    assert sized["fresh_seeds"] >= 2 and sorted(sized["fresh_runs"]) == sorted(set(lm["run"]))
+
+
+def test_the_cheapest_claims_are_kept_while_the_budget_holds_and_shared_runs_are_paid_once():
+    prices = {"a": 60.0, "b": 60.0, "c": 600.0}  # CPU-seconds of one seed
+    claims = pilot(("first", UNDECIDED, 4, ["a", "b"]), ("second", CONFIRMED, 3, ["a"]),
+                   ("dear", UNDECIDED, 4, ["a", "c"]), ("never", UNDECIDED, None, []))
+    out = design.choose(claims, prices, SETTINGS)  # budget 10 min × 2 cores = 1200 CPU-s
+    assert [c["claim_id"] for c in out["chosen"]] == ["second", "first"]  # 180 s, then 2 × 60 + 60 more
+    assert out["fresh"] == {"a": [100, 101, 102, 103], "b": [100, 101, 102, 103]}
+    assert out["minutes"] == pytest.approx(480 / 2 / 60)
+    left = {c["claim_id"]: c["why"] for c in out["left"]}
+    assert left["dear"].startswith("over the budget: would need 4 fresh seeds") and "20.0 min" in left["dear"]
+    assert left["never"].startswith("no number of fresh seeds decides it")
+    assert design.choose(claims, prices, SETTINGS) == out  # the same pilot gives the same design
+
+
+def test_claims_beyond_max_seeds_unpriced_or_of_timing_are_left_with_why():
+    claims = pilot(("many", UNDECIDED, 9, ["a"]), ("unpriced", UNDECIDED, 2, ["z"]),
+                   ("timing_overhead_shrinks", UNDECIDED, None, []), ("absent", NOT_RUN, None, []))
+    out = design.choose(claims, {"a": 1.0}, SETTINGS)
+    why = {c["claim_id"]: c["why"] for c in out["left"]}
+    assert not out["chosen"] and "more than design.max_seeds = 8" in why["many"]
+    assert "no pilot job-seconds for z" in why["unpriced"] and "interleaved rounds" in why["timing_overhead_shrinks"]
+    assert why["absent"] == "the pilot has no rows for it"
+
+
+def test_prices_are_the_median_job_seconds_times_threads_and_a_damaged_benchmark_is_named(tmp_path, capsys):
+    paths = []
+    for seed, (train, evaluate) in enumerate([(10.0, 2.0), (14.0, 4.0), (12.0, 3.0)]):
+        for job, seconds in (("train", train), ("evaluate", evaluate)):
+            path = tmp_path / f"logs/lm/run-a/seed{seed}/{job}.benchmark.tsv"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"s\th:m:s\tmax_rss\n{seconds}\t0:00:10\t100\n")
+            paths.append(str(path))
+    cell = tmp_path / "logs/che/task-x/seed0.benchmark.tsv"
+    cell.parent.mkdir(parents=True)
+    cell.write_text("s\th:m:s\n")  # cut: no row
+    prices = design.unit_prices(paths + [str(cell)], {"train": 2, "evaluate": 1, "che": 1})
+    assert prices == {"run-a": pytest.approx(2 * 12.0 + 3.0)}
+    assert f"{cell}: not a job's benchmark" in capsys.readouterr().out
+
+
+def test_the_plan_gets_the_fresh_seeds_in_every_family_of_a_run():
+    plan = build_plan(load_yaml(CONFIGS["smoke"]))
+    run = next(r for r, spec in plan.lm_runs.items() if spec["attention_seeds"])
+    cell = next(iter(plan.che_cells))
+    designed = plan.with_design({run: [100, 101], cell: [100]})
+    assert designed.lm_runs[run]["seeds"] == sorted({*plan.lm_runs[run]["seeds"], 100, 101})
+    assert {(r, s) for r, s, _ in designed.attention_jobs()} >= {(run, 100), (run, 101)}
+    families = {m["family"] for m in plan.lm_members if m["run"] == run}
+    assert {m["family"] for m in designed.lm_members if m["run"] == run and m["seed"] == 100} == families
+    assert (cell, 100) in designed.che_jobs() and plan.lm_runs[run]["seeds"] != designed.lm_runs[run]["seeds"]
+    with pytest.raises(ConfigError, match="design: 'nope' is neither"):
+        plan.with_design({"nope": [100]})
+
+
+def test_fresh_seeds_must_lie_above_the_pilots():
+    config = load_yaml(CONFIGS["smoke"])
+    config["families"].pop("hf_finetune")
+    config["design"] = {"budget_minutes": 5, "fresh_seeds_from": 1}
+    with pytest.raises(ConfigError, match=r"design.fresh_seeds_from: 1 is not allowed; allowed values: an integer "
+                                          r"above every seed"):
+        build_plan(config)
+
+
+def test_verdicts_read_the_fresh_seeds_only_and_say_the_design():
+    chosen = {"fresh_seeds_from": 100, "chosen": [{"claim_id": "dape1x3_best_within"}],
+              "left": [{"claim_id": "leakage_collapse", "why": "over the budget"}],
+              "pilot": {"dape1x3_best_within": UNDECIDED, "leakage_collapse": UNDECIDED}}
+    pilot_rows = frame(runs("central", "Kerple", {1: 10.0}, seeds=(0, 1)),
+                       runs("central", "DAPE1x3-Kerple", {1: 12.0}, seeds=(0, 1)))  # the pilot: the other way
+    fresh_rows = frame(runs("central", "Kerple", {1: [10.0, 10.1, 9.9]}, seeds=(100, 101, 102)),
+                       runs("central", "DAPE1x3-Kerple", {1: [8.0, 8.1, 7.9]}, seeds=(100, 101, 102)))
+    lm = design.fresh_only(frame(pilot_rows, fresh_rows), chosen)
+    assert sorted(set(lm["seed"])) == [100, 101, 102]
+    verdicts = design.annotate(evaluate_claims(lm, claim_ids=["dape1x3_best_within", "leakage_collapse"]), chosen)
+    by_claim = verdicts.set_index("claim_id")
+    assert by_claim.loc["dape1x3_best_within", "verdict"] == CONFIRMED
+    assert by_claim.loc["leakage_collapse", "verdict"] == UNDECIDED  # run by the pilot, not decided by it
+    assert by_claim.loc["leakage_collapse", "design"] == "left undecided: over the budget"
+
+
+# ------------------------------------------------------------------------------------------------ the DAG
+def design_config(tmp_path, budget=3.0):
+    """The smoke configuration as a design's pilot: two seeds of the central comparison, the leakage and CHE."""
+    config = yaml.safe_load(CONFIGS["smoke"].read_text())
+    for family in ("divergence", "hf_finetune", "forward_time"):
+        config["families"].pop(family)
+    config["defaults"].pop("finetune")
+    for family in ("baselines", "leakage", "che"):
+        config["families"][family]["seeds"] = [0, 1]
+    config["design"] = {"budget_minutes": budget, "max_seeds": 4}
+    path = tmp_path / "design.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def test_a_dry_run_shows_the_pilot_and_the_design_checkpoint_and_no_fresh_job(tmp_path):
+    result = snakemake(tmp_path, design_config(tmp_path), "-n", "--cores", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = job_counts(result.stdout)
+    plan = build_plan(load_yaml(design_config(tmp_path)))
+    assert counts["design"] == 1 and counts["train_lm"] == len(plan.train_jobs())
+    assert "checkpoint jobs" in result.stdout and "seed100" not in result.stdout
+
+
+def test_a_design_run_trains_the_fresh_seeds_it_chose_and_decides_on_them_alone(tmp_path):
+    config = design_config(tmp_path)
+    result = snakemake(tmp_path, config, "--cores", "2")
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    reports = tmp_path / "reports" / "design"
+    chosen = design.read_design(reports / "design.json")
+    assert "Design:" in result.stdout and "# Design" in (reports / "design.md").read_text()
+    plan = build_plan(load_yaml(config))
+    trained = {(p.parent.parent.name, int(p.parent.name.removeprefix("seed")))
+               for p in (tmp_path / "results" / "lm").glob("*/seed*/model.pt")}
+    fresh = {(run, seed) for run, seeds in chosen["fresh"].items() if run in plan.lm_runs for seed in seeds}
+    assert trained == set(plan.train_jobs()) | fresh  # the pilot's jobs and exactly the fresh seeds chosen
+    claims = pd.read_csv(reports / "claims.csv").set_index("claim_id")
+    assert "## Design" in (reports / "claims.md").read_text()
+    for claim in chosen["chosen"]:
+        numbers = json.loads(claims.loc[claim["claim_id"], "numbers"])
+        seeds = {check.get("n_seeds") for check in numbers.values()} - {None}
+        assert seeds and max(seeds) <= claim["seeds"]  # read on the fresh seeds (at most the chosen number)
+    again = snakemake(tmp_path, config, "-n", "--cores", "2")
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
