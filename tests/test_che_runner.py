@@ -8,6 +8,7 @@ import torch
 
 from dape_core import cli
 from dape_core.artefacts import verify_hash
+from dape_core.che.tasks import check_positions
 from dape_core.che.runner import (
     CHESettings,
     aggregate_cells,
@@ -39,8 +40,8 @@ def test_randomized_positions_are_sorted_distinct_and_bounded():
 
 
 def test_settings_reject_bad_values_naming_the_field():
-    with pytest.raises(ConfigError, match="max_position"):  # duplicate_string at N = 500 needs 1500 positions
-        CHESettings(task="duplicate_string", max_position=1024)
+    with pytest.raises(ConfigError, match="max_position: 1024 is not allowed; allowed values: ≥ 1500"):
+        check_positions(CHESettings(task="duplicate_string", max_position=1024))  # N = 500 needs 1500 positions
     with pytest.raises(ConfigError, match="eval_max_len"):
         CHESettings(eval_min_len=41, eval_max_len=40)
     with pytest.raises(ConfigError, match="processor"):

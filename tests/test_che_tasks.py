@@ -223,3 +223,25 @@ def test_sampling_is_deterministic_for_a_generator_state(name):
             np.testing.assert_array_equal(a, b)
     a, b = task.sample(64, 40, np.random.default_rng(11))[0], task.sample(64, 40, np.random.default_rng(12))[0]
     assert not np.array_equal(a, b)
+
+
+def test_the_settings_name_exactly_the_registered_tasks():
+    """dape_core.settings.che lists the task names itself (the settings layer imports nothing above it)."""
+    from dape_core.che.tasks import TASKS
+    from dape_core.settings.che import TASK_NAMES
+
+    assert TASK_NAMES == tuple(TASKS)
+
+
+def test_the_settings_layer_imports_no_module_above_it():
+    """dape_core.settings imports only itself, dape_core.errors and dape_core.encoding_facts (no data, che, model
+    or config module)."""
+    import ast
+    from pathlib import Path
+
+    allowed = ("dape_core.settings", "dape_core.errors", "dape_core.encoding_facts")
+    for path in (Path(__file__).resolve().parents[1] / "dape_core" / "settings").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("dape_core"):
+                assert node.module.startswith(allowed) or node.module == "dape_core" and all(
+                    a.name in ("settings", "errors") for a in node.names), (path.name, node.module)

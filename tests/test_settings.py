@@ -147,7 +147,7 @@ def test_dape_tokenize_options_are_the_corpus_settings():
     import argparse
 
     from dape_core.data import add_arguments
-    from dape_core.data.settings import TokenizeSettings
+    from dape_core.settings.corpus import TokenizeSettings
     from dape_core.settings import defaults
 
     parser = argparse.ArgumentParser()

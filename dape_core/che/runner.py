@@ -15,6 +15,7 @@ accuracy over ``eval_min_len``…``eval_max_len`` (the number reported in Table 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 
@@ -24,12 +25,13 @@ import torch
 import torch.nn.functional as F
 
 from dape_core import io, settings as fields
-from dape_core.che.tasks import Task, get_task
+from dape_core.che.tasks import Task, check_positions, get_task
 from dape_core.errors import require_choice
 from dape_core.methods import method_label
 from dape_core.model import Encoder
 from dape_core.positions import draw_positions as sorted_random_positions
 from dape_core.settings.che import NOT_CHE_OPTIONS, CHESettings
+from dape_core.settings.model import EncoderConfig
 
 AGGREGATIONS = ("max", "mean")
 COLUMNS = ["task", "encoding", "processor", "kernel_size", "dape_width", "method", "seed", "lr", "steps", "length",
@@ -97,13 +99,24 @@ def evaluate_length(settings: CHESettings, model: Encoder, length: int, rng: np.
     return float(torch.cat(accuracies).mean())
 
 
+def encoder_config(settings: CHESettings) -> EncoderConfig:
+    """The che-spec encoder of one cell: its task's vocabularies, the cell's shape and attention settings."""
+    task = get_task(settings.task)
+    return EncoderConfig(
+        input_vocab=task.input_size, output_vocab=task.output_size, n_layer=settings.n_layer, d_model=settings.d_model,
+        n_head=settings.n_head, d_ff=settings.d_ff, dropout=settings.dropout, train_len=settings.train_max_len,
+        **dataclasses.asdict(settings.attention_settings()),
+    )  # fmt: skip
+
+
 def run_cell(settings: CHESettings) -> pd.DataFrame:
     """Train one model and evaluate it at every length; returns the CSV's rows (see the module docstring)."""
+    check_positions(settings)
     torch.set_num_threads(settings.threads)
     torch.manual_seed(settings.seed)
     train_rng, eval_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(settings.seed).spawn(2))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = Encoder(settings.encoder_config()).to(device)
+    model = Encoder(encoder_config(settings)).to(device)
     train(settings, model, train_rng, device)
     accuracy = {n: evaluate_length(settings, model, n, eval_rng, device) for n in settings.eval_lengths}
 

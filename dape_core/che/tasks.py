@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from dape_core.errors import require_choice
+from dape_core.errors import ConfigError, require_choice
 
 from dape_core.che.expressions import (INVERSE_MOD5, MODULUS, ExpressionSymbols, evaluate_bracket_expressions,
                                        evaluate_sum_of_products, sample_bracket_expressions)
@@ -94,6 +94,16 @@ def get_task(name: str) -> Task:
     """The registered task called ``name``; a ConfigError names the field ``task`` and the allowed values."""
     require_choice("task", name, TASKS)
     return TASKS[name]
+
+
+def check_positions(settings) -> None:
+    """With randomised positions (Ruoss et al., 2023) a CHESettings' ``max_position`` covers the input plus query
+    tokens at its longest length; a ConfigError names ``max_position`` and the allowed values."""
+    task = get_task(settings.task)
+    longest = max(n + task.output_length(n) for n in (settings.train_max_len, settings.eval_max_len))
+    if settings.randomized_positions and longest > settings.max_position:
+        raise ConfigError(f"max_position: {settings.max_position} is not allowed; allowed values: ≥ {longest} "
+                          "(input plus query tokens at the longest length)")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -142,9 +142,10 @@ def check_timing_run(s: dict, where: str) -> None:
 
 def check_che_run(s: dict, where: str) -> None:
     """One CHE cell: CHESettings accepts it (task, attention settings, shape and protocol)."""
+    from dape_core.che.tasks import check_positions
     from dape_core.settings.che import CHESettings
 
-    checked(where, lambda: CHESettings(**_only(s, CHESettings)))
+    checked(where, lambda: check_positions(CHESettings(**_only(s, CHESettings))))
 
 
 # ----------------------------------------------------------------------------------------------- extras

@@ -99,7 +99,7 @@ def select(values: dict, names: Iterable[str]) -> CliOptions:
 # ----------------------------------------------------------------------------------------------- groups
 def _groups():
     """Field names of every group, read off the (torch-free) settings dataclasses."""
-    from dape_core.data.settings import TokenizeSettings
+    from dape_core.settings.corpus import TokenizeSettings
     from dape_core.settings import AttentionSettings, field_names
     from dape_core.settings.che import NOT_CHE_OPTIONS, CHESettings
     from dape_core.settings.evaluation import EvalSettings

@@ -68,7 +68,7 @@ SETTINGS_BLOCKS = {
                           "dape_core.settings.training:TrainSettings"),
     "timing_settings": ("dape_core.settings.timing:TimingSettings",),
     "che_settings": ("dape_core.settings.che:CHESettings",),
-    "dataset": ("dape_core.data.settings:TokenizeSettings",),
+    "dataset": ("dape_core.settings.corpus:TokenizeSettings",),
 }
 JSON_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean", dict: "object", list: "array",
               tuple: "array", type(None): "null"}

@@ -41,7 +41,7 @@ import numpy as np
 from dape_core.data.corpora import (  # noqa: F401 (the stage's names, importable from dape_core.data)
     BATCH_DOCUMENTS, EXCLUDED_DIR_NAMES, TEST_DIR_NAMES, HubUnavailableError, builtin_documents, corpus_sha256,
     iter_texts, load_corpus, module_docstrings, pydoc_topics, split_documents, stdlib_source_files)
-from dape_core.data.settings import (  # noqa: F401
+from dape_core.settings.corpus import (  # noqa: F401
     DATASET_VALUES, SOURCES, TOKENIZER_FILE_VALUES, TOKENIZERS, TokenizeSettings, local_builder)
 from dape_core.data.token_files import (  # noqa: F401
     META_FORMAT, SPLITS, TokenSplit, length_histogram, load_split, load_tokenizer, read_meta, verify_token_file,

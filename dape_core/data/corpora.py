@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from dape_core.data.settings import TokenizeSettings, local_builder
+from dape_core.settings.corpus import TokenizeSettings, local_builder
 from dape_core.errors import ConfigError
 from dape_core.io import file_sha256
 

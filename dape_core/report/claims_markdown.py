@@ -71,12 +71,17 @@ def family_line(df: pd.DataFrame) -> str:
     evaluated = int((df["verdict"] != NOT_RUN).sum())
     decided = int(df["verdict"].isin([CONFIRMED, REFUTED]).sum())
     alpha = 1 - LEVEL
-    return (f"Read together: each of the {evaluated} evaluated claims decides two identical methods at most "
+    line = (f"Read together: each of the {evaluated} evaluated claims decides two identical methods at most "
             f"{alpha:.0%} of the time, so when no claim's effect is real up to {alpha * evaluated:.1f} false "
             f"decisions are expected among them (at least one with probability up to "
-            f"{1 - LEVEL ** evaluated:.0%} were they independent); {decided} are decided here. Each verdict holds at "
-            "its own 5 %, not for the family: a decided claim is evidence, the set of them is not a family-wise "
-            "guarantee.")
+            f"{1 - LEVEL ** evaluated:.0%} were they independent); {decided} are decided here, each at its own 5 %.")
+    if "holm_verdict" in df:
+        holm = int(df["holm_verdict"].isin([CONFIRMED, REFUTED]).sum())
+        line += (f" For the family: Holm's step-down across the {evaluated} (each claim's rule read with every "
+                 f"interval at 1 − 0.05/d, d = {evaluated}, {evaluated - 1}, … as claims are decided; the column "
+                 f"Holm and claims.csv's holm_verdict) keeps {holm} of the {decided} decided, with at most "
+                 f"{alpha:.0%} chance of any false decision among them.")
+    return line
 
 
 def _open_lines(df: pd.DataFrame) -> list[str]:
@@ -120,15 +125,18 @@ def claims_markdown(df: pd.DataFrame, paper: pd.DataFrame | None = None, rho: pd
            "setting, at each multiple (n = shared methods) and averaged over the multiples (see "
            "paper_comparison.md).", ""]
     out += _rho_lines(rho)
+    holm = "holm_verdict" in df
     out += ["## Verdicts", "",
-            "| claim | section | statement | verdict | basis | seed noise |" + extra + " numbers |",
-            "|---|---|---|---|---|---|" + ("---|" if extra else "") + "---|"]
+            "| claim | section | statement | verdict |" + (" Holm |" if holm else "") + " basis | seed noise |"
+            + extra + " numbers |",
+            "|---|---|---|---|" + ("---|" if holm else "") + "---|---|" + ("---|" if extra else "") + "---|"]
     for _, r in df.iterrows():
         star = " ★" if r["core"] else ""
         info = " (informational)" if r["informational"] else ""
         paper_cell = "" if on_paper is None else f" {on_paper.get(r['claim_id'], NOT_RUN)} |"
+        holm_cell = f" {r['holm_verdict']} |" if holm else ""
         out.append(f"| `{r['claim_id']}`{star} | {cell(r['section'])} | {cell(r['statement'])} | "
-                   f"**{r['verdict']}**{info} | {cell(r['basis']) or '–'} | {cell(r.get('seed_noise', '')) or '–'} |"
+                   f"**{r['verdict']}**{info} |{holm_cell} {cell(r['basis']) or '–'} | {cell(r.get('seed_noise', '')) or '–'} |"
                    f"{paper_cell} {cell(r['summary'])} |")
     out += _open_lines(df)
     out += ["## Rules", ""]

@@ -319,6 +319,7 @@ def write_claims(lm, timing, che, sink, out_md: str | Path, out_csv: str | Path,
     from dape_core.report import design as designs
     from dape_core.report.claims import claims_markdown, evaluate_claims, evaluate_claims_on_paper
     from dape_core.report.compare import setting_correlations
+    from dape_core.report.holm import holm_verdicts
 
     chosen = designs.read_design(design) if design else None
     if chosen is not None:
@@ -327,6 +328,9 @@ def write_claims(lm, timing, che, sink, out_md: str | Path, out_csv: str | Path,
                                utilisation=utilisation, timing_repeats=timing_repeats)
     if chosen is not None:
         verdicts = designs.annotate(verdicts, chosen)
+    holm = holm_verdicts(verdicts, lambda ids: evaluate_claims(
+        lm, timing=timing, che=che, sink=sink, windows=windows, timing_repeats=timing_repeats, claim_ids=ids))
+    verdicts["holm_verdict"] = holm.reindex(verdicts["claim_id"]).to_numpy()
     rho = setting_correlations(lm) if lm is not None and len(lm) else None
     io.write_text(out_md, claims_markdown(verdicts, paper=evaluate_claims_on_paper(), rho=rho,
                                           design=designs.design_lines(chosen) if chosen else None))

@@ -167,8 +167,30 @@ def own_noise(values: np.ndarray) -> SeedNoise | None:
     return SeedNoise(float(np.std(finite, ddof=1)), len(finite) - 1, OWN_SPREAD)
 
 
+#: f of :func:`family_level`: every interval read at 1 − 0.05 / f (1: the plain 95 %)
+_FAMILY = ContextVar("family_level", default=1.0)
+
+
+@contextmanager
+def family_level(divisor: float):
+    """Within it every interval is read at 1 − 0.05 / ``divisor`` — t-intervals, bootstrap percentiles and the
+    Bonferroni widenings of :func:`simultaneous` on top —, so a claim's rule, calibrated at 5 %, decides two
+    identical methods at most 5 % / ``divisor`` of the time: Holm's step-down across the claims
+    (:mod:`dape_core.report.holm`)."""
+    token = _FAMILY.set(max(1.0, float(divisor)))
+    try:
+        yield
+    finally:
+        _FAMILY.reset(token)
+
+
+def _level(comparisons: float = 1.0) -> float:
+    """The two-sided quantile of an interval read at 1 − 0.05 / (``comparisons`` × the family divisor)."""
+    return 1 - (1 - LEVEL) / (2 * max(1.0, comparisons) * _FAMILY.get())
+
+
 def _t_interval(estimate: float, se: float, df: float) -> tuple[float, float]:
-    half = t_quantile(df) * se
+    half = t_quantile(df, _level()) * se
     return estimate - half, estimate + half
 
 
@@ -261,7 +283,7 @@ def percentile(estimate: float, draws: np.ndarray, label: str, n: int, n_rows: i
                comparisons: float = 1) -> Interval:
     """The central percentile interval of bootstrap ``draws`` (conservative order statistics) at ``LEVEL``, or
     with ``comparisons`` m at the Bonferroni level 1 − 0.05 / m."""
-    alpha = (1 - LEVEL) / (2 * max(1.0, comparisons))
+    alpha = 1 - _level(comparisons)
     low = float(np.quantile(draws, alpha, method="lower"))
     high = float(np.quantile(draws, 1 - alpha, method="higher"))
     return Interval(estimate, low, high, label, n, n_rows, float(np.std(draws)) * math.sqrt(max(n, 1)),
@@ -294,7 +316,7 @@ def simultaneous(iv: Interval, comparisons: float) -> Interval:
     noise = iv.seed_noise
     if noise is None:
         return iv
-    scale = t_quantile(noise.df, 1 - (1 - LEVEL) / (2 * comparisons)) / t_quantile(noise.df)
+    scale = t_quantile(noise.df, _level(comparisons)) / t_quantile(noise.df, _level())
     return replace(iv, low=iv.estimate - (iv.estimate - iv.low) * scale,
                    high=iv.estimate + (iv.high - iv.estimate) * scale)
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
-from dape_core.che.tasks import TASKS, get_task
 from dape_core.errors import ConfigError, require_positive
 from dape_core.settings import fields
 from dape_core.settings.attention import AttentionSettings
 from dape_core.settings.fields import setting
-from dape_core.settings.model import EncoderConfig
+
+#: the 15 tasks of che-spec, as dape_core.che.tasks registers them (a test keeps the two equal; the settings layer
+#: imports nothing above it, so the task-dependent checks live in dape_core.che.tasks.check_positions)
+TASK_NAMES = ("even_pairs", "modular_arithmetic", "parity_check", "cycle_navigation", "stack_manipulation",
+              "reverse_string", "modular_arithmetic_brackets", "solve_equation", "duplicate_string",
+              "missing_duplicate", "odds_first", "binary_addition", "binary_multiplication", "compute_sqrt",
+              "bucket_sort")
 
 #: AttentionSettings fields that do not apply to the (non-causal) CHE encoder: it sees every key, so tril is off
 NOT_CHE_OPTIONS = ("tril",)
@@ -21,7 +25,7 @@ class CHESettings(AttentionSettings):
     """One run: the task, the attention settings, the model (che-spec: 5 layers, width 64, 8 heads, FFN 256,
     dropout 0.1) and the protocol (defaults: the reference benchmark's)."""
 
-    task: str = setting("even_pairs", choices=TASKS, help="one of the 15 CHE tasks")
+    task: str = setting("even_pairs", choices=TASK_NAMES, help="one of the 15 CHE tasks")
     n_layer: int = setting(5, help="encoder layers")
     d_model: int = setting(64, help="encoder width")
     n_head: int = setting(8, help="attention heads")
@@ -57,23 +61,9 @@ class CHESettings(AttentionSettings):
                 f"eval_max_len: {self.eval_max_len} is not allowed; "
                 f"allowed values: ≥ eval_min_len ({self.eval_min_len})"
             )
-        task = get_task(self.task)
-        longest = max(n + task.output_length(n) for n in (self.train_max_len, self.eval_max_len))
-        if self.randomized_positions and longest > self.max_position:
-            raise ConfigError(
-                f"max_position: {self.max_position} is not allowed; allowed values: ≥ {longest} "
-                f"(input plus query tokens at the longest length)"
-            )
 
     @property
     def eval_lengths(self) -> list[int]:
         """In-distribution lengths 1…train_max_len, then the out-of-distribution range."""
         return sorted({*range(1, self.train_max_len + 1), *range(self.eval_min_len, self.eval_max_len + 1)})
 
-    def encoder_config(self) -> EncoderConfig:
-        task = get_task(self.task)
-        return EncoderConfig(
-            input_vocab=task.input_size, output_vocab=task.output_size, n_layer=self.n_layer, d_model=self.d_model,
-            n_head=self.n_head, d_ff=self.d_ff, dropout=self.dropout, train_len=self.train_max_len,
-            **dataclasses.asdict(self.attention_settings()),
-        )  # fmt: skip

@@ -22,7 +22,7 @@ REFERENCE = ROOT / "docs" / "settings.md"
 
 def sections() -> list[tuple[str, str, type, tuple[str, ...]]]:
     """(title, where it is set, dataclass, fields left out) per block of the reference."""
-    from dape_core.data.settings import TokenizeSettings
+    from dape_core.settings.corpus import TokenizeSettings
     from dape_core.settings import AttentionSettings
     from dape_core.settings.che import CHESettings
     from dape_core.settings.evaluation import EvalSettings
