@@ -476,3 +476,30 @@ def test_a_fine_tune_family_without_transformers_says_how_to_install_it(monkeypa
         grid.require_extras(plan)
     grid.require_extras(plan, job_environments=True)  # --use-conda: envs/hf.yaml brings it
     grid.require_extras(grid.build_plan(grid.load_yaml(REPO / "config.yaml")))  # no fine-tunes: nothing needed
+
+
+def test_the_shipped_configurations_state_only_what_differs_and_resolved_prints_every_setting(capsys):
+    """Each shipped configuration's `defaults` gives only settings whose value differs from the settings' own
+    defaults (so a setting has one source), and `python -m dape_core.config CONFIG --resolved` prints every
+    setting as the runs get it, marked stated or default."""
+    import copy
+
+    from dape_core.config.__main__ import main
+    from dape_core.config.schema import load_yaml, validate_schema
+
+    minimal = {"datasets": {"x": {"source": "builtin-code"}}, "families": {"f": {"axes": {"method": ["Kerple"]}}},
+               "defaults": {"lm": {}, "timing": {}, "che": {}, "finetune": {"base_config": {"model_type": "llama"}}}}
+    defaults = validate_schema(copy.deepcopy(minimal))["defaults"]
+    root = Path(__file__).resolve().parents[1]
+    for path in [root / "config.yaml", *sorted((root / "configs").glob("*.yaml"))]:
+        def walk(stated, default, where):
+            for key, value in stated.items():
+                if isinstance(value, dict) and isinstance(default.get(key), dict) and key != "base_config":
+                    walk(value, default[key], f"{where}.{key}")
+                else:
+                    assert key not in default or value != default[key], f"{path.name}: {where}.{key} restates {value!r}"
+        for stage, block in load_yaml(path).get("defaults", {}).items():
+            walk(block, defaults[stage], f"defaults.{stage}")
+    assert main([str(root / "config.yaml"), "--resolved"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "defaults.lm.steps: 1200  (stated)" in lines and "defaults.lm.kernel_size: 1  (default)" in lines

@@ -168,3 +168,15 @@ def test_a_design_run_trains_the_fresh_seeds_it_chose_and_decides_on_them_alone(
         assert seeds and max(seeds) <= claim["seeds"]  # read on the fresh seeds (at most the chosen number)
     again = snakemake(tmp_path, config, "-n", "--cores", "2")
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_the_shifted_configuration_draws_fresh_seeds_the_original_never_used():
+    from dape_core.config.shift import shifted_config
+
+    config = load_yaml(CONFIGS["smoke"])
+    config["families"].pop("hf_finetune")
+    config["design"] = {"budget_minutes": 5}
+    shifted = shifted_config(config)
+    original, moved = build_plan(config).config["design"], shifted["design"]
+    assert moved["fresh_seeds_from"] >= original["fresh_seeds_from"] + original["max_seeds"]
+    build_plan(shifted)  # above the shifted pilot's seeds too

@@ -1,7 +1,9 @@
 """``python -m dape_core.config CONFIG``: validate, then print jobs per family with their training GPU-hours and
 the bound that decides them (flops, dispatch or measured), the estimate (per training shape, with a calibration
 CSV: measured, scaled from a measured shape, or the FLOP estimate) and, with ``resources.train_lm.gpu_mem_gb``,
-the micro-batch each training shape runs in on one GPU (the memory model, which also stops a run that cannot fit)."""
+the micro-batch each training shape runs in on one GPU (the memory model, which also stops a run that cannot fit).
+``--resolved``: every setting of ``defaults`` as the runs get it, each marked "stated" (the configuration gives it)
+or "default" (the settings' own default, the paper's value), instead of the jobs."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from dape_core.errors import ConfigError
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dape_core.config", description=__doc__)
     parser.add_argument("config", nargs="+", help="configuration file(s); later ones override earlier keys")
+    parser.add_argument("--resolved", action="store_true", help="print every setting of `defaults` as resolved, "
+                        "stated by the configuration or the settings' default")
     args = parser.parse_args(argv)
     config: dict = {}
     for path in args.config:
@@ -28,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"configuration error: {err}", file=sys.stderr)
         return 2
+    if args.resolved:
+        print("\n".join(resolved_lines(config, plan.config)))
+        return 0
     for family, counts in plan.job_counts().items():
         spec = plan.families[family]
         role = f" ({spec['role']})" if spec.get("role") else ""
@@ -39,6 +46,23 @@ def main(argv: list[str] | None = None) -> int:
     if plan.memory:
         print("\n".join(micro_batch_lines(plan)))
     return 0
+
+
+def resolved_lines(stated: dict, resolved: dict) -> list[str]:
+    """``defaults.<stage>.<setting>: value  (stated | default)`` for every setting of the resolved ``defaults``."""
+    out = []
+
+    def walk(values: dict, given: dict | None, prefix: str) -> None:
+        for key, value in values.items():
+            inner = given.get(key) if isinstance(given, dict) else None
+            if isinstance(value, dict) and value and key not in ("base_config",):
+                walk(value, inner if isinstance(inner, dict) else {}, f"{prefix}.{key}")
+            else:
+                mark = "stated" if isinstance(given, dict) and key in given else "default"
+                out.append(f"{prefix}.{key}: {value!r}  ({mark})")
+
+    walk(resolved["defaults"], stated.get("defaults", {}), "defaults")
+    return out
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ code — whose verdicts ``reports/robustness.md`` sets beside the original's.
 From the ``robustness`` block (workflow/schemas/config.schema.yaml):
 
 - ``seed_shift``: added to every seed list (each family's ``seeds``, each of its ``grids``' ``seeds``), so every
-  trained model, attention map and CHE cell gets seeds the original never used;
+  trained model, attention map and CHE cell gets seeds the original never used (a design's fresh seeds start
+  ``max(seed_shift, design.max_seeds)`` later, past the original's);
 - ``data_seed_shift``: added to every dataset's ``seed`` (the seeded split and shuffle of its documents);
 - ``train_len_scale``: multiplies every length setting of the LM and fine-tune stages — ``train_len``,
   ``eval_lens``, the scored ``window`` and ``delta_p_window``, ``heatmap_lens``, ``max_position`` and a
@@ -96,6 +97,9 @@ def shifted_config(config: dict, base: str | Path = ".") -> dict:
                                                 f"families.{name}")
     if out.get("run_overrides"):
         out["run_overrides"] = _scale_lengths(out["run_overrides"], factor, "run_overrides")
+    if out.get("design"):  # the shifted run's fresh seeds: none of the original's (nor of either pilot's)
+        design = out["design"]
+        design["fresh_seeds_from"] += max(seeds, design["max_seeds"])
     return validate_schema(out)
 
 
