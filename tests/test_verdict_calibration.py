@@ -54,7 +54,7 @@ def test_the_shipped_results_cover_every_basis_within_5_percent_and_2_se():
     import pandas as pd
 
     shipped = pd.read_csv(ROOT / "benchmarks" / "results" / "verdict_calibration.csv")
-    shipped = shipped[~shipped["basis"].str.startswith("heterogeneous")]  # unequal noise: the test below
+    shipped = shipped[~shipped["basis"].str.startswith(("heterogeneous", "design"))]  # the tests below
     assert set(shipped["basis"]) >= {"paired", "unpaired", "one run", "own spread"}
     rules = shipped["basis"].str.startswith(("sink", "CHE", "kernel", "claim"))
     bases = shipped[~rules]
@@ -130,7 +130,8 @@ def test_a_partial_rerun_keeps_the_other_rows_and_refuses_a_missing_or_cut_file(
 
     shipped = ROOT / "benchmarks" / "results" / "verdict_calibration.csv"
     first = {group: set(vc.kept_rows(str(shipped), group)["basis"].str.split().str[0]) for group in vc.GROUPS}
-    assert first["bases"] == {"sink", "CHE", "kernel", "claim", "claim:", "heterogeneous:"}
+    assert first["bases"] == {"sink", "CHE", "kernel", "claim", "claim:", "heterogeneous:", "design"}
+    assert "design" not in first["design"] and first["design"] >= {"paired", "sink", "heterogeneous:"}
     assert "heterogeneous:" not in first["heterogeneity"] and first["heterogeneity"] >= {"paired", "sink"}
     assert first["sink"] >= {"paired", "one", "own", "kernel", "claim"} and not first["sink"] & {"sink", "CHE"}
     assert first["kernel"] >= {"paired", "sink", "CHE", "claim"} and "kernel" not in first["kernel"]

@@ -1,0 +1,87 @@
+"""What every rule's simulation shares: the grid of seed statistics (seed main effect, method × seed interaction, windows), its pooled noise, per-cell random streams, worker processes and the row of a rule."""
+
+from __future__ import annotations
+
+import math
+import zlib
+
+import numpy as np
+
+from dape_core.report.intervals import SeedNoise
+from dape_core.report.seed_noise import table_variance
+
+
+R, W, NOISE_SD = 7, 64, 0.9
+
+
+WINDOW_SE = NOISE_SD / math.sqrt(W)  # SE of one method's mean over its windows
+
+
+REGIMES = {  # (seed main effect SD, interaction SD)
+    "seed noise dominates": (3 * WINDOW_SE, 2 * WINDOW_SE),
+    "seed main effect dominates": (4 * WINDOW_SE, 0.5 * WINDOW_SE),
+    "window noise dominates": (0.5 * WINDOW_SE, 0.25 * WINDOW_SE),
+}
+
+
+SEEDS = (1, 2, 3, 4, 5, 8)
+
+
+def grid(rng: np.random.Generator, n_seeds: int, main_sd: float, inter_sd: float, gamma: np.ndarray,
+         shift: float = 0.0, shifted: int = 1) -> np.ndarray:
+    """Per-window losses [R, n_seeds, W] of one setting; run ``shifted`` moved by ``shift``."""
+    beta = rng.normal(0.0, main_sd, n_seeds)
+    u = rng.normal(0.0, inter_sd, (R, n_seeds))
+    losses = beta[None, :, None] + u[:, :, None] + gamma[None, None, :] + rng.normal(0.0, NOISE_SD, (R, n_seeds, W))
+    losses[shifted] += shift
+    return losses
+
+
+def _noise(table: np.ndarray, paired: bool, source: str) -> SeedNoise | None:
+    found = table_variance(table, paired)
+    return None if found is None else SeedNoise(math.sqrt(found[0]), found[1], source)
+
+
+def _rows(x: np.ndarray, windows: bool) -> np.ndarray:
+    """A unit [W, k] with per-window data, or its one row of means without."""
+    return x if windows else x.mean(axis=0, keepdims=True)
+
+
+def seed_sd(main_sd: float, inter_sd: float, paired: bool) -> float:
+    """SD of one seed's statistic of one method as the basis sees it (the unit of the power column)."""
+    return math.sqrt(inter_sd ** 2 + WINDOW_SE ** 2 + (0.0 if paired else main_sd ** 2))
+
+
+def rule_row(decided, trials: int, power_trials: int, unit: float, **cell) -> dict:
+    """A row of a rule simulated through its own check: ``decided(shift)`` one trial; the false-decision rate over
+    ``trials`` null trials and the power at 2 ``unit`` over ``power_trials``, with their Monte-Carlo SEs."""
+    rate, se = _rate(sum(decided(0.0) for _ in range(trials)), trials)
+    row = {"basis": cell["basis"], "per_window_data": False, "regime": cell["regime"], "seeds": cell["seeds"],
+           "sigma_from": cell["sigma_from"], "trials": trials, "false_decisions": rate, "false_decisions_se": se}
+    if power_trials:
+        row["power_at_2_sd"], row["power_se"] = _rate(sum(decided(2 * unit) for _ in range(power_trials)),
+                                                      power_trials)
+    return row
+
+
+def each_cell(row_of, cells: list, jobs: int) -> list[dict]:
+    """``row_of`` of every cell, ``jobs`` cells at a time in worker processes (each cell draws from its own stream,
+    so the rows do not depend on ``jobs``)."""
+    if jobs <= 1:
+        return [row_of(cell) for cell in cells]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(jobs) as pool:
+        return list(pool.map(row_of, cells))
+
+
+def _rate(hits: int, trials: int) -> tuple[float, float]:
+    p = hits / trials
+    return p, math.sqrt(max(p * (1 - p), 1.0 / trials) / trials)
+
+
+def cell_rng(seed: int, *key) -> np.random.Generator:
+    """A cell's own random stream, from ``seed`` and the cell's name: a cell draws the same trials whichever other
+    cells run beside it (adding a seed count leaves every other row as it was)."""
+    name = "|".join(map(str, key)).encode()
+    return np.random.default_rng(np.random.SeedSequence([seed, zlib.crc32(name)]))

@@ -1,0 +1,63 @@
+"""The design stage itself (dape_core.report.design): a pilot chooses the fresh seeds, the fresh seeds alone decide."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from dape_core.report.intervals import UNDECIDED, decide, interval
+from .common import _rate, cell_rng, each_cell
+from .heterogeneity import HETEROGENEITY, hetero_grid
+
+
+DESIGN_PILOT_SEEDS = (2, 3, 4)
+
+
+DESIGN_MAX_SEEDS = 8  # design.max_seeds's default
+
+
+def design_trial(rng, pilot_n: int, factor: float, law: str) -> tuple[bool, bool]:
+    """(run, decided) of the design stage on two identical methods paired by seed (method 1 ``factor`` × noisier,
+    interactions of ``law``): a pilot of ``pilot_n`` seeds sized for fresh seeds
+    (:func:`dape_core.report.intervals.seeds_to_decide` with ``fresh``), chosen by
+    :func:`dape_core.report.design.choose` (at most :data:`DESIGN_MAX_SEEDS`), then a fresh sample of that many
+    seeds read alone with the pair's own spread — the claims' functions, not copies."""
+    from dape_core.report import design
+    from dape_core.report.intervals import seeds_to_decide
+
+    def pair(table):
+        return [np.array([[table[0, s], table[1, s]]]) for s in range(table.shape[1])]
+
+    rule = dict(side=1, confirm=0.0, refute=0.0)
+    pilot = interval(pair(hetero_grid(rng, pilot_n, factor, law)), lambda m: m[:, 1] - m[:, 0])
+    n, text = seeds_to_decide(pilot, **rule, fresh=True)
+    claims = pd.DataFrame([{"claim_id": "c", "verdict": decide(pilot, **rule), "fresh_seeds": n, "fresh_text": text,
+                            "fresh_runs": ["a", "b"]}])
+    chosen = design.choose(claims, {"a": 1.0, "b": 1.0},
+                           design.DesignSettings(budget_minutes=1e6, max_seeds=DESIGN_MAX_SEEDS))["chosen"]
+    if not chosen:
+        return False, False
+    fresh = interval(pair(hetero_grid(rng, chosen[0]["seeds"], factor, law)), lambda m: m[:, 1] - m[:, 0])
+    return True, decide(fresh, **rule) != UNDECIDED
+
+
+def design_cell(task: tuple) -> dict:
+    """One row of the design stage's rows: a noise law × pilot seeds, ``trials`` null trials; the rate is of the
+    trials the design ran (those whose pilot sized at most :data:`DESIGN_MAX_SEEDS` fresh seeds)."""
+    label, pilot_n, trials, seed = task
+    factor, law = HETEROGENEITY[label] if label in HETEROGENEITY else (1.0, "normal")
+    rng = cell_rng(seed, "design", label, pilot_n)
+    results = [design_trial(rng, pilot_n, factor, law) for _ in range(trials)]
+    ran = sum(r for r, _ in results)
+    rate, se = _rate(sum(d for _, d in results), max(1, ran))
+    return {"basis": "design stage: pilot chooses, fresh seeds decide (own spread)", "per_window_data": False,
+            "regime": label, "seeds": pilot_n, "sigma_from": f"the fresh seeds' own spread ({ran} of {trials} "
+            f"trials sized ≤ {DESIGN_MAX_SEEDS} fresh seeds)", "trials": ran, "false_decisions": rate,
+            "false_decisions_se": se}
+
+
+def design_rows(trials: int, seed: int, jobs: int = 1) -> list[dict]:
+    """The design stage under equal noise, one method at 2× and 3× the others' interaction SD, and t₃ tails, for
+    pilots of 2, 3 and 4 seeds."""
+    labels = ("equal noise", *HETEROGENEITY)
+    return each_cell(design_cell, [(label, n, trials, seed) for label in labels for n in DESIGN_PILOT_SEEDS], jobs)

@@ -1,0 +1,154 @@
+"""The paired comparison when methods differ in noise (2×, 3×, t₃ interactions) and the leakage claim through its own check, beside the σ of another kind it used to borrow."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from dape_core.report.intervals import SeedNoise, UNDECIDED, combine_noise, decide, interval
+from .common import R, REGIMES, WINDOW_SE, _noise, _rate, cell_rng, each_cell
+from .kernel import KERNEL_REGIMES, KERNEL_TRAIN_LEN
+
+
+HETEROGENEITY = {  # the interaction SD of method 1 (one of the pair) over the others', and the interactions' law
+    "one method at 2× the interaction SD": (2.0, "normal"),
+    "one method at 3× the interaction SD": (3.0, "normal"),
+    "interactions t with 3 df": (1.0, "t3"),
+}
+
+
+HETERO_RULES = {  # rule → seed counts it meets
+    "pooled σ": (1, 2, 3, 4, 8),  # the setting's interaction mean square (a borrowed 7 × 2 grid's with 1 seed)
+    "own spread": (2, 3, 4, 8),  # the pair's own per-seed differences, ν = n − 1
+    "same pair, borrowed from 7 × 2": (1,),  # with 1 seed: the same two methods' differences in a 7 × S grid
+    "same pair, borrowed from 7 × 4": (1,),
+}
+
+
+def hetero_grid(rng, n_seeds: int, factor: float, law: str) -> np.ndarray:
+    """Per-seed statistics [R, n_seeds] of one setting (no per-window data; the windows' SE as noise): a seed main
+    effect, a method × seed interaction whose SD is ``factor`` × the others' for method 1 (law normal, or t with 3
+    df scaled to the same SD), and the mean's window noise."""
+    main_sd, inter_sd = REGIMES["seed noise dominates"]
+    draws = rng.standard_t(3, (R, n_seeds)) / math.sqrt(3) if law == "t3" else rng.normal(0.0, 1.0, (R, n_seeds))
+    scale = np.full(R, inter_sd)
+    scale[1] *= factor
+    return (rng.normal(0.0, main_sd, n_seeds)[None, :] + scale[:, None] * draws
+            + rng.normal(0.0, WINDOW_SE, (R, n_seeds)))
+
+
+def hetero_trial(rng, rule: str, n: int, factor: float, law: str) -> bool:
+    """Decided? Methods 0 and 1 (identical in mean, 1 noisier or heavy-tailed) paired by seed at n seeds, with the
+    σ of ``rule`` (:data:`HETERO_RULES`), through :func:`dape_core.report.intervals.interval`."""
+    table = hetero_grid(rng, n, factor, law)
+    units = [np.array([[table[0, s], table[1, s]]]) for s in range(n)]
+    if rule == "own spread":
+        noise = None
+    elif rule == "pooled σ":
+        source = table if n >= 2 else hetero_grid(rng, 2, factor, law)
+        one = _noise(source, True, "grid")
+        noise = combine_noise([one, one])
+    else:
+        seeds = int(rule.rsplit("× ", 1)[1])
+        source = hetero_grid(rng, seeds, factor, law)
+        noise = SeedNoise(float(np.std(source[1] - source[0], ddof=1)), seeds - 1, "the same pair")
+    iv = interval(units, lambda m: m[:, 1] - m[:, 0], seed_noise=noise)
+    return decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
+
+
+def hetero_cell(task: tuple) -> dict:
+    """One row of the unequal-noise rows: a rule × noise × seed count, ``trials`` null trials."""
+    rule, label, n, trials, seed = task
+    factor, law = HETEROGENEITY[label]
+    rng = cell_rng(seed, "heterogeneous", rule, label, n)
+    rate, se = _rate(sum(hetero_trial(rng, rule, n, factor, law) for _ in range(trials)), trials)
+    return {"basis": f"heterogeneous: {rule}", "per_window_data": False, "regime": label, "seeds": n,
+            "sigma_from": rule, "trials": trials, "false_decisions": rate, "false_decisions_se": se}
+
+
+LEAK_FACTOR = 2.3  # a no-tril run's method × seed SD over a tril run's, as the decisive grid measured (0.0581 / 0.0248)
+
+
+LEAK_SEEDS = (1, 2, 3, 4)
+
+
+def leakage_table(rng, n: int, shift: float = 0.0) -> pd.DataFrame:
+    """lm_results.csv rows of the leakage ablation (role leakage, ×1): DAPE1x3-Kerple and DAPE1x3-ALiBi with tril and
+    without, n seeds; a run's log perplexity = level + seed effect (shared by a seed's runs) + run × seed effect
+    (``LEAK_FACTOR`` × larger without tril), the no-tril runs moved by ``shift``; with one seed also a tril-only
+    grid of 7 runs × 2 seeds (the default's case, whose σ is of another kind)."""
+    rows = []
+    inter = KERNEL_REGIMES["run noise dominates"][0]
+
+    def add(role, steps, runs, seeds):
+        seed_effect = rng.normal(0.0, 0.05, seeds)
+        for method, tril in runs:
+            for s in range(seeds):
+                effect = seed_effect[s] + rng.normal(0.0, inter * (1.0 if tril else LEAK_FACTOR))
+                rows.append((f"{method}-S{steps}", role, 3, steps, s, method, tril, KERNEL_TRAIN_LEN,
+                             math.exp(math.log(10.0) + effect - (0.0 if tril else shift))))
+
+    add("leakage", 600, [(f"DAPE1x3-{e}{'' if tril else ' (no tril)'}", tril) for e in ("Kerple", "ALiBi")
+                         for tril in (True, False)], n)
+    if n == 1:
+        add("central", 1200, [(f"M{i}", True) for i in range(R)], 2)
+    df = pd.DataFrame(rows, columns=["run", "roles", "kernel_size", "steps", "seed", "method", "tril", "eval_len",
+                                     "ppl"])
+    encoding = df["method"].str.extract(r"DAPE1x3-(\w+)")[0].str.lower().fillna("kerple")
+    return df.assign(families="f", dataset="code", encoding=encoding, processor="dape_v2", dape_width=32,
+                     size="small", train_len=KERNEL_TRAIN_LEN, batch_size=16, status="ok")
+
+
+def leakage_trial(rng, n: int, shift: float) -> bool:
+    """Decided? ``leakage_collapse`` as the claims run it (its two routes, each pair's own spread), at a ratio
+    threshold of 1 and an absolute one that never confirms (0): identical twins with and without tril."""
+    from dataclasses import replace
+
+    from dape_core.report.claims import CLAIMS, evaluate_claims
+
+    [claim] = [c for c in CLAIMS if c.claim_id == "leakage_collapse"]
+    zero = replace(claim, thresholds={"ratio": 1.0, "absolute": 0.0})
+    verdict = evaluate_claims(leakage_table(rng, n, shift), claims=(zero,))["verdict"].iloc[0]
+    return verdict != UNDECIDED
+
+
+def leakage_cell(task: tuple) -> dict:
+    n, trials, seed = task
+    rng = cell_rng(seed, "heterogeneous", "leakage", n)
+    rate, se = _rate(sum(leakage_trial(rng, n, 0.0) for _ in range(trials)), trials)
+    return {"basis": "heterogeneous: the leakage claim (each twin pair's own spread)", "per_window_data": False,
+            "regime": f"no-tril runs at {LEAK_FACTOR}× the tril runs' interaction SD", "seeds": n,
+            "sigma_from": "each twin pair's own spread" if n >= 2 else "none (1 seed: no pair's own spread)",
+            "trials": trials, "false_decisions": rate, "false_decisions_se": se}
+
+
+def another_kind_cell(task: tuple) -> dict:
+    """The rule a leakage comparison had with one seed: σ borrowed from a tril-only 7 × 2 grid, for twins whose
+    no-tril side has ``LEAK_FACTOR`` × the interaction SD (through :func:`dape_core.report.intervals.interval`)."""
+    trials, seed = task
+    rng = cell_rng(seed, "heterogeneous", "another kind")
+    main_sd, inter_sd = REGIMES["seed noise dominates"]
+    hits = 0
+    for _ in range(trials):
+        grid_noise = _noise(hetero_grid(rng, 2, 1.0, "normal"), True, "tril-only grid")
+        twins = rng.normal(0.0, main_sd) + rng.normal(0.0, inter_sd, 2) * np.array([1.0, LEAK_FACTOR])
+        iv = interval([np.array([twins])], lambda m: m[:, 1] - m[:, 0], seed_noise=combine_noise([grid_noise] * 2))
+        hits += decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
+    rate, se = _rate(hits, trials)
+    return {"basis": "heterogeneous: σ of another kind (tril-only grid, the rule before)", "per_window_data": False,
+            "regime": f"no-tril runs at {LEAK_FACTOR}× the tril runs' interaction SD", "seeds": 1,
+            "sigma_from": "a tril-only 7 × 2 grid", "trials": trials, "false_decisions": rate,
+            "false_decisions_se": se}
+
+
+def hetero_rows(trials: int, seed: int, jobs: int = 1, leakage_trials: int = 1000) -> list[dict]:
+    """The paired comparison under unequal method noise and heavy tails: the pooled σ the paired basis uses, the
+    pair's own spread, and the same pair's spread borrowed from a grid (for one seed); the leakage claim through
+    its own check, and the σ of another kind it used to borrow."""
+    cells = [(rule, label, n, trials, seed) for rule, counts in HETERO_RULES.items() for label in HETEROGENEITY
+             for n in counts]
+    leak = [(n, leakage_trials, seed) for n in LEAK_SEEDS] if leakage_trials else []
+    return (each_cell(hetero_cell, cells, jobs) + each_cell(another_kind_cell, [(trials, seed)], jobs)
+            + each_cell(leakage_cell, leak, jobs))
