@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from dape_core.report.intervals import SeedNoise, UNDECIDED, combine_noise, decide, interval
+from dape_core.report.intervals import SeedNoise, UNDECIDED, combine_noise, decide, difference, interval
 from .common import R, REGIMES, WINDOW_SE, _noise, _rate, cell_rng, each_cell
 from .kernel import KERNEL_REGIMES, KERNEL_TRAIN_LEN
 
@@ -24,6 +24,11 @@ HETERO_RULES = {  # rule → seed counts it meets
     "own spread": (2, 3, 4, 8),  # the pair's own per-seed differences, ν = n − 1
     "same pair, borrowed from 7 × 2": (1,),  # with 1 seed: the same two methods' differences in a 7 × S grid
     "same pair, borrowed from 7 × 4": (1,),
+    # unpaired (two settings, independent seed effects; Welch) and one run's own statistic against its true value
+    "unpaired, pooled σ": (2, 3, 4, 8),  # each side its setting's within-run σ (the rule before)
+    "unpaired, own spread": (2, 3, 4, 8),  # each side its own seeds' spread, Welch–Satterthwaite ν
+    "one run, pooled σ": (2, 3, 4, 8),
+    "one run, own spread": (2, 3, 4, 8),  # the run's own seeds, ν = n − 1
 }
 
 
@@ -43,6 +48,17 @@ def hetero_trial(rng, rule: str, n: int, factor: float, law: str) -> bool:
     """Decided? Methods 0 and 1 (identical in mean, 1 noisier or heavy-tailed) paired by seed at n seeds, with the
     σ of ``rule`` (:data:`HETERO_RULES`), through :func:`dape_core.report.intervals.interval`."""
     table = hetero_grid(rng, n, factor, law)
+    if rule.startswith("unpaired"):  # method 0 of one setting against the noisier method 1 of another
+        other = hetero_grid(rng, n, factor, law)
+        own = rule.endswith("own spread")
+        iv = difference([np.array([[v]]) for v in other[1]], [np.array([[v]]) for v in table[0]],
+                        lambda m: m[:, 0], noise_b=None if own else _noise(other, False, "setting B"),
+                        noise_a=None if own else _noise(table, False, "setting A"))
+        return decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
+    if rule.startswith("one run"):  # the noisier method's own statistic (true value 0)
+        noise = None if rule.endswith("own spread") else _noise(table, False, "setting")
+        iv = interval([np.array([[v]]) for v in table[1]], lambda m: m[:, 0], seed_noise=noise, kind="t")
+        return decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
     units = [np.array([[table[0, s], table[1, s]]]) for s in range(n)]
     if rule == "own spread":
         noise = None

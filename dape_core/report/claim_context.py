@@ -119,10 +119,12 @@ class Context:
         self.seed_source = SeedNoiseSource(None if point else lm, windows)
 
     def noise(self, stat, paired: bool, rows: pd.DataFrame) -> SeedNoise | None:
-        """σ of one seed's ``stat`` for the run(s) of ``rows`` (:mod:`~dape_core.report.seed_noise`): their
-        setting's in their regime (causal, leaky, or both for a paired comparison across them), or the grid's
-        largest where the setting has one seed."""
-        return self.seed_source.noise(stat, paired, setting_of(rows), regime_of(rows))
+        """σ of one seed's ``stat`` for the run of ``rows``: None — its own seeds' spread (ν = n − 1) — where it
+        has two or more seeds, since methods do not share one noise level; with one seed its setting's σ in its
+        regime (causal, leaky, or both for a paired comparison across them), or the grid's largest where the
+        setting has one seed (:mod:`~dape_core.report.seed_noise`), named as borrowed in the basis."""
+        return own_or_borrowed(self.seed_source.noise(stat, paired, setting_of(rows), regime_of(rows)),
+                               rows["seed"].nunique() if "seed" in rows else 1)
 
     def interval(self, units, statistic, key: str, inner: str = "windows", seed_noise: SeedNoise | None = None,
                  kind: str = "paired t", missing: str = NO_SEED_NOISE) -> Interval:
@@ -198,6 +200,14 @@ def seed_unit(ctx: Context, parts) -> np.ndarray:
     return unit_of(pieces)
 
 
+def own_or_borrowed(borrowed: SeedNoise | None, n_seeds: int) -> SeedNoise | None:
+    """The σ a side of a comparison (or a run's own statistic) reads: its own seeds' spread (None: the interval
+    computes it, ν = n − 1) with two or more seeds — methods differ in noise, and a σ pooled over them decides a
+    noisier method's comparisons too often (``benchmarks/verdict_calibration.py --only heterogeneity``) —, the
+    ``borrowed`` σ of its setting (said so in the basis) with one."""
+    return None if n_seeds >= 2 else borrowed
+
+
 def compare(ctx: Context, ra: pd.DataFrame, rb: pd.DataFrame, lengths_a, lengths_b, key: str,
              stats=(("mean", "all", "loss"),) * 2) -> Interval | None:
     """log ppl_B − log ppl_A (each a mean over its lengths and the seeds), with its t-interval. Paired by seed (and
@@ -207,9 +217,9 @@ def compare(ctx: Context, ra: pd.DataFrame, rb: pd.DataFrame, lengths_a, lengths
     seeds scatter more than the grid's pooled σ decides identical methods far beyond 5 % of the time with it,
     ``benchmarks/verdict_calibration.py --only heterogeneity``). With one shared seed the interval's ``unit_sd`` is
     the setting's interaction σ pooled over its methods (of its regime; borrowed where it has one seed), which
-    sizes the seeds a verdict would need (a plan, never a verdict); otherwise unpaired over all their seeds, each side
-    with its setting's within-run σ of the statistics ``stats`` (A's, B's). None when a side has no complete
-    seed."""
+    sizes the seeds a verdict would need (a plan, never a verdict); otherwise unpaired over all their seeds (Welch),
+    each side with its own seeds' spread where it has two or more, its setting's within-run σ of the statistics
+    ``stats`` (A's, B's) where it has one (:func:`own_or_borrowed`). None when a side has no complete seed."""
     sa, sb = seeds_with(ra, lengths_a), seeds_with(rb, lengths_b)
     if not sa or not sb:
         return None
@@ -232,8 +242,8 @@ def compare(ctx: Context, ra: pd.DataFrame, rb: pd.DataFrame, lengths_a, lengths
     units_a = [seed_unit(ctx, [(by_seed_a[s], lengths_a, "loss")]) for s in sorted(sa)]
     units_b = [seed_unit(ctx, [(by_seed_b[s], lengths_b, "loss")]) for s in sorted(sb)]
     return ctx.difference(units_b, units_a, lambda m: m.mean(axis=1), key,
-                          noise_b=ctx.seed_source.noise(stats[1], False, setting_b, regime_b),
-                          noise_a=ctx.seed_source.noise(stats[0], False, setting_a, regime_a))
+                          noise_b=own_or_borrowed(ctx.seed_source.noise(stats[1], False, setting_b, regime_b), len(sb)),
+                          noise_a=own_or_borrowed(ctx.seed_source.noise(stats[0], False, setting_a, regime_a), len(sa)))
 
 
 def _by_seed(rows: pd.DataFrame, column: str = "loss") -> dict:
