@@ -96,7 +96,10 @@ def build_base(model_settings: FinetuneSettings, meta: dict, data_dir: Path, see
 
     vocab = int(meta["tokenizer"]["vocab_size"])
     if model_settings.base_model is not None:
+        from dape_core.artefacts import verify_model_directory
+
         path = Path(model_settings.base_model)
+        verify_model_directory(path)  # a base run's model/ (this project's): every file against its seal
         tokenizer = check_base_directory(path, meta)
         model = load_causal_lm(path, dtype=torch.float32)
         if model.config.vocab_size < vocab:

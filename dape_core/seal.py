@@ -7,10 +7,10 @@ an older version are sealed once, as they are now, by this command::
 
 It seals what it finds and trusts it as it is: run it only on results nobody has edited since they were made. A
 seal of an older version (a sha256 without the file's identity) is upgraded where the file still matches it. It
-seals the kinds of file the readers check (CSV, JSON, model files and NumPy archives); left unsealed: other files
+seals the kinds of file the readers check (CSV, JSON, model files and NumPy archives, and every file of a
+fine-tune's Hugging Face ``model/`` folder, which holds its run record ``finetune.json``); left unsealed: other files
 (figures, Markdown, logs), the seals themselves, the ``.damaged`` and ``.snakemake`` folders, resume checkpoints
-(``checkpoints/``, checked by their own loader), a fine-tune's Hugging Face ``model/`` folder (read whole by
-transformers; not sealed yet), and the token files a data folder's ``meta.json`` records the sha256 of (``*.bin``, ``*.docs.npy``, ``token_bytes.npy``,
+(``checkpoints/``, checked by their own loader), and the token files a data folder's ``meta.json`` records the sha256 of (``*.bin``, ``*.docs.npy``, ``token_bytes.npy``,
 ``tokenizer.json``), which their readers check against it.
 """
 
@@ -22,9 +22,11 @@ from pathlib import Path
 from dape_core import io
 
 # not sealed by their jobs: Snakemake's and the logs, set-aside files, a training's resume checkpoints
-# (`checkpoints/`: rewritten every few steps, checked by their own loader, which falls back to the previous one) and a
-# fine-tune's Hugging Face model folder (`model/`, written by save_pretrained and read whole by transformers)
+# (`checkpoints/`: rewritten every few steps, checked by their own loader, which falls back to the previous one); a
+# fine-tune's Hugging Face model folder (`model/`) is sealed file by file (model_directories)
 SKIPPED_FOLDERS = {".damaged", ".snakemake", "logs", "checkpoints", "model"}
+MODEL_FOLDER = "model"
+RUN_RECORD = "finetune.json"  # dape_core.hf.adapter.RUN_RECORD (this module imports no transformers code)
 SEALED_SUFFIXES = (".csv", ".json", ".pt", ".npz")  # the kinds the readers check (dape_core.artefacts)
 TOKEN_FILES = ("token_bytes.npy", "tokenizer.json")
 
@@ -36,10 +38,27 @@ def _covered_by_meta(path: Path) -> bool:
     return path.name in TOKEN_FILES or path.name.endswith((".bin", ".docs.npy"))
 
 
+def model_directories(folder: str | Path) -> list[Path]:
+    """The fine-tune model folders under ``folder`` (``model/`` with a run record; not in .damaged or .snakemake)."""
+    folder = Path(folder)
+    return sorted(p.parent for p in folder.rglob(f"{MODEL_FOLDER}/{RUN_RECORD}")
+                  if not {".damaged", ".snakemake"} & set(p.relative_to(folder).parts))
+
+
+def model_directory_of(path: str | Path) -> Path | None:
+    """The fine-tune model folder ``path`` lies in (a ``model/`` with a run record), or None."""
+    for parent in Path(path).parents:
+        if parent.name == MODEL_FOLDER and (parent / RUN_RECORD).is_file():
+            return parent
+    return None
+
+
 def unsealed(folder: str | Path) -> list[Path]:
     """The files under ``folder`` that a reader would take for damage for want of a seal (module docstring)."""
     folder = Path(folder)
-    found = []
+    from dape_core.artefacts import model_files
+
+    found = [p for model in model_directories(folder) for p in model_files(model) if not io.hash_path(p).exists()]
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         parts = path.relative_to(folder).parts
         if (not path.name.endswith(SEALED_SUFFIXES) or SKIPPED_FOLDERS & set(parts)

@@ -155,7 +155,23 @@ def verify(results: str | Path) -> tuple[int, list[Finding], Path | None]:
         raise OlderResults(older)
     if not findings:
         return checked, [], None
+    findings = whole_model_directories(findings)
     return checked, findings, set_aside(results, findings, time.strftime("%Y%m%d-%H%M%S"))
+
+
+def whole_model_directories(findings: list[Finding]) -> list[Finding]:
+    """A damaged file of a fine-tune's ``model/`` folder sets the whole folder aside (its job's one output, which
+    transformers reads whole), named with the file and its problem; the other findings as they are."""
+    from dape_core.seal import model_directory_of
+
+    out: dict[Path, Finding] = {}
+    for finding in findings:
+        model = model_directory_of(finding.path)
+        if model is None:
+            out.setdefault(finding.path, finding)
+        else:
+            out.setdefault(model, Finding(model, f"{finding.path.relative_to(model)} {finding.problem}"))
+    return list(out.values())
 
 
 def remove_orphan_seals(*folders: str | Path) -> list[Path]:

@@ -103,7 +103,10 @@ def read_run_record(path: str | Path) -> dict[str, Any] | None:
 
 def load_for_evaluation(path: str | Path) -> tuple[CausalLMAdapter, dict[str, Any]]:
     """(the model of a directory behind the adapter, in eval mode; its record)."""
+    from dape_core.artefacts import verify_model_directory
+
     path = Path(path)
+    verify_model_directory(path)  # a directory `dape finetune` wrote: every file against its seal
     quiet_progress()
     model = load_causal_lm(path, field="checkpoint").eval()
     record = read_run_record(path) or original_record(model, path)

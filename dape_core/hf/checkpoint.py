@@ -51,12 +51,25 @@ def save_causal_lm(model: nn.Module, path: str | Path, *, files: dict[str, str |
                 target.write_bytes(content)
             else:
                 target.write_text(content, encoding="utf-8")
+        seal_directory(tmp, path)
         if path.exists():
             shutil.rmtree(path)
         os.replace(tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def seal_directory(written: Path, final: Path) -> None:
+    """Every file of a model directory written under ``written`` sealed as the file it becomes under ``final``
+    (``<file>.sha256``: its sha256 and identity, :mod:`dape_core.io`), so a reader can verify each one."""
+    from dape_core import io
+
+    from dape_core.artefacts import model_files
+
+    for file in model_files(written):
+        relative = file.relative_to(written)
+        io.hash_path(file).write_text(io.seal_text(final / relative, io.file_sha256(file)), encoding="utf-8")
 
 
 def quiet_progress() -> None:
