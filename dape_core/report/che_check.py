@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 
 from dape_core.report.claim_context import Context, interval_text, of_role, unit_of
-from dape_core.report.intervals import (CONFIRMED, MARKS, REFUTED, UNDECIDED, SeedNoise, decide, fresh_sizing, level_for,
-                                        seeds_to_decide, simultaneous)
+from dape_core.report.intervals import (CONFIRMED, MARKS, REFUTED, UNDECIDED, SeedNoise, decide, fresh_sizing,
+                                        level_for, seeds_to_decide, simultaneous)
 
 PERMUTATION_INVARIANT = ("parity_check", "cycle_navigation", "bucket_sort")  # left out: the paper's Table 6
 

@@ -136,8 +136,8 @@ def claims_markdown(df: pd.DataFrame, paper: pd.DataFrame | None = None, rho: pd
         paper_cell = "" if on_paper is None else f" {on_paper.get(r['claim_id'], NOT_RUN)} |"
         holm_cell = f" {r['holm_verdict']} |" if holm else ""
         out.append(f"| `{r['claim_id']}`{star} | {cell(r['section'])} | {cell(r['statement'])} | "
-                   f"**{r['verdict']}**{info} |{holm_cell} {cell(r['basis']) or '–'} | {cell(r.get('seed_noise', '')) or '–'} |"
-                   f"{paper_cell} {cell(r['summary'])} |")
+                   f"**{r['verdict']}**{info} |{holm_cell} {cell(r['basis']) or '–'} | "
+                   f"{cell(r.get('seed_noise', '')) or '–'} |{paper_cell} {cell(r['summary'])} |")
     out += _open_lines(df)
     out += ["## Rules", ""]
     out += [f"- `{r['claim_id']}` ({cell(r['section'])}): {r['rule']}" for _, r in df.iterrows()]

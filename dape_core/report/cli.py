@@ -98,8 +98,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_sources(p)
     p.add_argument("--design", help="design.json: the verdicts read the fresh seeds only, and say the design")
     p.add_argument("--windows", help="lm_windows.csv: per-window losses (the intervals' windows)")
-    p.add_argument("--gpu-tflops", type=_positive, help="estimate.gpu_tflops: the GPU-hours of the extra seeds "
-                   "that would decide an open claim (default: the schema's)")
+    p.add_argument("--gpu-tflops", type=_positive_field("gpu_tflops"), help="estimate.gpu_tflops: the GPU-hours of "
+                   "the extra seeds that would decide an open claim (default: the schema's)")
     p.add_argument("--utilisation", type=_share, help="estimate.utilisation (default: the schema's)")
     p.add_argument("--out-md", required=True)
     p.add_argument("--out-csv", required=True)
@@ -116,17 +116,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", help="results/plan.json: headings name the families of each role")
     p.add_argument("--out-md", required=True)
     p.add_argument("--out-csv", required=True)
-
-
-def _positive(text: str) -> float:
-    """A number > 0 (estimate.gpu_tflops)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"gpu_tflops: {text!r} is not allowed; allowed values: a number > 0")
-    return value
 
 
 def _positive_field(name: str):
