@@ -181,13 +181,13 @@ def test_a_sink_file_without_sequences_is_named_with_the_command_that_redoes_it(
 # ------------------------------------------------------------------------------------------- the setting
 def test_one_default_in_the_dataclass_the_schema_and_config_yaml():
     """The default is the dataclass field's: the schema file writes only its constraint, the completed schema and
-    config.yaml (which states it for the reader) agree with the field."""
+    config.yaml's resolved value (it states only what differs from the defaults) agree with the field."""
     from dape_core.config.schema import full_schema
 
     raw = load_yaml(SCHEMA_PATH)
     assert raw["$defs"]["attention_settings"]["properties"]["sink_sequences"] == {"minimum": 1}
     schema = full_schema(raw)["$defs"]["attention_settings"]["properties"]["sink_sequences"]
-    config = load_yaml(REPO / "config.yaml")["defaults"]["lm"]["attention"]["sink_sequences"]
+    config = build_plan(load_yaml(REPO / "config.yaml")).config["defaults"]["lm"]["attention"]["sink_sequences"]
     assert defaults(EvalSettings)["sink_sequences"] == schema["default"] == config >= 8
 
 
@@ -203,5 +203,5 @@ def test_sink_sequences_reach_the_job_but_not_the_run_name_or_training():
     run, _, length = plan.attention_jobs()[0]
     before = attention_map_options(plan.lm_runs[run]["eval"], plan.lm_runs[run]["attention_settings"], length)
     after = attention_map_options(other.lm_runs[run]["eval"], other.lm_runs[run]["attention_settings"], length)
-    assert before["sink_sequences"] == config["defaults"]["lm"]["attention"]["sink_sequences"]
+    assert before["sink_sequences"] == plan.config["defaults"]["lm"]["attention"]["sink_sequences"]
     assert after["sink_sequences"] == 3 and "--sink-sequences 3" in str(after)  # the job reruns

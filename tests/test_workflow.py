@@ -293,10 +293,10 @@ def test_every_rule_names_an_existing_environment():
     (model_environment) whose every path exists."""
     for smk in sorted((REPO / "workflow" / "rules").glob("*.smk")):
         text = smk.read_text()
-        rules = re.findall(r"^rule (\w+):", text, flags=re.M)
+        rules = re.findall(r"^\s*(?:rule|checkpoint) (\w+):", text, flags=re.M)  # design.smk's under an `if`
         literal = re.findall(r'conda:\s*\n\s*"([^"]+)"', text)
         functions = re.findall(r"conda:\s*\n\s*(\w+)", text)
-        runs = len(re.findall(r"^    run:", text, flags=re.M))
+        runs = len(re.findall(r"^\s+run:", text, flags=re.M))
         assert len(literal) + len(functions) + runs == len(rules), smk.name
         envs = literal + [env for name in functions
                           for env in re.findall(r'"([^"]+\.yaml)"', _smk_function_source(name))]
