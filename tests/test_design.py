@@ -180,3 +180,16 @@ def test_the_shifted_configuration_draws_fresh_seeds_the_original_never_used():
     original, moved = build_plan(config).config["design"], shifted["design"]
     assert moved["fresh_seeds_from"] >= original["fresh_seeds_from"] + original["max_seeds"]
     build_plan(shifted)  # above the shifted pilot's seeds too
+
+
+@pytest.mark.parametrize("option, value, field", [("--budget-minutes", "0", "design.budget_minutes"),
+                                                  ("--max-seeds", "1.5", "design.max_seeds"),
+                                                  ("--threads", "gpu=2", "threads")])
+def test_the_design_command_refuses_a_bad_value_naming_the_field(option, value, field, capsys):
+    from dape_core.cli import main
+
+    options = {"--plan": "p.json", "--budget-minutes": "5", "--fresh-seeds-from": "100", "--max-seeds": "8",
+               "--cores": "2", "--out": "d.json", "--out-md": "d.md", option: value}
+    with pytest.raises(SystemExit):
+        main(["report", "design", *[item for pair in options.items() for item in pair]])
+    assert f"{field}: '{value}' is not allowed; allowed values:" in capsys.readouterr().err

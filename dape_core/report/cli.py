@@ -86,11 +86,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--cells", nargs="*", default=[])
     p.add_argument("--benchmarks", nargs="*", default=[], help="the pilot jobs' Snakemake benchmark files (their "
                    "measured seconds price the fresh seeds; a missing one is priced at its kind's median)")
-    p.add_argument("--threads", nargs="*", default=[], help="KIND=N: the threads of train, evaluate, attention, che")
+    p.add_argument("--threads", nargs="*", default=[], type=_kind_threads,
+                   help="KIND=N: the threads of train, evaluate, attention, che")
     p.add_argument("--budget-minutes", type=_positive_field("design.budget_minutes"), required=True)
-    p.add_argument("--fresh-seeds-from", type=int, required=True)
-    p.add_argument("--max-seeds", type=int, required=True)
-    p.add_argument("--cores", type=int, required=True)
+    p.add_argument("--fresh-seeds-from", type=_positive_field("design.fresh_seeds_from", integer=True), required=True)
+    p.add_argument("--max-seeds", type=_positive_field("design.max_seeds", integer=True), required=True)
+    p.add_argument("--cores", type=_positive_field("design.cores", integer=True), required=True)
     p.add_argument("--out", required=True, help="design.json")
     p.add_argument("--out-md", required=True, help="design.md")
 
@@ -118,18 +119,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--out-csv", required=True)
 
 
-def _positive_field(name: str):
-    """A number > 0 for the setting ``name``."""
-    def parse(text: str) -> float:
+def _positive_field(name: str, integer: bool = False):
+    """A number > 0 (a whole number with ``integer``) for the setting ``name``."""
+    def parse(text: str) -> float | int:
         try:
-            value = float(text)
+            value = int(text) if integer else float(text)
         except ValueError:
             value = float("nan")
         if not value > 0:
-            raise argparse.ArgumentTypeError(f"{name}: {text!r} is not allowed; allowed values: a number > 0")
+            kind = "a whole number" if integer else "a number"
+            raise argparse.ArgumentTypeError(f"{name}: {text!r} is not allowed; allowed values: {kind} > 0")
         return value
 
     return parse
+
+
+def _kind_threads(text: str) -> tuple[str, int]:
+    """``KIND=N`` of ``dape report design --threads``: a job kind the design prices and its threads."""
+    from dape_core.report.design import LM_JOB_RULES
+
+    kinds = (*LM_JOB_RULES, "che")
+    kind, _, n = text.partition("=")
+    if kind not in kinds or not n.isdigit() or int(n) < 1:
+        raise argparse.ArgumentTypeError(f"threads: {text!r} is not allowed; allowed values: KIND=N with KIND one of "
+                                         f"{', '.join(kinds)} and N a whole number ≥ 1")
+    return kind, int(n)
 
 
 def _share(text: str) -> float:
@@ -285,10 +299,7 @@ def write_design(args) -> dict:
     sink = aggregate.sink_results(plan, args.sinks) if args.sinks else None
     che = aggregate.che_results(plan, args.cells) if args.cells else None
     pilot = evaluate_claims(lm, che=che, sink=sink, windows=windows, fresh=True)
-    threads = {}
-    for item in args.threads:
-        kind, _, n = item.partition("=")
-        threads[kind] = int(n)
+    threads = dict(args.threads)
     settings = design.DesignSettings(args.budget_minutes, args.fresh_seeds_from, args.max_seeds, args.cores)
     chosen = design.choose(pilot, design.unit_prices(args.benchmarks, threads), settings)
     lines = design.design_lines(chosen)

@@ -41,6 +41,8 @@ if DESIGN:
             design=DESIGN_JSON,
         output:
             plan=DESIGNED_PLAN_JSON,
+        params:
+            digest=grid.spec_digest(report_spec()),  # the pilot's plan: a changed family rewrites it
         log:
             "logs/report/plan.designed.log",
         localrule: True
