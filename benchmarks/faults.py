@@ -8,9 +8,10 @@ final reports compared with an uninterrupted run's.
 2. The same DAG in ``WORKDIR/faulted``, killed with SIGKILL (the whole process group, Snakemake and its jobs) at
    ``--kills`` random moments and restarted each time the way ``make reproduce`` does (``dape_core.workflow_lock``
    clears the stale lock, then ``snakemake --profile profiles/default``), with no manual step.
-3. One file of every kind (:data:`KINDS`) in turn, truncated, garbled, overwritten at the same size, and replaced by
+3. One file of every kind (:data:`KINDS`) in turn, truncated, garbled, overwritten at the same size, replaced by
    another file of its kind with that file's seal (``foreign``: another run's, seed's or cell's, the second match
-   of the kind's glob); after each, ``snakemake`` runs again. Either it stops and its output names the damaged file — then, the first time for a
+   of the kind's glob), changed with its seal removed (``unsealed``), and changed in place with its modification
+   time restored (``rot``); after each, ``snakemake`` runs again. Either it stops and its output names the damaged file — then, the first time for a
    kind, the command the message gives (``snakemake --forcerun FILE``) is run, otherwise the file is restored — or
    it finishes; either way the run is completed and its reports compared with the reference's.
 
@@ -58,7 +59,7 @@ KINDS = {
     "report spec": "results/plan*.json",
     "aggregated table": "{reports}/lm_results.csv",
 }
-FAULTS = ("truncate", "garble", "overwrite", "foreign")
+FAULTS = ("truncate", "garble", "overwrite", "foreign", "unsealed", "rot")
 
 #: per aggregated table: the key columns and the numbers a rerun reproduces
 COMPARED = {
@@ -72,7 +73,17 @@ COMPARED = {
 
 def damage(path: Path, fault: str, rng: random.Random, other: Path | None = None) -> None:
     """Cut ``path`` to 60 % of its bytes, garble 16 bytes in its middle, change one byte (a digit where there is
-    one) without changing its size, or (``foreign``) copy ``other`` and its seal over it and its seal."""
+    one) without changing its size, or (``foreign``) copy ``other`` and its seal over it and its seal; ``unsealed``:
+    its seal removed and one byte changed; ``rot``: one byte changed with its modification time restored (as bit
+    rot leaves a file)."""
+    if fault == "unsealed":
+        io.hash_path(path).unlink(missing_ok=True)
+        fault = "overwrite"
+    if fault == "rot":
+        before = path.stat()
+        damage(path, "overwrite", rng)
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        return
     if fault == "foreign":
         for source, target in ((other, path), (io.hash_path(other), io.hash_path(path))):
             if source.exists():

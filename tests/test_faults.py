@@ -148,3 +148,19 @@ def test_a_killed_run_goes_on_without_a_manual_step(smoke_run, tmp_path):  # noq
     assert "rule train_lm" not in finished.stdout + finished.stderr
     assert compare_reports(smoke_run.report(), workdir / SMOKE_REPORTS) == []
     assert snakemake_command(workdir, CONFIG)[-2:] == ["--cores", "2"]
+
+
+def test_a_removed_seal_and_bit_rot_are_named_by_the_reader(tmp_path):
+    """``unsealed``: the seal removed and a digit changed; ``rot``: a digit changed, size and modification time
+    kept. The reader names both (a missing seal is damage; the content is hashed, not its size or time)."""
+    from dape_core import artefacts, io
+    from dape_core.errors import ArtefactError
+
+    for fault, message in (("unsealed", "has no seal"), ("rot", "does not match the sha256")):
+        path = tmp_path / fault / "eval.csv"
+        io.write_text(path, "eval_len,ppl\n32,9.25\n", seal=True)
+        mtime = path.stat().st_mtime_ns
+        damage(path, fault, random.Random(0))
+        assert (path.stat().st_mtime_ns == mtime) == (fault == "rot")
+        with pytest.raises(ArtefactError, match=message):
+            artefacts.verify_hash(path)
