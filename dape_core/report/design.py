@@ -26,13 +26,23 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dape_core import artefacts
 from dape_core.errors import ConfigError
-from dape_core.report.intervals import CONFIRMED, NOT_RUN, REFUTED, UNDECIDED
+from dape_core.report.intervals import NOT_RUN, UNDECIDED
 
 VERSION = 1
 #: rules whose pilot jobs price one more seed of an LM run, and of a CHE cell
 LM_JOB_RULES = ("train", "evaluate", "attention")
-NOT_SEEDED = "timing_overhead_shrinks"  # its interval resamples interleaved rounds of its own run
+DESIGN = artefacts.Kind("seed design (rule design)", "design",
+                        keys=("version", "fresh_seeds_from", "chosen", "left", "fresh", "pilot"))
+
+
+def _not_seeded() -> set[str]:
+    """The claims read on the timing table: their intervals resample interleaved rounds of their own run, not
+    seeds."""
+    from dape_core.report.claims import CLAIMS
+
+    return {c.claim_id for c in CLAIMS if "timing" in c.needs}
 
 
 @dataclass(frozen=True)
@@ -43,11 +53,6 @@ class DesignSettings:
     fresh_seeds_from: int = 100
     max_seeds: int = 8
     cores: int = 2
-
-    @classmethod
-    def of(cls, block: dict) -> "DesignSettings":
-        return cls(float(block["budget_minutes"]), int(block["fresh_seeds_from"]), int(block["max_seeds"]),
-                   int(block["cores"]))
 
 
 # ------------------------------------------------------------------------------------------------ prices
@@ -119,11 +124,11 @@ def choose(pilot: pd.DataFrame, prices: dict[str, float], settings: DesignSettin
     price) with what it would need."""
     budget = settings.budget_minutes * 60 * settings.cores  # CPU-seconds
     seeds: dict[str, int] = {}
-    candidates, left = [], []
+    candidates, left, not_seeded = [], [], _not_seeded()
     for order, r in enumerate(pilot.to_dict("records")):
         claim, n, runs = r["claim_id"], r.get("fresh_seeds"), list(r.get("fresh_runs") or [])
         base = {"claim_id": claim, "pilot_verdict": r["verdict"], "fresh_text": r.get("fresh_text") or ""}
-        if claim == NOT_SEEDED:
+        if claim in not_seeded:
             left.append({**base, "why": "not a claim of seeds: read on its own run's interleaved rounds"})
         elif r["verdict"] == NOT_RUN:
             left.append({**base, "why": "the pilot has no rows for it"})
@@ -185,8 +190,6 @@ def design_lines(design: dict) -> list[str]:
 
 def read_design(path: str | Path) -> dict:
     """A design.json, verified (its seal, its version, its keys)."""
-    from dape_core import artefacts
-
     design = artefacts.read_json(path, DESIGN)
     if design.get("version") != VERSION:
         raise ConfigError(f"{path}: design version {design.get('version')!r}; allowed values: {VERSION} (rerun the "
@@ -214,15 +217,3 @@ def annotate(verdicts: pd.DataFrame, design: dict) -> pd.DataFrame:
     out.loc[lost, "verdict"] = UNDECIDED
     out.loc[lost, "summary"] = "the pilot ran it; " + out.loc[lost, "design"]
     return out
-
-
-def _design_kind():
-    from dape_core import artefacts
-
-    return artefacts.Kind("seed design (rule design)", "design",
-                          keys=("version", "fresh_seeds_from", "chosen", "left", "fresh", "pilot"))
-
-
-DESIGN = _design_kind()
-__all__ = ["CONFIRMED", "DESIGN", "DesignSettings", "REFUTED", "annotate", "choose", "design_lines", "fresh_only",
-           "read_design", "unit_prices"]
