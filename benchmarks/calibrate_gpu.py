@@ -5,8 +5,11 @@ A training step is what ``dape train`` does per optimiser step (appendix I): ``g
 ``batch_size`` sequences of ``train_len`` tokens, forward and backward under the run's ``precision`` (autocast),
 the global gradient-norm clip and one AdamW step (``dape_core.train.optimizer_for``). Each case runs in a fresh
 process on one device (``--device``; on CUDA every timed step is bracketed by ``torch.cuda.synchronize``), from
-random tokens of the run's vocabulary: tokens/s = grad_accum × batch_size × train_len / median step time. A case
-that does not fit the GPU's memory is recorded with status ``out_of_memory`` and no throughput.
+random tokens of the run's vocabulary: tokens/s = grad_accum × batch_size × train_len / median step time. Where
+the configuration gives the job its GPU's memory (``resources.train_lm.gpu_mem_gb``) the case runs as that job does:
+each micro-batch in the memory model's pieces, and a DAPE model with the memory model's ``recompute_scores``
+(columns ``pieces``, ``recompute_scores``; :func:`dape_core.memory.micro_batch_for`). A case that does not fit the
+GPU's memory is recorded with status ``out_of_memory`` and no throughput.
 
 The CSV (default ``benchmarks/results/gpu_calibration.csv``) keeps the rows of other devices, so one file can hold
 several GPU models; ``estimate.calibration`` in a configuration points ``python -m dape_core.config`` at it
@@ -21,6 +24,7 @@ by FLOPs per token otherwise).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -55,29 +59,46 @@ def cases(config_path: str | Path, *, sizes=None, methods=None, train_lens=None,
         if (sizes and s["size"] not in sizes) or (methods and label not in methods) or (
                 train_lens and s["train_len"] not in train_lens):
             continue
+        job = plan.resources("train_lm", s["size"])
         out.setdefault(tuple(key.values()), {**key, "method": label, **{k: s[k] for k in (*MODEL_EXTRAS,
-                                                                                           *TRAIN_EXTRAS)}})
+                                                                                           *TRAIN_EXTRAS)},
+                                             "gpu_mem_gb": job.get("gpu_mem_gb")})
     return list(out.values())[:max_cases]
+
+
+def case_model(case: dict):
+    """The GPTConfig of a case (:func:`cases`)."""
+    from dape_core.model import GPTConfig
+
+    return GPTConfig(vocab_size=case["vocab_size"], size=case["size"], n_layer=case["n_layer"], n_head=case["n_head"],
+                     d_model=case["d_model"], train_len=case["train_len"],
+                     **{k: case[k] for k in ("encoding", "processor", "kernel_size", "dape_width", "attention_impl",
+                                             "dape_dtype", *MODEL_EXTRAS)})
 
 
 def measure(case: dict, device_name: str, steps: int, warmup: int, threads: int | None = None) -> dict:
     """Time ``warmup`` + ``steps`` training steps of one case in this process; the row of the calibration CSV."""
     from dape_core.implementations import resolve_attention_impl
-    from dape_core.model import GPT, GPTConfig
+    from dape_core.model import GPT
     from dape_core.timing import AUTOCAST_DTYPES, device_name as name_of, synchronize
     from dape_core.train import TrainSettings, optimizer_for
 
     if threads:
         torch.set_num_threads(threads)
     device = torch.device(device_name)
-    cfg = GPTConfig(vocab_size=case["vocab_size"], size=case["size"], n_layer=case["n_layer"], n_head=case["n_head"],
-                    d_model=case["d_model"], train_len=case["train_len"],
-                    **{k: case[k] for k in ("encoding", "processor", "kernel_size", "dape_width", "attention_impl",
-                                            "dape_dtype", *MODEL_EXTRAS)})
+    cfg = case_model(case)
+    pieces = case["micro_batch"]
+    if case.get("gpu_mem_gb"):  # as the job runs it: the memory model's pieces and recomputation
+        from dape_core.memory import micro_batch_for
+
+        memory = micro_batch_for(cfg, case["micro_batch"], case["gpu_mem_gb"], precision=case["precision"])
+        pieces = memory.micro_batch
+        if memory.recompute_scores is not None:
+            cfg = dataclasses.replace(cfg, recompute_scores=memory.recompute_scores)
     row = {"device": name_of(device), "device_type": device.type, **{k: case[k] for k in case if k not in (
         *MODEL_EXTRAS, *TRAIN_EXTRAS)}, "grad_accum": case["grad_accum"],
-           "attention_path": resolve_attention_impl(cfg.attention_impl, device), "steps_timed": steps,
-           "warmup": warmup}
+           "attention_path": resolve_attention_impl(cfg.attention_impl, device), "pieces": pieces,
+           "recompute_scores": cfg.recompute_scores, "steps_timed": steps, "warmup": warmup}
     dtype = AUTOCAST_DTYPES[case["precision"]]
     try:
         torch.manual_seed(0)
@@ -93,9 +114,10 @@ def measure(case: dict, device_name: str, steps: int, warmup: int, threads: int 
         def step():
             optimizer.zero_grad(set_to_none=True)
             for micro in tokens:
-                with autocast:
-                    _, loss = model(micro[:, :-1], micro[:, 1:])
-                (loss / case["grad_accum"]).backward()
+                for piece in micro.split(pieces):
+                    with autocast:
+                        _, loss = model(piece[:, :-1], piece[:, 1:])
+                    (loss * len(piece) / (case["micro_batch"] * case["grad_accum"])).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), case["grad_clip"])
             optimizer.step()
 

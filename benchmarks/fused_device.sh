@@ -7,7 +7,8 @@
 #   3. training steps of NoPE, Kerple and DAPE1x3-Kerple on the paths of IMPLS (gpu_step.csv);
 #   4. evaluation's forward pass of a 350M DAPE1x3-Kerple at T 8192 (fused_eval.csv);
 #   5. profile: each kernel's device time per tile setting, and the layer's forward-only pass (fused_profile.csv).
-# STEPS picks among check, layer, step, eval, profile (default: all but profile).
+# STEPS picks among check, layer, step, eval, profile (default: all but profile); LAYER_ROWS the layer's rows,
+# LAYER_PROFILE those of them whose kernels step 2 also profiles, METHODS and IMPLS the training steps' cases.
 # Each step runs under its own time limit, so that one that fails or hangs leaves the others' results.
 #
 #   OUT=/tmp/fused bash benchmarks/fused_device.sh                     # on a GPU
@@ -20,6 +21,8 @@ PY=${PYTHON:-python3}
 TILES=${TILES-"16.16.8.16.8 16.16.4.16.4"}  # set empty: the default tiles only
 LAYER_ROWS=${LAYER_ROWS:-"sdpa sdpa-bias materialized paper-compiled compiled compiled-keep fused"}
 IMPLS=${IMPLS:-"materialized compiled fused"}
+METHODS=${METHODS:-"NoPE Kerple DAPE1x3-Kerple"}
+LAYER_PROFILE=${LAYER_PROFILE:-}
 PROFILE_TILES=${PROFILE_TILES:-"16.32.16.16.8 16.32.16.16.8+uncapped 16.32.16.32.8 16.32.16.16.4 16.32.16.32.16"}
 STEPS=" ${STEPS:-check layer step eval} "
 has() { [[ "$STEPS" == *" $1 "* ]]; }
@@ -62,7 +65,7 @@ if has eval; then  # the evaluation model's kernels compiled beside the others
         > /dev/null 2>&1 &
     pids+=($!)
 fi
-if has layer || has step; then
+if { has layer && [[ " $LAYER_ROWS " == *" fused "* ]]; } || { has step && [[ " $IMPLS " == *" fused "* ]]; }; then
     timeout $LIMIT $PY benchmarks/fused_layer.py $LAYER --rows fused ${TILES:+--fused-tiles $TILES} --warmup 1 \
         --rounds 1 --out /tmp/fused_warm.csv > /tmp/fused_warm.log 2>&1 \
         || { echo "warm-up failed:"; tail -30 /tmp/fused_warm.log; }
@@ -86,11 +89,12 @@ if has profile; then
 fi
 if has layer; then
     timeout $LIMIT $PY benchmarks/fused_layer.py $LAYER --rows $LAYER_ROWS \
-        ${TILES:+--fused-tiles $TILES} --check --out "$OUT/fused_layer.csv" || echo "layer timing failed (exit $?)"
+        ${TILES:+--fused-tiles $TILES} ${LAYER_PROFILE:+--profile $LAYER_PROFILE} --check \
+        --out "$OUT/fused_layer.csv" || echo "layer timing failed (exit $?)"
     echo "layer timing done: $(( $(date +%s) - start )) s"
 fi
 if has step; then
-    timeout $LIMIT $PY benchmarks/gpu_step.py $STEP --methods NoPE Kerple DAPE1x3-Kerple \
+    timeout $LIMIT $PY benchmarks/gpu_step.py $STEP --methods $METHODS \
         --lengths ${LENGTHS:-512 2048} --modes eager --dape-impls $IMPLS --out "$OUT/gpu_step.csv" \
         || echo "step timing failed (exit $?)"
     echo "step timing done: $(( $(date +%s) - start )) s"

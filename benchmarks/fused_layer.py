@@ -16,8 +16,12 @@ Rows (q, k, v, Kerple's r1, r2 and both convolutions learnable; bf16 autocast on
 Each case is built once and warmed up, then the cases take turns, one timed forward + backward each per round; on
 CUDA each is bracketed by ``torch.cuda.synchronize`` and its peak memory is ``torch.cuda.max_memory_allocated``
 above what the inputs hold. ``--check`` adds the error rows: the fused path (and the compiled and materialized
-paths where their rows run) in the benchmark's dtype against the plain path in fp32 on the same inputs (output and
+paths, each where its rows run) in the benchmark's dtype against the plain path in fp32 on the same inputs (output and
 q, k, v gradients, max |difference| / max |reference|).
+
+``--profile`` adds, per shape, where each named row's device time goes: its kernels under ``torch.profiler``
+(``--profile-reps`` steps after the timed rounds), the largest ``--profile-top`` by device time per step, the rest
+summed (rows ``profile-ROW``, one per kernel, with ``kernel``, ``ms`` per step and ``share`` of the row's total).
 
 ``--eval-size`` adds evaluation's forward pass (no gradients, bf16 autocast on CUDA) of a whole DAPE1x3-Kerple model
 at ``--eval-length``, batch 1, on the ``materialized`` and ``fused`` paths, round robin (the rows ``eval-…``).
@@ -166,6 +170,33 @@ def evaluation_rows(size: str, length: int, vocab_size: int, device, warmup: int
     return {impl: statistics.median(ms) for impl, ms in times.items()}
 
 
+def kernel_profile(layer: Layer, row: str, compiled, device, reps: int, top: int) -> list[tuple[str, float]]:
+    """(kernel, device ms per step) of ``row``'s forward + backward: the ``top`` largest by device time, then
+    ``(other)`` for the rest; from ``torch.profiler``'s per-kernel totals over ``reps`` steps."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CUDA] if device.type == "cuda" else [ProfilerActivity.CPU]
+    with profile(activities=activities) as prof:
+        for _ in range(reps):
+            for t in layer.qkv:
+                t.grad = None
+            with autocast(device):
+                layer.step(row, compiled)
+        sync(device)
+    totals: dict[str, float] = {}
+    for event in prof.key_averages():
+        if device.type == "cuda":
+            us = getattr(event, "self_device_time_total", None)
+            us = getattr(event, "self_cuda_time_total", 0.0) if us is None else us
+        else:  # a CPU smoke run: the aten operators' own time stands for kernels
+            us = event.self_cpu_time_total if event.key.startswith("aten::") else 0.0
+        if us > 0:
+            totals[event.key] = totals.get(event.key, 0.0) + us / 1000 / reps
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1])
+    rest = sum(ms for _, ms in ranked[top:])
+    return ranked[:top] + ([("(other)", rest)] if rest else [])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -178,7 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--fused-tiles", nargs="+", default=[], metavar="BM.W.WARPS.WB.WARPSB",
                         help="a fused row per tile setting (block rows, forward key tile and warps, backward's)")
-    parser.add_argument("--check", action="store_true", help="add the fused (compiled, materialized) path's error against fp32 plain")
+    parser.add_argument("--check", action="store_true", help="add the timed fused, compiled and materialized paths' errors against fp32 plain")
+    parser.add_argument("--profile", nargs="+", choices=ROWS, default=[], metavar="ROW",
+                        help="add each named row's kernels and their device time per step (torch.profiler)")
+    parser.add_argument("--profile-reps", type=int, default=3)
+    parser.add_argument("--profile-top", type=int, default=12)
     parser.add_argument("--eval-size", default=None, help="add evaluation's forward pass of a model of this size")
     parser.add_argument("--eval-length", type=int, default=8192)
     parser.add_argument("--vocab-size", type=int, default=50304)
@@ -188,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     info = machine_info(args.device)
     args.rows += [f"fused-{spec}" for spec in args.fused_tiles]
+    unwarmed = [row for row in args.profile if row not in args.rows]
+    if unwarmed:  # a row is profiled after its timed rounds, so that no compilation is counted
+        raise SystemExit(f"--profile: {' '.join(unwarmed)} not among --rows; allowed: {' '.join(args.rows)}")
     for row in args.rows:
         if row.startswith("fused-"):
             parse_tiles(row)
@@ -228,11 +266,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"floors B{batch} T{n}: forward {floor['forward_gflop']:.1f} GFLOP / {floor['forward_mb']:.0f} MB, "
               f"backward {floor['backward_gflop']:.1f} GFLOP / {floor['backward_mb']:.0f} MB")
         for impl in ("fused", "compiled", "materialized") if args.check else ():
-            if impl == "fused" or impl in args.rows:
+            if impl in args.rows or (impl == "fused" and any(row.startswith("fused-") for row in args.rows)):
                 errors = error_row(layer, device, impl)
                 rows.append({**info, "batch": batch, "train_len": n, "row": f"{impl}-error",
                              "dtype": str(dtype).removeprefix("torch."), **errors})
                 print(f"{impl} vs fp32 plain: " + ", ".join(f"{k} {v:.2e}" for k, v in errors.items()), flush=True)
+        for row in args.profile:
+            kernels = kernel_profile(layer, row, compiled, device, args.profile_reps, args.profile_top)
+            total = sum(ms for _, ms in kernels)
+            print(f"profile B{batch} T{n} {row}: {total:.2f} ms of kernels per step", flush=True)
+            for kernel, ms in kernels:
+                rows.append({**info, "batch": batch, "train_len": n, "dtype": str(dtype).removeprefix("torch."),
+                             "row": f"profile-{row}", "kernel": kernel[:160], "ms": ms, "share": ms / total,
+                             "rounds": args.profile_reps})
+                print(f"  {ms:8.3f} ms {100 * ms / total:5.1f} %  {kernel[:110]}", flush=True)
         write_rows(rows, args.out)
     if args.eval_size:
         medians = evaluation_rows(args.eval_size, args.eval_length, args.vocab_size, device, args.warmup, args.rounds)

@@ -9,7 +9,8 @@ them; on CUDA each step is bracketed by ``torch.cuda.synchronize`` and the peak 
 since the case's last reset. A case that does not fit is recorded ``out_of_memory``. Printed and written (CSV): the
 median step ms, its ratio to NoPE's at the same length and mode (the issue's "× NoPE"), DAPE's ratio to Kerple's,
 and the peak GiB. ``--dape-impls`` times each DAPE method on each named ``attention_impl`` (default on CUDA:
-``materialized``, ``compiled`` and ``fused``), as the row ``DAPE1x3-Kerple (fused)``.
+``materialized``, ``compiled`` and ``fused``), as the row ``DAPE1x3-Kerple (fused)``; an impl ending in ``-keep``
+(``compiled-keep``) runs that path with ``recompute_scores: false``.
 
     python benchmarks/gpu_step.py                                   # on a GPU: the full table
     python benchmarks/gpu_step.py --device cpu --size tiny --vocab-size 512 --tokens 1024 --lengths 64 128 \\
@@ -39,11 +40,14 @@ METHODS = ("NoPE", "RoPE", "ALiBi", "T5", "Kerple", "FIRE", "DAPE-Kerple", "DAPE
 
 def build_case(method: str, size: str, length: int, vocab_size: int, device: torch.device, compiled: bool):
     """(model, optimizer, step function) of one case: a fresh model of ``method`` on ``device`` (``method
-    (impl)``: on ``attention_impl`` impl)."""
+    (impl)``: on ``attention_impl`` impl; ``impl-keep``: that path without recomputation)."""
     method, _, impl = method.partition(" (")
     settings = parse_method(method)
     if impl:
-        settings["attention_impl"] = impl.rstrip(")")
+        impl = impl.rstrip(")")
+        settings["attention_impl"] = impl.removesuffix("-keep")
+        if impl.endswith("-keep"):
+            settings["recompute_scores"] = False
     model = GPT(GPTConfig(size=size, vocab_size=vocab_size, train_len=length, **settings)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     forward = torch.compile(model) if compiled else model

@@ -27,6 +27,13 @@ A training job's peak on one device is modelled as
 every piece has the same size — whose peak fits ``gpu_mem_gb``; the job then runs each micro-batch in pieces of that
 size (``dape train --micro-batch-size``), which changes the memory, not the result: the gradient of the whole
 micro-batch is the size-weighted sum of its pieces' gradients.
+
+It also settles ``recompute_scores`` where a DAPE model leaves it unset on the accelerator paths (``materialized``,
+``compiled``): the scores are kept (recomputation off) when the whole share of a micro-batch fits that way, and
+recomputed otherwise, before any micro-batch is split. Keeping them measured 0.77× the training step on the
+compiled path (125M DAPE1×3-Kerple on an H200, bf16, T 512 × 32: 163.8 ms against 212.5 ms; T 2048 × 8: 399.0 ms
+against 550.6 ms; ``benchmarks/results/h200-compiled/run3``); recomputation changes memory and time, never the
+gradients (``tests/test_accelerator_memory.py``).
 """
 
 from __future__ import annotations
@@ -49,6 +56,10 @@ RESERVE_BYTES = 2 * 2**30  # CUDA context and library workspaces
 CPU_RESERVE_BYTES = 2**29  # on a CPU: the interpreter, torch and the data loader's baseline (about 0.4 GB measured)
 RESERVE_SHARE = 0.10  # the caching allocator's fragmentation, of the modelled bytes
 GIB = 2**30
+#: what the compiled path's graphs keep without recomputation, over the eager trace's count (the trace stands for
+#: them): a whole training step's peak measured up to 1.23× the modelled states + saved + transient for DAPE V1 and
+#: 0.96–1.01× for DAPE1×3 (125M Kerple, bf16, H200, T 512 × 32 and 2048 × 8; benchmarks/results/h200-compiled/run3)
+COMPILED_KEPT_SCALE = 1.3
 
 
 @dataclass(frozen=True)
@@ -60,6 +71,8 @@ class TrainingMemory:
     saved: int
     transient: int
     reserve: int
+    #: the memory model's choice for a DAPE model that leaves ``recompute_scores`` unset (None: not its choice)
+    recompute_scores: bool | None = None
 
     @property
     def peak(self) -> int:
@@ -67,7 +80,8 @@ class TrainingMemory:
 
     def describe(self) -> str:
         return (f"micro-batch {self.micro_batch}: {self.peak / GIB:.1f} GiB (states {self.states / GIB:.1f}, saved "
-                f"{self.saved / GIB:.1f}, transient {self.transient / GIB:.1f}, reserve {self.reserve / GIB:.1f})")
+                f"{self.saved / GIB:.1f}, transient {self.transient / GIB:.1f}, reserve {self.reserve / GIB:.1f})"
+                + {None: "", True: ", scores recomputed", False: ", scores kept"}[self.recompute_scores])
 
 
 class _EfficientSDPA(TorchFunctionMode):
@@ -215,6 +229,8 @@ def training_memory(cfg, micro_batch: int, *, precision: str = "fp32", shards: i
                     attention_kernel: str = "efficient", reserve_bytes: int = RESERVE_BYTES) -> TrainingMemory:
     """The modelled peak of a training step of ``micro_batch`` sequences on one device (module docstring)."""
     saved = model_saved_bytes(cfg, micro_batch, precision=precision, attention_kernel=attention_kernel)
+    if keeps_compiled_scores(cfg):
+        saved = int(COMPILED_KEPT_SCALE * saved)
     states = state_bytes(cfg, precision=precision, shards=shards)
     transient = transient_bytes(cfg, micro_batch, precision=precision)
     reserve = reserve_bytes + int(RESERVE_SHARE * (states + saved + transient))
@@ -233,16 +249,37 @@ def shards_of(processes: int, distributed: str) -> int:
 def micro_batch_for(cfg, per_device: int, gpu_mem_gb: float, *, precision: str = "fp32", shards: int = 1,
                     run: str = "") -> TrainingMemory:
     """The largest divisor of ``per_device`` (a micro-batch's sequences on one device) whose modelled peak fits
-    ``gpu_mem_gb``; a ConfigError naming the run and what to change when even one sequence does not fit."""
+    ``gpu_mem_gb``, and for a model whose ``recompute_scores`` is the memory model's to choose, that choice: kept
+    where all ``per_device`` sequences fit with kept scores, else recomputed (module docstring); a ConfigError naming
+    the run and what to change when even one sequence does not fit."""
+    if chooses_recomputation(cfg):
+        kept = training_memory(dataclasses.replace(cfg, recompute_scores=False), per_device, precision=precision,
+                               shards=shards)
+        if kept.peak <= gpu_mem_gb * 1e9:
+            return dataclasses.replace(kept, recompute_scores=False)
+        cfg = dataclasses.replace(cfg, recompute_scores=True)
     for micro in sorted(divisors(per_device), reverse=True):
         memory = training_memory(cfg, micro, precision=precision, shards=shards)
         if memory.peak <= gpu_mem_gb * 1e9:
-            return memory
+            return dataclasses.replace(memory, recompute_scores=cfg.recompute_scores)
     raise ConfigError(
         f"{run or 'training'}: one sequence of {cfg.train_len} tokens needs {memory.peak / 1e9:.1f} GB on one device "
         f"({memory.describe()}), more than resources.train_lm gpu_mem_gb {gpu_mem_gb:g}; allowed: a larger gpu_mem_gb, "
         "more GPUs with distributed: fsdp (resources.train_lm.sizes), activation_checkpointing: true, or a shorter "
         "train_len")
+
+
+def keeps_compiled_scores(cfg) -> bool:
+    """A DAPE model training on the compiled path with its scores kept (:data:`COMPILED_KEPT_SCALE`)."""
+    return (cfg.recompute_scores is False and cfg.processor != "none"
+            and training_path(cfg.attention_impl) == "compiled")
+
+
+def chooses_recomputation(cfg) -> bool:
+    """Whether ``recompute_scores`` is the memory model's to choose: a DAPE model that leaves it unset and trains on
+    a path that recomputes (``materialized``, ``compiled``)."""
+    return (cfg.recompute_scores is None and cfg.processor != "none"
+            and training_path(cfg.attention_impl) in ("materialized", "compiled"))
 
 
 def machine_memory_bytes() -> int | None:

@@ -300,7 +300,8 @@ def train(
     whose modelled peak exceeds the machine's memory or ``mem_mb`` stops before it starts
     (:func:`~dape_core.memory.cpu_preflight`). With ``gpu_mem_gb`` (and no ``micro_batch_size``) each process runs
     its share of a micro-batch in the largest pieces whose modelled peak fits that memory
-    (:func:`~dape_core.memory.micro_batch_for`): the same gradient, so the run's hash does not change."""
+    (:func:`~dape_core.memory.micro_batch_for`), and a DAPE model that leaves ``recompute_scores`` unset keeps its
+    scores where the whole share fits that way: the same gradients, so the run's hash does not change."""
     from dape_core.data import load_split
 
     torch.set_num_threads(settings.threads)
@@ -317,8 +318,10 @@ def train(
     if settings.batch_size % dist.world:
         raise ConfigError(f"batch_size: {settings.batch_size} is not divisible by the {dist.world} processes")
     if gpu_mem_gb is not None and settings.micro_batch_size is None:
-        settings = dataclasses.replace(settings, micro_batch_size=fitting_micro_batch(model_config, settings, dist.world,
-                                                                                      gpu_mem_gb))
+        memory = fitting_micro_batch(model_config, settings, dist.world, gpu_mem_gb)
+        settings = dataclasses.replace(settings, micro_batch_size=memory.micro_batch)
+        if memory.recompute_scores is not None:  # the memory model's choice (not hashed: the same gradients)
+            model_config = dataclasses.replace(model_config, recompute_scores=memory.recompute_scores)
     if dist.device.type == "cpu":
         from dape_core.memory import cpu_preflight
 
@@ -386,16 +389,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "runs its share of a micro-batch in the largest pieces that fit it (the memory model)")
 
 
-def fitting_micro_batch(model_config: GPTConfig, settings: TrainSettings, processes: int, gpu_mem_gb: float) -> int:
-    """The memory model's micro-batch of one process (its share of a micro-batch, sharded states under fsdp), printed
-    with its modelled peak; a ConfigError naming ``gpu_mem_gb`` when one sequence does not fit."""
+def fitting_micro_batch(model_config: GPTConfig, settings: TrainSettings, processes: int, gpu_mem_gb: float):
+    """The memory model's micro-batch of one process (its share of a micro-batch, sharded states under fsdp) and its
+    choice of ``recompute_scores`` (:class:`~dape_core.memory.TrainingMemory`), printed with its modelled peak; a
+    ConfigError naming ``gpu_mem_gb`` when one sequence does not fit."""
     from dape_core.memory import micro_batch_for, shards_of
 
     memory = micro_batch_for(model_config, settings.batch_size // processes, gpu_mem_gb, precision=settings.precision,
                              shards=shards_of(processes, settings.distributed))
     print(f"micro-batch on one GPU ({gpu_mem_gb:g} GB): {settings.batch_size // processes} sequences per process → "
           f"{memory.describe()}", flush=True)
-    return memory.micro_batch
+    return memory
 
 
 def run(args) -> int:

@@ -121,11 +121,12 @@ def test_gpu_step_times_dape_on_each_named_path(tmp_path):
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_step.py"), "--device", "cpu", "--size",
                              "tiny", "--vocab-size", "64", "--tokens", "32", "--lengths", "16", "--rounds", "1",
                              "--warmup", "1", "--modes", "eager", "--methods", "Kerple", "DAPE1x3-Kerple",
-                             "--dape-impls", "fast", "fused", "--out", str(out)],
+                             "--dape-impls", "fast", "fused", "materialized-keep", "--out", str(out)],
                             capture_output=True, text=True, timeout=600, env=_interpreted_env())
     assert result.returncode == 0, result.stderr[-2000:]
     rows = pd.read_csv(out).set_index("method")
-    assert list(rows.index) == ["Kerple", "DAPE1x3-Kerple (fast)", "DAPE1x3-Kerple (fused)"]
+    assert list(rows.index) == ["Kerple", "DAPE1x3-Kerple (fast)", "DAPE1x3-Kerple (fused)",
+                                "DAPE1x3-Kerple (materialized-keep)"]
     assert (rows["status"] == "ok").all()
     fused = rows.loc["DAPE1x3-Kerple (fused)"]
     assert fused["x_kerple"] == pytest.approx(fused["step_ms"] / rows.loc["Kerple", "step_ms"])
@@ -136,14 +137,19 @@ def test_fused_layer_benchmark_times_every_row_and_states_the_fused_error(tmp_pa
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fused_layer.py"), "--device", "cpu",
                              "--shapes", "2x20", "--heads", "2", "--head-dim", "8", "--dape-width", "4", "--rounds",
                              "1", "--warmup", "0", "--rows", "sdpa", "sdpa-bias", "materialized", "paper", "fused",
-                             "--fused-tiles", "16.16.4.16.4+uncapped", "--check", "--eval-size", "tiny",
+                             "--fused-tiles", "16.16.4.16.4+uncapped", "--check", "--profile", "materialized",
+                             "--profile-top", "3", "--eval-size", "tiny",
                              "--eval-length", "24", "--vocab-size", "64", "--out",
                              str(out)], capture_output=True, text=True, timeout=600,
                             env=_interpreted_env())
     assert result.returncode == 0, result.stderr[-2000:]
     rows = pd.read_csv(out).set_index("row")
     assert list(rows.index) == ["sdpa", "sdpa-bias", "materialized", "paper", "fused", "fused-16.16.4.16.4+uncapped",
-                                "fused-error", "materialized-error", "eval-tiny-materialized", "eval-tiny-fused"]
+                                "fused-error", "materialized-error", *["profile-materialized"] * 4,
+                                "eval-tiny-materialized", "eval-tiny-fused"]
+    profile = rows.loc["profile-materialized"]  # the three largest kernels, then the rest; shares of one total
+    assert list(profile["kernel"])[-1] == "(other)" and profile["share"].sum() == pytest.approx(1.0)
+    assert list(profile["ms"][:3]) == sorted(profile["ms"][:3], reverse=True)
     assert rows.loc["eval-tiny-materialized", "x_materialized"] == 1.0 and rows.loc["eval-tiny-fused", "ms"] > 0
     assert rows.loc["sdpa-bias", "x_sdpa_bias"] == 1.0
     for path in ("fused", "materialized"):

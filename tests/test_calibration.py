@@ -4,6 +4,7 @@ estimate with a message; benchmarks/calibrate_gpu.py writes such a CSV (run here
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import subprocess
@@ -175,6 +176,28 @@ def test_calibrate_gpu_on_the_cpu_writes_rows_the_estimate_uses_as_measured(tmp_
     kerple = next(s for s in e["shapes"] if s["method"] == "Kerple")
     rate = cpu.loc[cpu["method"] == "Kerple", "tokens_per_s"].item()
     assert kerple["gpu_hours"] == pytest.approx(TOKENS / rate / 3600) and math.isfinite(kerple["gpu_hours"])
+
+
+def test_a_case_with_its_gpu_memory_runs_as_its_job_would(tmp_path):
+    """resources.train_lm.gpu_mem_gb: the timed step takes the memory model's pieces and recompute_scores."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import calibrate_gpu
+    from dape_core.memory import training_memory
+
+    config = calibrated_config()
+    config["defaults"]["lm"]["attention_impl"] = "materialized"
+    config["families"] = {"runs": {"axes": {"method": ["DAPE1x3-Kerple"]}}}
+    config["resources"] = {"train_lm": {"gpu_mem_gb": 1000}}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    [case] = calibrate_gpu.cases(path)
+    assert case["gpu_mem_gb"] == 1000 and case["micro_batch"] == BATCH
+    roomy = calibrate_gpu.measure(case, "cpu", steps=1, warmup=0, threads=1)
+    assert roomy["status"] == "ok" and roomy["recompute_scores"] is False and roomy["pieces"] == BATCH
+    recomputed = dataclasses.replace(calibrate_gpu.case_model(case), recompute_scores=True)
+    half = (training_memory(recomputed, BATCH // 2).peak + training_memory(recomputed, BATCH).peak) / 2 / 1e9
+    tight = calibrate_gpu.measure({**case, "gpu_mem_gb": half}, "cpu", steps=1, warmup=0, threads=1)
+    assert tight["status"] == "ok" and tight["recompute_scores"] is True and tight["pieces"] == BATCH // 2
 
 
 def test_calibrate_gpu_refuses_cuda_without_a_gpu():

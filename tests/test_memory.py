@@ -16,8 +16,8 @@ from dape_core import config as grid
 from dape_core.config.__main__ import main as config_main
 from dape_core.config.memory_plan import fit_micro_batches
 from dape_core.errors import ConfigError
-from dape_core.memory import (cpu_preflight, machine_memory_bytes, model_saved_bytes, micro_batch_for, saved_bytes,
-                              training_memory, transient_bytes)
+from dape_core.memory import (COMPILED_KEPT_SCALE, cpu_preflight, machine_memory_bytes, model_saved_bytes,
+                              micro_batch_for, saved_bytes, training_memory, transient_bytes)
 from dape_core.model import GPT, GPTConfig
 from dape_core.train import TrainSettings, micro_batch_pieces, train
 
@@ -83,6 +83,38 @@ def test_the_largest_fitting_divisor_is_chosen_and_a_run_that_cannot_fit_is_refu
     assert training_memory(cfg, 2 * chosen.micro_batch, precision="bf16").peak > 80e9  # the largest that fits
     with pytest.raises(ConfigError, match=r"run code-T1024.*gpu_mem_gb 4\b.*allowed: a larger gpu_mem_gb"):
         micro_batch_for(cfg, 32, 4, precision="bf16", run="run code-T1024-cope-none")
+
+
+def test_dape_scores_are_kept_where_the_whole_share_fits_and_recomputed_otherwise():
+    """recompute_scores left unset: the memory model keeps the scores (faster) only where the whole share of a
+    micro-batch fits that way; an explicit setting and a model without a processor are not its to choose."""
+    base = dict(size="125M", vocab_size=50304, encoding="kerple", processor="dape_v2", kernel_size=3)
+    short = micro_batch_for(GPTConfig(**base, train_len=512), 32, 80, precision="bf16")
+    assert (short.recompute_scores, short.micro_batch) == (False, 32) and short.peak <= 80e9
+    assert short.describe().endswith(", scores kept")
+    kept_long = training_memory(GPTConfig(**base, train_len=2048, recompute_scores=False), 8, precision="bf16")
+    long = micro_batch_for(GPTConfig(**base, train_len=2048), 8, 80, precision="bf16")
+    assert kept_long.peak > 80e9 and (long.recompute_scores, long.micro_batch) == (True, 8)
+    assert long.describe().endswith(", scores recomputed")
+    assert micro_batch_for(GPTConfig(**base, train_len=2048), 8, 140, precision="bf16").recompute_scores is False
+    explicit = micro_batch_for(GPTConfig(**base, train_len=512, recompute_scores=True), 32, 80, precision="bf16")
+    assert explicit.recompute_scores is True
+    kerple = micro_batch_for(GPTConfig(size="125M", vocab_size=50304, encoding="kerple", train_len=512), 32, 80,
+                             precision="bf16")
+    assert kerple.recompute_scores is None and "scores" not in kerple.describe()
+
+
+def test_the_compiled_path_keeping_its_scores_is_modelled_above_the_eager_trace():
+    """COMPILED_KEPT_SCALE: the compiled graphs measured to keep more than the eager trace counts (DAPE V1)."""
+    cfg = GPTConfig(size="125M", vocab_size=50304, encoding="kerple", processor="dape_v1", train_len=512,
+                    recompute_scores=False)
+    eager = training_memory(dataclasses.replace(cfg, attention_impl="materialized"), 4, precision="bf16")
+    compiled = training_memory(dataclasses.replace(cfg, attention_impl="compiled"), 4, precision="bf16")
+    assert compiled.saved == int(COMPILED_KEPT_SCALE * eager.saved)
+    recomputed = dataclasses.replace(cfg, recompute_scores=True)
+    assert (training_memory(dataclasses.replace(recomputed, attention_impl="compiled"), 4, precision="bf16").saved
+            == training_memory(dataclasses.replace(recomputed, attention_impl="materialized"), 4,
+                               precision="bf16").saved)
 
 
 def test_pieces_are_equal_divisors():
@@ -170,6 +202,11 @@ def test_a_training_job_given_its_gpu_memory_runs_in_the_pieces_that_fit(tiny_co
     assert f"micro-batch on one GPU ({fits_four:g} GB): 8 sequences per process → micro-batch 4:" in capsys.readouterr().out
     assert pieces["config_hash"] == whole["config_hash"]
     assert pieces["final_loss"] == pytest.approx(whole["final_loss"], rel=1e-5)
+    roomy = train(cfg, settings, tiny_corpus, tmp_path / "roomy", progress=False, gpu_mem_gb=1000)
+    assert "8 sequences per process → micro-batch 8:" in capsys.readouterr().out
+    assert roomy["config"]["model"]["recompute_scores"] is False  # the memory model's choice, in the run's record
+    assert roomy["config_hash"] == whole["config_hash"] and roomy["final_loss"] == pytest.approx(whole["final_loss"],
+                                                                                                 rel=1e-5)
 
 
 def tiny_vocab(data_dir) -> int:

@@ -47,7 +47,9 @@ class AttentionSettings:
     recompute_scores: bool | None = setting(None, help="materialized and compiled paths: recompute each query chunk's score "
                                                        "pipeline in the backward pass instead of keeping its "
                                                        "[batch, rows, keys, channels] tensors (training memory "
-                                                       "linear in T); default: on (the accelerator's path)")
+                                                       "linear in T); default: a job given its GPU's memory "
+                                                       "(--gpu-mem-gb) keeps the scores where its whole micro-batch "
+                                                       "fits that way (faster), else on")
 
     def __post_init__(self):
         check_choices(self, AttentionSettings)
