@@ -133,23 +133,31 @@ def test_the_printed_estimate_names_the_figure_of_every_training_shape(tmp_path,
     assert "tokens/s measured for 1 jobs, scaled by FLOPs for 1" in out
 
 
-def test_the_committed_h100_calibration_measures_every_gpu_yaml_job_and_only_prices_dispatch_for_the_paper(capsys):
-    """benchmarks/results/gpu_calibration.csv (measured on one H100 for configs/gpu.yaml): every training job of
-    configs/gpu.yaml takes a measured tokens/s; configs/paper.yaml's bf16 125M-2.7B shapes were not measured, so its
-    jobs keep the FLOP estimate, with the calibration's per-call host cost for the dispatch bound."""
+def test_the_committed_calibration_measures_every_gpu_yaml_job_and_the_papers_125m_steps(capsys):
+    """benchmarks/results/gpu_calibration.csv holds two devices: one H100 measured every shape of configs/gpu.yaml,
+    one H200 configs/paper.yaml's 125M Kerple, DAPE-Kerple and DAPE1x3-Kerple steps at T 512 and 1024 (as their jobs
+    run them: the memory model's pieces and recomputation) and small dispatch-bound steps; each configuration names
+    its device, and the paper's other shapes are scaled from a measured row of their method or keep the FLOP
+    estimate, with the H200's per-call host cost for the dispatch bound."""
     csv = REPO / "benchmarks" / "results" / "gpu_calibration.csv"
     rows = pd.read_csv(csv)
-    assert set(rows["device"]) == {"NVIDIA H100 80GB HBM3"} and (rows["status"] == "ok").all()
-    for name in ("gpu.yaml", "paper.yaml"):
-        assert grid.load_yaml(REPO / "configs" / name)["estimate"]["calibration"] == str(csv.relative_to(REPO))
+    assert set(rows["device"]) == {"NVIDIA H100 80GB HBM3", "NVIDIA H200"} and (rows["status"] == "ok").all()
+    h200 = rows[(rows["device"] == "NVIDIA H200") & (rows["size"] == "125M")]
+    assert set(h200["method"]) == {"Kerple", "DAPE-Kerple", "DAPE1x3-Kerple"} and set(h200["train_len"]) == {512, 1024}
+    assert set(h200["attention_path"]) == {"compiled"}
+    for name, device in (("gpu.yaml", "NVIDIA H100 80GB HBM3"), ("paper.yaml", "NVIDIA H200")):
+        estimate = grid.load_yaml(REPO / "configs" / name)["estimate"]
+        assert (estimate["calibration"], estimate["calibration_device"]) == (str(csv.relative_to(REPO)), device)
     assert config_main([str(REPO / "configs" / "gpu.yaml")]) == 0
     out = capsys.readouterr().out
     train_jobs = int(out.split("plan: ")[1].split(" train_lm")[0].split(", ")[-1])
     assert f"tokens/s measured for {train_jobs} jobs, scaled by FLOPs for 0" in out
     assert config_main([str(REPO / "configs" / "paper.yaml")]) == 0
     out = capsys.readouterr().out
-    assert "measured for" not in out.split("plan: ")[1].split("dispatch at")[0]
-    assert "per call from the calibration on NVIDIA H100 80GB HBM3" in out
+    lines = {line.split(":")[0].strip(): line for line in out.splitlines() if line.startswith("  125M")}
+    assert lines["125M DAPE1x3-Kerple D=32 T=512 B=32 bf16 auto/float32"].endswith("measured")
+    assert "scaled from 125M T=512 B=32" in lines["125M DAPE1x3-Kerple D=32 T=128 B=32 bf16 auto/float32"]
+    assert "per call from the calibration on NVIDIA H200 (its medium kerple/none T=32 step)" in out
 
 
 @pytest.mark.slow
