@@ -15,11 +15,19 @@ final reports compared with an uninterrupted run's.
    kind, the command the message gives (``snakemake --forcerun FILE``) is run, otherwise the file is restored — or
    it finishes; either way the run is completed and its reports compared with the reference's.
 
+4. Faults of the setting rather than of a file (:data:`SETUP_FAULTS`), each followed by the same command as it was
+   before: ``duplicate key`` — the configuration given with one key twice in a mapping; ``missing extra`` — the
+   DAG built where ``transformers`` cannot be imported (the fine-tune family's extra); ``write failure`` — a
+   training redone under a file-size limit below its model's size (as a full disk stops a write). Each must stop
+   with its cause in one line naming the file, key or extra, leave no seal without its file, and the next run
+   without the fault must finish with the reference's reports.
+
 Reports are compared on every number a rerun reproduces (:func:`compare_reports`: perplexities and losses,
 per-window losses, CHE accuracies, sink masses, leakage ratios, every verdict but the timing claim's); measured
 times differ between any two runs and are left out. The counts go to ``--out``: faults injected, runs that
 finished without a manual step, files named, reports identical, and reports that differ with no file named (the
-goal: 0).
+goal: 0), with, per case, whether a traceback reached the console or a job log and the seals left without their
+file (``orphans``).
 """
 
 from __future__ import annotations
@@ -60,6 +68,9 @@ KINDS = {
     "aggregated table": "{reports}/lm_results.csv",
 }
 FAULTS = ("truncate", "garble", "overwrite", "foreign", "unsealed", "rot")
+SETUP_FAULTS = ("duplicate key", "missing extra", "write failure")
+#: sitecustomize of a Python where `transformers` cannot be imported (find_spec answers None, as without the package)
+NO_TRANSFORMERS = "import sys\nsys.modules['transformers'] = None\n"
 
 #: per aggregated table: the key columns and the numbers a rerun reproduces
 COMPARED = {
@@ -114,10 +125,53 @@ def clear_stale_lock(workdir: Path, config: Path) -> None:
                         *snakemake_command(workdir, config)[3:]], capture_output=True, text=True, timeout=600)
 
 
-def run(workdir: Path, config: Path, *extra: str, timeout: float = 3600) -> subprocess.CompletedProcess:
-    """`make reproduce`'s two steps: clear a stale lock, then Snakemake."""
+def run(workdir: Path, config: Path, *extra: str, timeout: float = 3600, env: dict | None = None,
+        file_limit: int | None = None) -> subprocess.CompletedProcess:
+    """`make reproduce`'s two steps: clear a stale lock, then Snakemake (in ``env``; ``file_limit``: bytes a file
+    of Snakemake or its jobs may grow to, RLIMIT_FSIZE)."""
+    import resource
+
     clear_stale_lock(workdir, config)
-    return subprocess.run(snakemake_command(workdir, config, *extra), capture_output=True, text=True, timeout=timeout)
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_limit, file_limit))
+    return subprocess.run(snakemake_command(workdir, config, *extra), capture_output=True, text=True, timeout=timeout,
+                          env=env, preexec_fn=limit if file_limit else None)
+
+
+def orphan_seals(workdir: Path) -> list[Path]:
+    """Seals under ``workdir/results`` whose file is not there (set-aside files apart)."""
+    return [seal for seal in (workdir / "results").rglob(f"*{io.HASH_SUFFIX}")
+            if ".damaged" not in seal.parts and not seal.with_name(seal.name[:-len(io.HASH_SUFFIX)]).exists()]
+
+
+def with_duplicate_key(config: Path, target: Path) -> tuple[Path, str]:
+    """A copy of ``config`` with a key given twice: the first second-level key below ``defaults:`` that has its
+    value on its line, repeated on the next line; (the copy, that key)."""
+    lines = config.read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("defaults:"))
+    index = next(i for i in range(start + 1, len(lines)) if re.match(r"^  \w+:", lines[i]) and
+                 lines[i].split(":", 1)[1].strip() and not lines[i].split(":", 1)[1].strip().startswith("#"))
+    key = lines[index].split(":", 1)[0].strip()
+    target.write_text("\n".join(lines[:index + 1] + [lines[index]] + lines[index + 1:]) + "\n", encoding="utf-8")
+    return target, key
+
+
+def setup_fault(fault: str, faulted: Path, config: Path, scratch: Path) -> tuple[subprocess.CompletedProcess, str]:
+    """Run the DAG once with ``fault`` (:data:`SETUP_FAULTS`); (the run, what its output must name)."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    if fault == "duplicate key":
+        broken, key = with_duplicate_key(config, scratch / config.name)
+        return run(faulted, broken), f"the key {key!r} is given twice"
+    if fault == "missing extra":
+        (scratch / "sitecustomize.py").write_text(NO_TRANSFORMERS, encoding="utf-8")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(scratch), os.environ.get("PYTHONPATH")]))}
+        return run(faulted, config, env=env), "needs transformers"
+    model = sorted(faulted.glob(KINDS["model.pt"]))[0]  # retrained under a limit below its size
+    size = model.stat().st_size
+    model.unlink()
+    io.hash_path(model).unlink(missing_ok=True)
+    return run(faulted, config, file_limit=size // 2), f"{model.relative_to(faulted)}: not written"
 
 
 def killed_run(workdir: Path, config: Path, after_s: float) -> None:
@@ -167,6 +221,8 @@ def main(argv=None) -> int:
                         help="file kinds to damage (default: all)")
     parser.add_argument("--faults", nargs="*", default=list(FAULTS), choices=FAULTS,
                         help="faults injected into each kind's file (default: all)")
+    parser.add_argument("--setup-faults", nargs="*", default=list(SETUP_FAULTS), choices=SETUP_FAULTS,
+                        help="faults of the setting, after the files' (default: all)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "faults.csv"))
     args = parser.parse_args(argv)
     rng, config = random.Random(args.seed), Path(args.config).resolve()
@@ -232,19 +288,40 @@ def main(argv=None) -> int:
                            else ["the run after the fault failed"])
             rows.append({"fault": fault, "kind": kind, "file": relative, "named": named,
                          "finished": finished.returncode == 0, "identical": not differences,
-                         "differences": "; ".join(differences)})
+                         "differences": "; ".join(differences), "traceback": "Traceback" in out,
+                         "orphans": len(orphan_seals(faulted))})
             print(f"{kind} {fault}: named {named}, finished {finished.returncode == 0}, identical {not differences}",
                   flush=True)
             pd.DataFrame(rows).to_csv(args.out, index=False)  # every case as it ends: a cut-short run keeps its rows
             original, stat = path.read_bytes(), path.stat()  # a redone file is the new original
             original_seal = seal.read_bytes() if seal.exists() else None
 
+    for fault in args.setup_faults:
+        since = time.time()
+        damaged, expected = setup_fault(fault, faulted, config, root / "setup")
+        out = damaged.stdout + damaged.stderr + "".join(
+            p.read_text(errors="replace") for p in (faulted / "logs").rglob("*.log") if p.stat().st_mtime >= since)
+        named = damaged.returncode != 0 and expected in out
+        orphans = orphan_seals(faulted)
+        finished = run(faulted, config)
+        differences = (compare_reports(reference / reports, faulted / reports) if finished.returncode == 0
+                       else ["the run after the fault failed"])
+        rows.append({"fault": fault, "kind": "setting", "file": expected, "named": named,
+                     "finished": finished.returncode == 0, "identical": not differences,
+                     "differences": "; ".join(differences), "traceback": "Traceback" in out,
+                     "orphans": len(orphans)})
+        print(f"{fault}: named {named}, traceback {'Traceback' in out}, orphans {len(orphans)}, finished "
+              f"{finished.returncode == 0}, identical {not differences}", flush=True)
+        pd.DataFrame(rows).to_csv(args.out, index=False)
+
     table = pd.DataFrame(rows)
     silent = table[~table["named"] & ~table["identical"]]
     table.to_csv(args.out, index=False)
     print(f"{len(table)} faults injected; {int(table['finished'].sum())} runs finished with no manual step; "
           f"{int(table['named'].sum())} files named; {int(table['identical'].sum())} reports identical to the "
-          f"uninterrupted run's; {len(silent)} reports differing with no file named → {args.out}")
+          f"uninterrupted run's; {len(silent)} reports differing with no file named; "
+          f"{int(table.get('traceback', pd.Series(dtype=bool)).fillna(False).sum())} with a traceback; "
+          f"{int(table.get('orphans', pd.Series(dtype=float)).fillna(0).sum())} orphan seals → {args.out}")
     return 0 if silent.empty else 1
 
 

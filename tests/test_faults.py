@@ -15,8 +15,8 @@ from workflow_fixture import REPO, SMOKE_REPORTS, smoke_run  # noqa: F401
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from faults import (FAULTS, KINDS, compare_reports, damage, killed_run, run,  # noqa: E402
-                    snakemake_command)
+from faults import (FAULTS, KINDS, compare_reports, damage, killed_run, orphan_seals, run,  # noqa: E402
+                    snakemake_command, with_duplicate_key)
 
 CONFIG = REPO / "configs" / "smoke.yaml"
 
@@ -45,6 +45,28 @@ def test_the_foreign_fault_copies_another_file_with_its_seal(tmp_path):
     assert io.hash_path(ours).read_bytes() == io.hash_path(theirs).read_bytes()
     with pytest.raises(ArtefactError, match="its seal was written for .*b/eval.csv: a copy of another file"):
         artefacts.verify_hash(ours)
+
+
+def test_the_duplicate_key_fault_gives_a_key_twice_and_the_loader_names_it(tmp_path):
+    from dape_core.config import load_yaml
+    from dape_core.errors import ConfigError
+
+    broken, key = with_duplicate_key(CONFIG, tmp_path / "smoke.yaml")
+    assert broken.read_text().count("\n") == CONFIG.read_text().count("\n") + 1
+    with pytest.raises(ConfigError, match=rf"the key {key!r} is given twice in one mapping"):
+        load_yaml(broken)
+
+
+def test_a_seal_without_its_file_is_an_orphan(tmp_path):
+    from dape_core import io
+
+    kept, lost = tmp_path / "results" / "a.csv", tmp_path / "results" / "b.csv"
+    for path in (kept, lost):
+        io.write_text(path, "x\n1\n", seal=True)
+    lost.unlink()
+    (tmp_path / "results" / ".damaged").mkdir()
+    io.hash_path(tmp_path / "results" / ".damaged" / "c.csv").write_text("set aside\n")
+    assert orphan_seals(tmp_path) == [io.hash_path(lost)]
 
 
 def test_every_kind_of_file_of_the_smoke_run_is_found(smoke_run):  # noqa: F811

@@ -3,7 +3,10 @@ and the conda environment files."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import tomllib
 
 import pytest
@@ -37,8 +40,27 @@ def test_a_configuration_giving_a_key_twice_stops_the_dag_naming_the_key_and_bot
     line = text[:text.index("    steps: 20\n")].count("\n") + 1
     result = snakemake(tmp_path, twice, "-n", "--cores", "1", timeout=300)
     assert result.returncode != 0
-    assert (f"twice.yaml: the key 'steps' is given twice in one mapping, on lines {line} and {line + 1}"
-            in result.stdout + result.stderr)
+    out = result.stdout + result.stderr
+    assert f"twice.yaml: the key 'steps' is given twice in one mapping, on lines {line} and {line + 1}" in out
+    assert 'File "' not in out and "Traceback" not in out  # the cause in one line, not the parse's stack
+
+
+@pytest.mark.slow
+def test_a_missing_extra_stops_the_dag_in_one_line_with_the_install_command(tmp_path):
+    """The smoke configuration's fine-tune family where transformers cannot be imported (a sitecustomize makes
+    importlib find no such module, as without the package): the one line names the family and the install."""
+    hidden = tmp_path / "no_transformers"
+    hidden.mkdir()
+    (hidden / "sitecustomize.py").write_text("import sys\nsys.modules['transformers'] = None\n", encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(hidden), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory",
+                             str(tmp_path / "work"), "--configfile", str(CONFIGS["smoke"]), "-n", "--cores", "1"],
+                            capture_output=True, text=True, timeout=300, env=env)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert ("configuration error: families.hf_finetune: the finetune stage needs transformers (the hf extra), which "
+            "this Python lacks; install it: pip install -e '.[hf]'") in out
+    assert 'File "' not in out and "Traceback" not in out
 
 
 @pytest.mark.slow

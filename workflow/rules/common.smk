@@ -18,6 +18,7 @@ from pathlib import Path
 from snakemake.logging import logger
 
 from dape_core import config as grid
+from dape_core.errors import ConfigError
 
 # Jobs call `dape` of the Python that runs Snakemake, so a virtual environment need not be activated; under
 # --use-conda the environment's own bin directory still comes first. The environments of envs/ install this
@@ -25,12 +26,16 @@ from dape_core import config as grid
 os.environ.update(PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
 os.environ.setdefault("DAPE_CORE_SRC", str(Path(workflow.basedir).resolve()))
 
-# Snakemake's own loader keeps a repeated key's last value: the configuration files are read once more, refusing one
-grid.check_yaml_files(workflow.overwrite_configfiles or [Path(workflow.basedir) / "config.yaml"])
-PLAN = grid.build_plan(config)
-# a family whose jobs need an optional extra (transformers for fine-tunes) says so now, in one line
-grid.require_extras(PLAN, job_environments=any(str(getattr(method, "value", method)) == "conda"
-                                               for method in workflow.deployment_settings.deployment_method))
+try:  # a configuration the plan refuses stops the parse in one line (Snakemake would print its stack)
+    # Snakemake's own loader keeps a repeated key's last value: the configuration files are read once more,
+    # refusing one
+    grid.check_yaml_files(workflow.overwrite_configfiles or [Path(workflow.basedir) / "config.yaml"])
+    PLAN = grid.build_plan(config)
+    # a family whose jobs need an optional extra (transformers for fine-tunes) says so now
+    grid.require_extras(PLAN, job_environments=any(str(getattr(method, "value", method)) == "conda"
+                                                   for method in workflow.deployment_settings.deployment_method))
+except ConfigError as err:
+    sys.exit(f"configuration error: {err}")
 # config.yaml reports into reports/ (the committed reference); any other configuration into reports/<its name>/
 CONFIGURATION = grid.configuration_name(workflow.overwrite_configfiles)
 REPORTS = grid.reports_dir(CONFIGURATION)
