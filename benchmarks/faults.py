@@ -2,19 +2,21 @@
 final reports compared with an uninterrupted run's.
 
     python benchmarks/faults.py [--config configs/smoke.yaml] [--workdir /tmp/faults] [--kills 3] [--seed 0]
-                                [--out benchmarks/results/faults.csv]
+                                [--kinds …] [--faults …] [--setup-faults …] [--out benchmarks/results/faults.csv]
+
+Every run is what ``make reproduce`` does (:func:`run`): clear a stale lock (``dape_core.workflow_lock``), ``dape
+verify`` (damaged results set aside, one console line each), then ``snakemake --profile profiles/default`` with
+``--forcerun`` of what verify lists as pending.
 
 1. A reference run, uninterrupted, in ``WORKDIR/reference``.
 2. The same DAG in ``WORKDIR/faulted``, killed with SIGKILL (the whole process group, Snakemake and its jobs) at
-   ``--kills`` random moments and restarted each time the way ``make reproduce`` does (``dape_core.workflow_lock``
-   clears the stale lock, then ``snakemake --profile profiles/default``), with no manual step.
+   ``--kills`` random moments and restarted each time, with no manual step.
 3. One file of every kind (:data:`KINDS`) in turn, truncated, garbled, overwritten at the same size, replaced by
    another file of its kind with that file's seal (``foreign``: another run's, seed's or cell's, the second match
    of the kind's glob), changed with its seal removed (``unsealed``), and changed in place with its modification
-   time restored (``rot``); after each, ``snakemake`` runs again. Either it stops and its output names the damaged file — then, the first time for a
-   kind, the command the message gives (``snakemake --forcerun FILE``) is run, otherwise the file is restored — or
-   it finishes; either way the run is completed and its reports compared with the reference's.
-
+   time restored (``rot``); after each the same command runs, and once more if it stopped (a job that failed on a
+   damaged input is redone then): named when verify's line or the stopped DAG's output names the file, finished
+   when the command succeeded by its second run with no other step; its reports compared with the reference's.
 4. Faults of the setting rather than of a file (:data:`SETUP_FAULTS`), each followed by the same command as it was
    before: ``duplicate key`` — the configuration given with one key twice in a mapping; ``missing extra`` — the
    DAG built where ``transformers`` cannot be imported (the fine-tune family's extra); ``write failure`` — a
@@ -125,18 +127,35 @@ def clear_stale_lock(workdir: Path, config: Path) -> None:
                         *snakemake_command(workdir, config)[3:]], capture_output=True, text=True, timeout=600)
 
 
+def run_snakemake(workdir: Path, config: Path, *extra: str, timeout: float = 3600) -> subprocess.CompletedProcess:
+    """What a plain Snakemake user runs: clear a stale lock, then Snakemake (no ``dape verify`` first)."""
+    clear_stale_lock(workdir, config)
+    return subprocess.run(snakemake_command(workdir, config, *extra), capture_output=True, text=True, timeout=timeout)
+
+
 def run(workdir: Path, config: Path, *extra: str, timeout: float = 3600, env: dict | None = None,
         file_limit: int | None = None) -> subprocess.CompletedProcess:
-    """`make reproduce`'s two steps: clear a stale lock, then Snakemake (in ``env``; ``file_limit``: bytes a file
-    of Snakemake or its jobs may grow to, RLIMIT_FSIZE)."""
+    """`make reproduce`'s steps: clear a stale lock, `dape verify` (damaged results set aside, one line each), then
+    Snakemake with `--forcerun` of what verify lists as pending (in ``env``; ``file_limit``: bytes a file of
+    Snakemake or its jobs may grow to, RLIMIT_FSIZE). One CompletedProcess: verify's output and Snakemake's, and the
+    first failing step's status."""
     import resource
 
     clear_stale_lock(workdir, config)
 
     def limit():
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_limit, file_limit))
-    return subprocess.run(snakemake_command(workdir, config, *extra), capture_output=True, text=True, timeout=timeout,
-                          env=env, preexec_fn=limit if file_limit else None)
+    dape = [sys.executable, "-m", "dape_core.cli", "verify", "--results", "results"]
+    verify = subprocess.run(dape, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env) if (
+        workdir / "results").is_dir() else None
+    pending = (subprocess.run([*dape, "--pending"], cwd=workdir, capture_output=True, text=True, timeout=timeout,
+                              env=env).stdout.split() if verify is not None and verify.returncode == 0 else [])
+    done = subprocess.run(snakemake_command(workdir, config, *extra, *pending), capture_output=True, text=True,
+                          timeout=timeout, env=env, preexec_fn=limit if file_limit else None)
+    if verify is None:
+        return done
+    return subprocess.CompletedProcess(done.args, verify.returncode or done.returncode, verify.stdout + done.stdout,
+                                       verify.stderr + done.stderr)
 
 
 def orphan_seals(workdir: Path) -> list[Path]:
@@ -257,7 +276,7 @@ def main(argv=None) -> int:
         if not matches:
             print(f"{kind}: no file")
             continue
-        path, redone = matches[0], False
+        path = matches[0]
         seal = io.hash_path(path)
         original, stat = path.read_bytes(), path.stat()
         original_seal = seal.read_bytes() if seal.exists() else None
@@ -266,30 +285,28 @@ def main(argv=None) -> int:
                 print(f"{kind} foreign: no other file of the kind")
                 continue
             damage(path, fault, rng, matches[1] if len(matches) > 1 else None)
+            since = time.time()
             damaged = run(faulted, config)
-            out = damaged.stdout + damaged.stderr + "".join(
-                p.read_text(errors="replace") for p in (faulted / "logs").rglob("*.log")
-                if p.stat().st_mtime >= time.time() - 600)
+            console = damaged.stdout + damaged.stderr
+            out = console + "".join(p.read_text(errors="replace") for p in (faulted / "logs").rglob("*.log")
+                                    if p.stat().st_mtime >= since)
             relative = str(path.relative_to(faulted))
-            named = damaged.returncode != 0 and relative in out
-            if damaged.returncode != 0:
-                command = re.search(r"redo it: snakemake --forcerun (\S+)", out)
-                if named and command and not redone:
-                    run(faulted, config, "--forcerun", command.group(1))  # the command the message gives
-                    redone = True
-                else:  # the file and its seal as they were
-                    if path.exists() and path.read_bytes() != original:
-                        path.write_bytes(original)
-                        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-                    if original_seal is not None and (not seal.exists() or seal.read_bytes() != original_seal):
-                        seal.write_bytes(original_seal)
-            finished = run(faulted, config)
+            # named: by dape verify's line (the file set aside), or where the DAG stopped on it
+            named = f"dape verify: {relative}:" in console or (damaged.returncode != 0 and relative in out)
+            # the same command again where the first stopped (a job that failed on a damaged input is redone then)
+            finished = damaged if damaged.returncode == 0 else run(faulted, config)
+            if finished.returncode != 0:  # not recovered: the file and its seal as they were, for the next fault
+                if path.exists() and path.read_bytes() != original:
+                    path.write_bytes(original)
+                    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+                if original_seal is not None and (not seal.exists() or seal.read_bytes() != original_seal):
+                    seal.write_bytes(original_seal)
             differences = (compare_reports(reference / reports, faulted / reports) if finished.returncode == 0
                            else ["the run after the fault failed"])
             rows.append({"fault": fault, "kind": kind, "file": relative, "named": named,
-                         "finished": finished.returncode == 0, "identical": not differences,
-                         "differences": "; ".join(differences), "traceback": "Traceback" in out,
-                         "orphans": len(orphan_seals(faulted))})
+                         "on_console": relative in console, "finished": finished.returncode == 0,
+                         "identical": not differences, "differences": "; ".join(differences),
+                         "traceback": "Traceback" in out, "orphans": len(orphan_seals(faulted))})
             print(f"{kind} {fault}: named {named}, finished {finished.returncode == 0}, identical {not differences}",
                   flush=True)
             pd.DataFrame(rows).to_csv(args.out, index=False)  # every case as it ends: a cut-short run keeps its rows

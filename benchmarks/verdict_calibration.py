@@ -54,23 +54,29 @@ Bases (those of :mod:`dape_core.report.intervals`, as the claims use them):
   the pair's own spread (n ≥ 2), the same pair's spread borrowed from a 7 × 2 or 7 × 4 grid (n = 1); the σ of
   another kind a leakage comparison used to borrow (a tril-only grid, twins whose no-tril side is 2.3× noisier),
   and the leakage claim through its own check (``leakage_collapse`` on simulated twins for two encodings, 1–4
-  seeds, each pair's own spread, its two routes at 97.5 %).
+  seeds, each pair's own spread, its two routes at 97.5 %); a run's own statistic and an unpaired comparison with
+  their setting's pooled σ (the rule before, 1–8 seeds), their own spread (2–8), and the claims' rule (own spread;
+  with one seed that σ borrowed as a plan only, which decides nothing: 1–4).
 - ``design stage``: the design stage itself (:mod:`dape_core.report.design`) on two identical methods paired by
   seed — a pilot of 2, 3 or 4 seeds sized for fresh seeds, chosen by the design's own function (at most 8), then
   the fresh seeds read alone with the pair's own spread —, under equal noise, one method at 2× and 3× the others'
   interaction SD, and t₃ interactions; the rate is among the trials the design ran.
+- ``Holm's step-down``: families of 12 and 18 null claims (each a paired check of two identical methods, its own
+  spread, 2–8 seeds, equal noise or one method of each pair at 3× the interaction SD) read by
+  :func:`dape_core.report.holm.holm_verdicts` with :func:`dape_core.report.intervals.family_level`: the rate is
+  that of families with any claim decided (the family-wise error), beside the rate at the claims' own 95 %.
 
 A trial is *decided* when :func:`dape_core.report.intervals.decide` at a zero margin is not UNDECIDED. The CSV holds
 each basis's false-decision rate (effect 0) and power (effect 2 seed-SDs; timing: a rise of 2 SDs of one cell's
 ratio), each with its Monte-Carlo SE √(p(1 − p)/trials).
 
 Each rule's simulation is a module of ``benchmarks/verdict_rules/`` (common, bases, sink, che, kernel, claims,
-heterogeneity, design); this script runs them and writes the results file.
+heterogeneity, design, holm); this script runs them and writes the results file.
 
     python benchmarks/verdict_calibration.py [--trials 10000] [--jobs N] [--sink-trials 500] [--che-trials 100]
                                              [--kernel-trials 1000] [--kernel-power-trials 200]
-                                             [--claim-trials 1000] [--claim-power-trials 200]
-                                             [--only {bases,claims,design,heterogeneity,kernel,sink}]
+                                             [--claim-trials 1000] [--claim-power-trials 200] [--holm-trials 4000]
+                                             [--only {bases,claims,design,heterogeneity,holm,kernel,sink}]
                                              [--out benchmarks/results/verdict_calibration.csv]
 """
 
@@ -97,6 +103,7 @@ from verdict_rules.design import DESIGN_MAX_SEEDS, DESIGN_PILOT_SEEDS, design_ce
 from verdict_rules.heterogeneity import (HETERO_RULES, HETEROGENEITY, LEAK_FACTOR, LEAK_SEEDS,  # noqa: E402,F401
                                          another_kind_cell, hetero_cell, hetero_grid, hetero_rows, hetero_trial,
                                          leakage_cell, leakage_table, leakage_trial)
+from verdict_rules.holm import HOLM_CLAIMS, HOLM_REGIMES, HOLM_SEEDS, holm_rows, holm_trial  # noqa: E402,F401
 from verdict_rules.kernel import (KERNEL_METHODS, KERNEL_REGIMES, KERNELS, kernel_cell, kernel_rows,  # noqa: E402,F401
                                   kernel_table, kernel_trial, sweep_table)
 from verdict_rules.sink import SINK_REGIMES, SINK_SE, sink_rows, sink_table, sink_trial  # noqa: E402,F401
@@ -107,11 +114,12 @@ OUT = ROOT / "benchmarks" / "results" / "verdict_calibration.csv"
 def calibration(trials: int, seed: int = 0, seeds=SEEDS, regimes=tuple(REGIMES), power: bool = True,
                 timing_rounds=(10, 20), sink_trials: int = 0, che_trials: int = 0, kernel_trials: int = 0,
                 kernel_power_trials: int = 0, claim_trials: int = 0, claim_power_trials: int = 0,
-                hetero_trials: int = 0, jobs: int = 1) -> pd.DataFrame:
+                hetero_trials: int = 0, holm_trials: int = 0, jobs: int = 1) -> pd.DataFrame:
     """One row per basis × regime × seed count: false-decision rate and power with their Monte-Carlo SEs; each
     cell on its own random stream (:func:`cell_rng`), ``jobs`` cells at a time in worker processes. The rules that
     run the claims' own checks join with ``sink_trials`` (sink and CHE), ``kernel_trials`` and ``claim_trials``
-    (claims of several checks), ``hetero_trials`` (the paired comparison under unequal method noise)."""
+    (claims of several checks), ``hetero_trials`` (the paired comparison under unequal method noise),
+    ``holm_trials`` (Holm's step-down over null families of claims)."""
     cells = [(kind, windows, regime, n, trials, seed, power) for regime in regimes for n in seeds
              for kind in ("paired", "unpaired", "one run", "own spread") if not (kind == "own spread" and n < 2)
              for windows in (True, False)]
@@ -126,6 +134,8 @@ def calibration(trials: int, seed: int = 0, seeds=SEEDS, regimes=tuple(REGIMES),
     if hetero_trials:
         rows += hetero_rows(hetero_trials, seed, jobs=jobs)
         rows += design_rows(hetero_trials, seed, jobs=jobs)
+    if holm_trials:
+        rows += holm_rows(holm_trials, seed, jobs=jobs)
     return pd.DataFrame(rows)
 
 
@@ -137,12 +147,14 @@ def sink_che_rows(sink_trials: int, che_trials: int, seed: int, power: bool = Tr
 
 #: the groups of rows a partial rerun recomputes (``--only``): each a test of a row's basis
 GROUPS = {
-    "bases": lambda basis: not basis.startswith(("sink", "CHE", "kernel", "claim", "heterogeneous", "design")),
+    "bases": lambda basis: not basis.startswith(("sink", "CHE", "kernel", "claim", "heterogeneous", "design",
+                                                 "Holm")),
     "heterogeneity": lambda basis: basis.startswith("heterogeneous"),
     "sink": lambda basis: basis.startswith(("sink", "CHE")),
     "kernel": lambda basis: basis.startswith("kernel"),
     "claims": lambda basis: basis.startswith("claim"),
     "design": lambda basis: basis.startswith("design"),
+    "holm": lambda basis: basis.startswith("Holm"),
 }
 
 
@@ -189,10 +201,12 @@ def main(argv=None) -> int:
                    "rules (a claim of six checks through evaluate_claims; the CHE claim on 2 and 12 tasks)")
     p.add_argument("--claim-power-trials", type=positive_int, default=200, help="trials per cell of the "
                    "claim-level rules' power")
+    p.add_argument("--holm-trials", type=positive_int, default=4000, help="null families per cell of Holm's "
+                   "step-down across the claims (12 or 18 paired claims each)")
     p.add_argument("--only", choices=sorted(GROUPS), help="recompute one group of rows (bases: the interval bases "
                    "and the timing rule; sink: the sink and CHE rules; kernel: the kernel-size rule; claims: the "
                    "claim-level rules; heterogeneity: the paired comparison under unequal method noise; design: the "
-                   "design stage, pilot → fresh seeds) and keep the "
+                   "design stage, pilot → fresh seeds; holm: Holm's step-down across the claims) and keep the "
                    "others from --out")
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args(argv)
@@ -200,7 +214,7 @@ def main(argv=None) -> int:
         df = calibration(args.trials, args.seed, sink_trials=args.sink_trials, che_trials=args.che_trials,
                          kernel_trials=args.kernel_trials, kernel_power_trials=args.kernel_power_trials,
                          claim_trials=args.claim_trials, claim_power_trials=args.claim_power_trials,
-                         hetero_trials=args.trials, jobs=args.jobs)
+                         hetero_trials=args.trials, holm_trials=args.holm_trials, jobs=args.jobs)
     else:
         kept = kept_rows(args.out, args.only)
         fresh = {"bases": lambda: calibration(args.trials, args.seed, jobs=args.jobs).to_dict("records"),
@@ -210,7 +224,8 @@ def main(argv=None) -> int:
                  "claims": lambda: claim_rows(args.claim_trials, args.seed, power_trials=args.claim_power_trials,
                                               jobs=args.jobs),
                  "heterogeneity": lambda: hetero_rows(args.trials, args.seed, jobs=args.jobs),
-                 "design": lambda: design_rows(args.trials, args.seed, jobs=args.jobs)}[args.only]()
+                 "design": lambda: design_rows(args.trials, args.seed, jobs=args.jobs),
+                 "holm": lambda: holm_rows(args.holm_trials, args.seed, jobs=args.jobs)}[args.only]()
         df = pd.concat([kept, pd.DataFrame(fresh)], ignore_index=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(args.out, index=False, float_format="%.4f")

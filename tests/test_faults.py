@@ -16,7 +16,7 @@ from workflow_fixture import REPO, SMOKE_REPORTS, smoke_run  # noqa: F401
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from faults import (FAULTS, KINDS, compare_reports, damage, killed_run, orphan_seals, run,  # noqa: E402
-                    snakemake_command, with_duplicate_key)
+                    run_snakemake, snakemake_command, with_duplicate_key)
 
 CONFIG = REPO / "configs" / "smoke.yaml"
 
@@ -100,7 +100,7 @@ def test_a_cut_windows_file_is_named_redone_by_its_command_and_the_reports_come_
     shutil.copytree(smoke_run.workdir, workdir, symlinks=True)
     path = sorted(workdir.glob(KINDS["windows.csv"]))[0]
     damage(path, "truncate", random.Random(0))
-    stopped = run(workdir, CONFIG)
+    stopped = run_snakemake(workdir, CONFIG)  # Snakemake alone, without dape verify first
     logs = "".join(p.read_text(errors="replace") for p in (workdir / "logs" / "report").rglob("*.log"))
     assert stopped.returncode != 0
     # the failed aggregation's outputs were deleted by Snakemake, their seals by the workflow's onerror
@@ -110,7 +110,7 @@ def test_a_cut_windows_file_is_named_redone_by_its_command_and_the_reports_come_
     line = next(line for line in logs.splitlines() if str(path.relative_to(workdir)) in line)
     assert "does not match the sha256 its job recorded" in line
     command = re.search(r"redo it: snakemake --forcerun (\S+)", line).group(1)
-    redone = run(workdir, CONFIG, "--forcerun", command)
+    redone = run_snakemake(workdir, CONFIG, "--forcerun", command)
     assert redone.returncode == 0, (redone.stdout + redone.stderr)[-3000:]
     assert compare_reports(smoke_run.report(), workdir / SMOKE_REPORTS) == []
 
@@ -142,11 +142,26 @@ def test_dape_verify_sets_a_cut_file_aside_and_make_reproduces_sequence_recovers
     assert not path.exists() and list((workdir / "results" / ".damaged").rglob(path.name))
     pending = verify("--pending").stdout.split()
     assert pending == ["--forcerun", relative]
-    redone = run(workdir, CONFIG, *pending)
+    redone = run_snakemake(workdir, CONFIG, *pending)
     assert redone.returncode == 0, (redone.stdout + redone.stderr)[-3000:]
     assert "rule train_lm" not in redone.stdout + redone.stderr  # only the evaluation and what follows
     assert compare_reports(smoke_run.report(), workdir / SMOKE_REPORTS) == []
     assert verify("--pending").stdout.strip() == "" and verify().stdout.splitlines()[-1].endswith("0 set aside")
+
+
+@pytest.mark.slow
+def test_the_benchmarks_run_is_make_reproduces_sequence_and_recovers_in_one_command(smoke_run, tmp_path):  # noqa: F811
+    """faults.run: lock, `dape verify`, Snakemake with the pending files: a garbled eval.csv is named on the console
+    and the one command finishes with the undamaged run's reports."""
+    assert smoke_run.returncode == 0, smoke_run.log_tail
+    workdir = tmp_path / "smoke"
+    shutil.copytree(smoke_run.workdir, workdir, symlinks=True)
+    path = sorted(workdir.glob(KINDS["eval.csv"]))[0]
+    damage(path, "garble", random.Random(0))
+    done = run(workdir, CONFIG)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert f"dape verify: {path.relative_to(workdir)}:" in done.stdout
+    assert compare_reports(smoke_run.report(), workdir / SMOKE_REPORTS) == [] and orphan_seals(workdir) == []
 
 
 @pytest.mark.slow

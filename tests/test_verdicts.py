@@ -235,6 +235,32 @@ def test_runs_of_different_batch_streams_are_unpaired():
     assert within.sd > interaction.sd  # the seed's main effect counts unpaired
 
 
+def test_one_seed_borrows_a_sigma_to_size_its_seeds_never_to_decide():
+    """An unpaired side or a run's own statistic with one seed: its setting's σ is borrowed as a plan (named in the
+    basis, unit_sd kept for the seeds a verdict needs) and the interval is (−∞, +∞), even for a large effect: a
+    method noisier than the σ it borrows would be decided far beyond 5 % of the time."""
+    from dape_core.report.claim_context import own_or_borrowed
+    from dape_core.report.intervals import PLAN_ONLY, SeedNoise, difference, interval, seeds_to_decide
+
+    borrowed = SeedNoise(0.01, 10, "code, T 32, small (7 runs × 2 seeds), borrowed")
+    assert own_or_borrowed(borrowed, 3) is None  # two or more seeds: the side's own spread
+    plan = own_or_borrowed(borrowed, 1)
+    assert plan.plan_only and plan.sd == 0.01 and own_or_borrowed(None, 1) is None
+    far = difference([np.array([[1.0]])], [np.array([[0.0]])], lambda m: m[:, 0], noise_b=plan, noise_a=plan)
+    assert (far.low, far.high) == (-np.inf, np.inf) and far.basis.startswith(PLAN_ONLY)
+    assert far.unit_sd == pytest.approx(0.01 * np.sqrt(2))
+    needed, _ = seeds_to_decide(far, confirm=0.02, refute=0.0, side=1)
+    assert isinstance(needed, int) and needed >= 2  # the plan: the seeds a verdict would need
+    run = interval([np.array([[1.0]])], lambda m: m[:, 0], seed_noise=plan, kind="t")
+    assert (run.low, run.high) == (-np.inf, np.inf) and run.unit_sd == 0.01 and run.basis.startswith(PLAN_ONLY)
+    lm, windows = _settings_lm({"DAPE1x3-Kerple": 0.0, "RoPE": 0.0, "Kerple": 0.0}, (0, 1, 2), 32, 32, rng=4,
+                               role="equal_tokens")
+    one, one_w = _settings_lm({"DAPE1x3-Kerple": GAIN_20, "RoPE": 0.0, "Kerple": 0.0}, (0,), 64, 16, rng=5,
+                              role="equal_tokens")
+    record = check("long_training_hurts_short", pd.concat([lm, one]), pd.concat([windows, one_w]))
+    assert record["verdict"] == UNDECIDED and PLAN_ONLY in record["basis"]
+
+
 def test_the_seed_noise_estimate_recovers_the_planted_seed_sd():
     """Twelve methods × three seeds with a per-method-and-seed effect of sd 0.05 and no shared seed effect: the
     interaction and the within-run SD both estimate 0.05 (plus the small window part)."""

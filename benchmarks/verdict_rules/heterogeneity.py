@@ -25,10 +25,12 @@ HETERO_RULES = {  # rule → seed counts it meets
     "same pair, borrowed from 7 × 2": (1,),  # with 1 seed: the same two methods' differences in a 7 × S grid
     "same pair, borrowed from 7 × 4": (1,),
     # unpaired (two settings, independent seed effects; Welch) and one run's own statistic against its true value
-    "unpaired, pooled σ": (2, 3, 4, 8),  # each side its setting's within-run σ (the rule before)
+    "unpaired, pooled σ": (1, 2, 3, 4, 8),  # each side its setting's within-run σ (the rule before)
     "unpaired, own spread": (2, 3, 4, 8),  # each side its own seeds' spread, Welch–Satterthwaite ν
-    "one run, pooled σ": (2, 3, 4, 8),
+    "unpaired, the rule": (1, 2, 3, 4),  # own spread, or with one seed a borrowed σ as a plan only (own_or_borrowed)
+    "one run, pooled σ": (1, 2, 3, 4, 8),
     "one run, own spread": (2, 3, 4, 8),  # the run's own seeds, ν = n − 1
+    "one run, the rule": (1, 2, 3, 4),
 }
 
 
@@ -44,19 +46,31 @@ def hetero_grid(rng, n_seeds: int, factor: float, law: str) -> np.ndarray:
             + rng.normal(0.0, WINDOW_SE, (R, n_seeds)))
 
 
+def side_noise(rule: str, grid: np.ndarray, n: int, rng, factor: float, law: str, name: str):
+    """The σ a run or an unpaired side of ``grid`` (n seeds) reads under ``rule``: its own spread (None), its
+    setting's pooled within-run σ (with one seed, a 7 × 2 grid's of the same noise), or the claims' rule
+    (:func:`~dape_core.report.claim_context.own_or_borrowed`: own spread, with one seed that pooled σ as a plan)."""
+    from dape_core.report.claim_context import own_or_borrowed
+
+    if rule.endswith("own spread"):
+        return None
+    pooled = _noise(grid if n >= 2 else hetero_grid(rng, 2, factor, law), False, name)
+    return own_or_borrowed(pooled, n) if rule.endswith("the rule") else pooled
+
+
 def hetero_trial(rng, rule: str, n: int, factor: float, law: str) -> bool:
     """Decided? Methods 0 and 1 (identical in mean, 1 noisier or heavy-tailed) paired by seed at n seeds, with the
     σ of ``rule`` (:data:`HETERO_RULES`), through :func:`dape_core.report.intervals.interval`."""
     table = hetero_grid(rng, n, factor, law)
     if rule.startswith("unpaired"):  # method 0 of one setting against the noisier method 1 of another
         other = hetero_grid(rng, n, factor, law)
-        own = rule.endswith("own spread")
+        noise_b, noise_a = (side_noise(rule, grid, n, rng, factor, law, name)
+                            for grid, name in ((other, "setting B"), (table, "setting A")))
         iv = difference([np.array([[v]]) for v in other[1]], [np.array([[v]]) for v in table[0]],
-                        lambda m: m[:, 0], noise_b=None if own else _noise(other, False, "setting B"),
-                        noise_a=None if own else _noise(table, False, "setting A"))
+                        lambda m: m[:, 0], noise_b=noise_b, noise_a=noise_a)
         return decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
     if rule.startswith("one run"):  # the noisier method's own statistic (true value 0)
-        noise = None if rule.endswith("own spread") else _noise(table, False, "setting")
+        noise = side_noise(rule, table, n, rng, factor, law, "setting")
         iv = interval([np.array([[v]]) for v in table[1]], lambda m: m[:, 0], seed_noise=noise, kind="t")
         return decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
     units = [np.array([[table[0, s], table[1, s]]]) for s in range(n)]

@@ -122,7 +122,8 @@ class Context:
         """σ of one seed's ``stat`` for the run of ``rows``: None — its own seeds' spread (ν = n − 1) — where it
         has two or more seeds, since methods do not share one noise level; with one seed its setting's σ in its
         regime (causal, leaky, or both for a paired comparison across them), or the grid's largest where the
-        setting has one seed (:mod:`~dape_core.report.seed_noise`), named as borrowed in the basis."""
+        setting has one seed (:mod:`~dape_core.report.seed_noise`), named as borrowed in the basis and a plan only
+        (:func:`own_or_borrowed`)."""
         return own_or_borrowed(self.seed_source.noise(stat, paired, setting_of(rows), regime_of(rows)),
                                rows["seed"].nunique() if "seed" in rows else 1)
 
@@ -203,9 +204,12 @@ def seed_unit(ctx: Context, parts) -> np.ndarray:
 def own_or_borrowed(borrowed: SeedNoise | None, n_seeds: int) -> SeedNoise | None:
     """The σ a side of a comparison (or a run's own statistic) reads: its own seeds' spread (None: the interval
     computes it, ν = n − 1) with two or more seeds — methods differ in noise, and a σ pooled over them decides a
-    noisier method's comparisons too often (``benchmarks/verdict_calibration.py --only heterogeneity``) —, the
-    ``borrowed`` σ of its setting (said so in the basis) with one."""
-    return None if n_seeds >= 2 else borrowed
+    noisier method's comparisons too often (``benchmarks/verdict_calibration.py --only heterogeneity``) —; with
+    one, the ``borrowed`` σ of its setting as a plan only (said so in the basis): it sizes the seeds a verdict
+    needs, and the interval is (−∞, +∞)."""
+    if n_seeds >= 2:
+        return None
+    return replace(borrowed, plan_only=True) if borrowed is not None else None
 
 
 def compare(ctx: Context, ra: pd.DataFrame, rb: pd.DataFrame, lengths_a, lengths_b, key: str,

@@ -18,16 +18,17 @@ Verdicts (the rules of ``claims.md``):
   statistic. A paired comparison reads its own pair's per-seed differences (ν = n − 1; with one seed (−∞, +∞),
   UNDECIDED): methods do not share one noise level, and a pooled σ decides a noisier pair too often. A run's own
   statistic and each side of an unpaired comparison read their own seeds' spread with two or more seeds (ν = n − 1;
-  Welch–Satterthwaite across the sides); with one seed, σ pooled over the grid's methods in its own setting —
-  dataset, size, training length and budget (:mod:`dape_core.report.seed_noise`), causal and leaky (no-tril) runs
-  apart —, or the grid's largest for that statistic where the setting has one seed (named "borrowed" in the
-  basis); one seed and no estimate: (−∞, +∞), UNDECIDED. The statistic whose σ a check uses: the mean loss within (×1, also for a model
+  Welch–Satterthwaite across the sides); with one seed (−∞, +∞), UNDECIDED, with σ pooled over the grid's methods
+  in its own setting — dataset, size, training length and budget (:mod:`dape_core.report.seed_noise`), causal and
+  leaky (no-tril) runs apart —, or the grid's largest for that statistic where the setting has one seed, borrowed
+  to size the seeds a verdict needs (named in the basis), never to decide: a method noisier than the σ it borrows
+  can be decided beyond 5 % of the time. The statistic whose σ a check uses: the mean loss within (×1, also for a model
   evaluated below its training length), beyond (×>1) or over all multiples for perplexity comparisons, the
   explosion's growth for ``baselines_explode_bounded``, the ΔP statistic for ``delta_p_sign``; CHE pools its own
   cells with several seeds, the sink its DAPE1x3 / DAPE pairs with several seeds.
 - Runs are paired by seed (and window) only where they share initialisation and batch stream — the same setting
-  and seed —; otherwise unpaired (Welch), each side with its own seeds' spread (a borrowed within-run σ of its
-  setting, seed main effect included, with one seed).
+  and seed —; otherwise unpaired (Welch), each side with its own seeds' spread (with one seed, a borrowed
+  within-run σ of its setting, seed main effect included, as a plan only).
 - The timing claim: per size, the ratio of medians of interleaved rounds (``timing_repeats.csv``), its rise between
   sizes with a bootstrap over rounds, on the device each row names (the paper timed GPUs); a timing.csv without
   per-repeat times gives no interval (UNDECIDED).

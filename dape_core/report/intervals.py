@@ -17,7 +17,10 @@ seed's statistic:
   Benchmarks", MLSys 2021, recommend exactly this pooling when seeds are few) — σ and ν are the estimate's;
 - otherwise, with n ≥ 2 seeds, the units' own sample SD and ν = n − 1 (exact under normality, wide with few
   seeds);
-- with one seed and no estimate, (−∞, +∞): UNDECIDED.
+- with one seed and no estimate, (−∞, +∞): UNDECIDED; with one seed and a σ borrowed for it (``plan_only``: the
+  claims borrow one for a run or an unpaired side with one seed), (−∞, +∞) as well, the σ kept to size the seeds a
+  verdict needs — a method noisier than the σ it borrows can be decided beyond 5 % of the time
+  (``benchmarks/verdict_calibration.py --only heterogeneity``).
 
 Two methods trained on the same initialisation and batch stream (same setting, same seed) are compared by
 :func:`interval` on the per-seed differences ("paired"; the claims read them with the pair's own spread,
@@ -68,6 +71,7 @@ NO_SEED_NOISE = "1 seed (seed noise not estimated: no setting has several seeds)
 NO_MIXED_NOISE = "1 seed (seed noise not estimated: no setting has runs with tril on and off on several seeds)"
 NO_PAIR_SPREAD = "1 seed (a paired comparison reads its own pair's spread over seeds, which needs two)"
 OWN_SPREAD = "the seeds' own spread"
+PLAN_ONLY = "1 seed (a borrowed σ sizes the seeds a verdict needs, never decides)"
 MAX_SEEDS = 100
 
 #: the per-seed statistic: column means [draws, k] → one value per row [draws]
@@ -89,6 +93,9 @@ class SeedNoise:
     sd: float
     df: float
     source: str
+    #: borrowed for one seed, which has no spread of its own: it sizes the seeds a verdict needs, never decides
+    #: (a method noisier than the σ it borrows can be decided beyond 5 % of the time)
+    plan_only: bool = False
 
     def text(self) -> str:
         """"seed noise σ 0.024 (ν 6)" for the text of a check."""
@@ -144,6 +151,8 @@ def basis(kind: str, noise: SeedNoise | None, n_rows: int, inner: str = "windows
         text = f"{kind} on {OWN_SPREAD}"
     else:
         text = f"{kind}, seed noise of {noise.source}"
+    if noise is not None and noise.plan_only:
+        text = f"{PLAN_ONLY}: {text}"
     return text if n_rows >= 2 else f"{text} (no per-{inner[:-1]} data)"
 
 
@@ -217,6 +226,8 @@ def interval(units: Sequence[np.ndarray], statistic: Statistic, key: str = "", *
         return Interval(estimate, estimate, estimate, label, n, n_rows, math.nan, noise)
     if noise is None or not np.isfinite(estimate) or not np.isfinite(noise.sd):
         return Interval(estimate, -math.inf, math.inf, label, n, n_rows, math.nan, noise)
+    if noise.plan_only:  # (−∞, +∞) with the σ that sizes the seeds a verdict needs
+        return Interval(estimate, -math.inf, math.inf, label, n, n_rows, noise.sd, noise)
     return Interval(estimate, *_t_interval(estimate, noise.sd / math.sqrt(n), noise.df), label, n, n_rows,
                     noise.sd, noise)
 
@@ -253,12 +264,15 @@ def difference(units_b: Sequence[np.ndarray], units_a: Sequence[np.ndarray], sta
     if nb is not None and na is not None:
         se, df = welch(nb, len(vb), na, len(va))
         sources = list(dict.fromkeys([nb.source, na.source]))
-        combined = SeedNoise(math.sqrt(nb.sd ** 2 + na.sd ** 2), df, " and ".join(sources))
+        combined = SeedNoise(math.sqrt(nb.sd ** 2 + na.sd ** 2), df, " and ".join(sources),
+                             plan_only=nb.plan_only or na.plan_only)
     label = basis("unpaired t", combined, n_rows, inner)
     if np.isinf(estimate):
         return Interval(estimate, estimate, estimate, label, n_seeds, n_rows, math.nan, combined)
     if combined is None or not np.isfinite(estimate):
         return Interval(estimate, -math.inf, math.inf, label, n_seeds, n_rows, math.nan, combined)
+    if combined.plan_only:  # a side of one seed: its borrowed σ sizes, never decides
+        return Interval(estimate, -math.inf, math.inf, label, n_seeds, n_rows, combined.sd, combined)
     return Interval(estimate, *_t_interval(estimate, se, df), label, n_seeds, n_rows, combined.sd, combined)
 
 
