@@ -110,7 +110,7 @@ def test_fresh_seeds_must_lie_above_the_pilots():
 def test_verdicts_read_the_fresh_seeds_only_and_say_the_design():
     chosen = {"fresh_seeds_from": 100, "chosen": [{"claim_id": "dape1x3_best_within"}],
               "left": [{"claim_id": "leakage_collapse", "why": "over the budget"}],
-              "pilot": {"dape1x3_best_within": UNDECIDED, "leakage_collapse": UNDECIDED}}
+              "pilot": {"dape1x3_best_within": UNDECIDED, "leakage_collapse": UNDECIDED}, "pilot_checks": {}}
     pilot_rows = frame(runs("central", "Kerple", {1: 10.0}, seeds=(0, 1)),
                        runs("central", "DAPE1x3-Kerple", {1: 12.0}, seeds=(0, 1)))  # the pilot: the other way
     fresh_rows = frame(runs("central", "Kerple", {1: [10.0, 10.1, 9.9]}, seeds=(100, 101, 102)),
@@ -122,6 +122,32 @@ def test_verdicts_read_the_fresh_seeds_only_and_say_the_design():
     assert by_claim.loc["dape1x3_best_within", "verdict"] == CONFIRMED
     assert by_claim.loc["leakage_collapse", "verdict"] == UNDECIDED  # run by the pilot, not decided by it
     assert by_claim.loc["leakage_collapse", "design"] == "left undecided: over the budget"
+
+
+def test_a_claim_whose_fresh_seeds_miss_a_setting_of_the_pilot_is_not_decided():
+    """The model-size claim's pilot had the tiny and the small model; fresh seeds only for the small one (chosen for
+    another claim) would confirm it on the small model alone: UNDECIDED, saying which checks were not reached."""
+    def sized(size, method, ppl, seeds):
+        return runs("model_size", method, {1: ppl, 2: ppl}, seeds=seeds).assign(size=size)
+
+    pilot_rows = frame(*(sized(size, m, 10.0, (0,)) for size in ("tiny", "small")
+                         for m in ("DAPE-Kerple", "DAPE1x3-Kerple")))
+    pilot_verdicts = evaluate_claims(pilot_rows, claim_ids=["dape1x3_beats_dape_larger_models"], fresh=True)
+    checks = design.check_settings(pilot_verdicts.iloc[0]["numbers"])
+    assert len(checks) == 4 and sum("size=tiny" in c for c in checks) == 2
+    chosen = {"fresh_seeds_from": 100, "chosen": [], "left": [],
+              "pilot": {"dape1x3_beats_dape_larger_models": UNDECIDED},
+              "pilot_checks": {"dape1x3_beats_dape_larger_models": checks}}
+    fresh_rows = frame(sized("small", "DAPE-Kerple", [10.0, 10.1, 9.9], (100, 101, 102)),
+                       sized("small", "DAPE1x3-Kerple", [8.0, 8.1, 7.9], (100, 101, 102)))
+    reached = evaluate_claims(fresh_rows, claim_ids=["dape1x3_beats_dape_larger_models"])
+    assert reached.iloc[0]["verdict"] == CONFIRMED  # on the small model alone
+    verdict = design.annotate(reached, chosen).iloc[0]
+    assert verdict["verdict"] == UNDECIDED
+    assert verdict["summary"].startswith("UNDECIDED: the fresh seeds reach 2 of the pilot's 4 checks (none at ")
+    assert "size=tiny: DAPE1x3-Kerple vs DAPE-Kerple (within)" in verdict["summary"]
+    assert "it would be CONFIRMED" in verdict["summary"]
+    assert design.annotate(reached, {**chosen, "pilot_checks": {}}).iloc[0]["verdict"] == CONFIRMED
 
 
 # ------------------------------------------------------------------------------------------------ the DAG

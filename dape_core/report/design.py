@@ -20,6 +20,7 @@ leaves it to its run.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,13 +29,13 @@ import pandas as pd
 
 from dape_core import artefacts
 from dape_core.errors import ConfigError
-from dape_core.report.intervals import NOT_RUN, UNDECIDED
+from dape_core.report.intervals import CONFIRMED, NOT_RUN, REFUTED, UNDECIDED
 
-VERSION = 1
+VERSION = 2  # 2: the pilot's checks per claim (pilot_checks), which the fresh verdicts must all reach
 #: rules whose pilot jobs price one more seed of an LM run, and of a CHE cell
 LM_JOB_RULES = ("train", "evaluate", "attention")
 DESIGN = artefacts.Kind("seed design (rule design)", "design",
-                        keys=("version", "fresh_seeds_from", "chosen", "left", "fresh", "pilot"))
+                        keys=("version", "fresh_seeds_from", "chosen", "left", "fresh", "pilot", "pilot_checks"))
 
 
 def _not_seeded() -> set[str]:
@@ -170,7 +171,27 @@ def choose(pilot: pd.DataFrame, prices: dict[str, float], settings: DesignSettin
             "minutes": round(spent / settings.cores / 60, 2), "chosen": chosen,
             "left": sorted(left, key=lambda c: list(pilot["claim_id"]).index(c["claim_id"])),
             "fresh": fresh, "prices_cpu_s": {u: round(p, 2) for u, p in sorted(prices.items())},
-            "pilot": {r["claim_id"]: r["verdict"] for r in pilot.to_dict("records")}}
+            "pilot": {r["claim_id"]: r["verdict"] for r in pilot.to_dict("records")},
+            "pilot_checks": {r["claim_id"]: check_settings(r.get("numbers")) for r in pilot.to_dict("records")}}
+
+
+def check_settings(numbers) -> list[str]:
+    """What each check of a claim's record compares (its ``numbers``: a dict, or its JSON as claims.csv holds it,
+    keyed ``"<i>: <setting>"``): the setting, and where the check names them its two sides and where it reads
+    (``"dataset=code, …, size=tiny: DAPE1x3-Kerple vs DAPE-Kerple (within)"``); sorted, one entry per check."""
+    import json
+
+    if isinstance(numbers, str):
+        numbers = json.loads(numbers) if numbers.strip() else {}
+    if not isinstance(numbers, dict):
+        return []
+    out = []
+    for key, check in numbers.items():
+        text = str(key).split(": ", 1)[-1]
+        if isinstance(check, dict) and check.get("a") and check.get("b"):
+            text += f": {check['a']} vs {check['b']}" + (f" ({check['where']})" if check.get("where") else "")
+        out.append(text)
+    return sorted(out)
 
 
 def design_lines(design: dict) -> list[str]:
@@ -206,7 +227,9 @@ def fresh_only(frame: pd.DataFrame | None, design: dict) -> pd.DataFrame | None:
 
 def annotate(verdicts: pd.DataFrame, design: dict) -> pd.DataFrame:
     """Claims on the fresh seeds, with the design's word: a claim the design left out and no fresh seed
-    reaches is UNDECIDED (the pilot ran it; no verdict comes from the pilot), saying why."""
+    reaches is UNDECIDED (the pilot ran it; no verdict comes from the pilot), saying why; so is a claim whose fresh
+    seeds reach only some of the checks the pilot evaluated it on (a setting with no fresh seed), whatever the
+    checks reached say."""
     left = {c["claim_id"]: c for c in design["left"]}
     out = verdicts.copy()
     out["design"] = [("fresh seeds chosen" if cid in {c["claim_id"] for c in design["chosen"]}
@@ -216,4 +239,16 @@ def annotate(verdicts: pd.DataFrame, design: dict) -> pd.DataFrame:
         lambda c: design["pilot"].get(c, NOT_RUN) != NOT_RUN)
     out.loc[lost, "verdict"] = UNDECIDED
     out.loc[lost, "summary"] = "the pilot ran it; " + out.loc[lost, "design"]
+    # a claim is decided on every setting the pilot evaluated it on: where the fresh seeds reach only some (the
+    # others got none), its verdict would speak for settings it did not see
+    for i, row in out.iterrows():
+        pilot_checks = Counter(design["pilot_checks"].get(row["claim_id"], []))
+        missing = pilot_checks - Counter(check_settings(row.get("numbers")))
+        if row["verdict"] in (CONFIRMED, REFUTED) and missing:
+            reached = sum(pilot_checks.values()) - sum(missing.values())
+            out.at[i, "summary"] = (f"UNDECIDED: the fresh seeds reach {reached} of the pilot's "
+                                    f"{sum(pilot_checks.values())} checks (none at {'; '.join(sorted(missing))}), "
+                                    f"and a claim is decided on all of them; on those reached it would be "
+                                    f"{row['verdict']}: {row['summary']}")
+            out.at[i, "verdict"] = UNDECIDED
     return out
