@@ -20,7 +20,8 @@ verify`` (damaged results set aside, one console line each), then ``snakemake --
 4. Faults of the setting rather than of a file (:data:`SETUP_FAULTS`), each followed by the same command as it was
    before: ``duplicate key`` — the configuration given with one key twice in a mapping; ``missing extra`` — the
    DAG built where ``transformers`` cannot be imported (the fine-tune family's extra); ``write failure`` — a
-   training redone under a file-size limit below its model's size (as a full disk stops a write). Each must stop
+   training redone (``--forcerun`` of its model) under a file-size limit below its model's size (as a full disk
+   stops a write), then the same command without the limit. Each must stop
    with its cause in one line naming the file, key or extra, leave no seal without its file, and the next run
    without the fault must finish with the reference's reports.
 
@@ -146,8 +147,9 @@ def run(workdir: Path, config: Path, *extra: str, timeout: float = 3600, env: di
     def limit():
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_limit, file_limit))
     dape = [sys.executable, "-m", "dape_core.cli", "verify", "--results", "results"]
-    verify = subprocess.run(dape, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env) if (
-        workdir / "results").is_dir() else None
+    reports = grid.reports_dir(grid.configuration_name([config]))
+    verify = subprocess.run([*dape, "--reports", reports], cwd=workdir, capture_output=True, text=True,
+                            timeout=timeout, env=env) if (workdir / "results").is_dir() else None
     pending = (subprocess.run([*dape, "--pending"], cwd=workdir, capture_output=True, text=True, timeout=timeout,
                               env=env).stdout.split() if verify is not None and verify.returncode == 0 else [])
     done = subprocess.run(snakemake_command(workdir, config, *extra, *pending), capture_output=True, text=True,
@@ -176,21 +178,22 @@ def with_duplicate_key(config: Path, target: Path) -> tuple[Path, str]:
     return target, key
 
 
-def setup_fault(fault: str, faulted: Path, config: Path, scratch: Path) -> tuple[subprocess.CompletedProcess, str]:
-    """Run the DAG once with ``fault`` (:data:`SETUP_FAULTS`); (the run, what its output must name)."""
+def setup_fault(fault: str, faulted: Path, config: Path,
+                scratch: Path) -> tuple[subprocess.CompletedProcess, str, tuple[str, ...]]:
+    """Run the DAG once with ``fault`` (:data:`SETUP_FAULTS`); (the run, what its output must name, the arguments
+    of the command, which the run after the fault repeats without the fault)."""
     scratch.mkdir(parents=True, exist_ok=True)
     if fault == "duplicate key":
         broken, key = with_duplicate_key(config, scratch / config.name)
-        return run(faulted, broken), f"the key {key!r} is given twice"
+        return run(faulted, broken), f"the key {key!r} is given twice", ()
     if fault == "missing extra":
         (scratch / "sitecustomize.py").write_text(NO_TRANSFORMERS, encoding="utf-8")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(scratch), os.environ.get("PYTHONPATH")]))}
-        return run(faulted, config, env=env), "needs transformers"
-    model = sorted(faulted.glob(KINDS["model.pt"]))[0]  # retrained under a limit below its size
-    size = model.stat().st_size
-    model.unlink()
-    io.hash_path(model).unlink(missing_ok=True)
-    return run(faulted, config, file_limit=size // 2), f"{model.relative_to(faulted)}: not written"
+        return run(faulted, config, env=env), "needs transformers", ()
+    # a training redone (--forcerun of its model) under a file-size limit below the model's size
+    model = sorted(faulted.glob(KINDS["model.pt"]))[0]
+    redo = ("--forcerun", str(model.relative_to(faulted)))
+    return run(faulted, config, *redo, file_limit=model.stat().st_size // 2), ": not written: File too large", redo
 
 
 def killed_run(workdir: Path, config: Path, after_s: float) -> None:
@@ -315,12 +318,15 @@ def main(argv=None) -> int:
 
     for fault in args.setup_faults:
         since = time.time()
-        damaged, expected = setup_fault(fault, faulted, config, root / "setup")
+        damaged, expected, command = setup_fault(fault, faulted, config, root / "setup")
         out = damaged.stdout + damaged.stderr + "".join(
             p.read_text(errors="replace") for p in (faulted / "logs").rglob("*.log") if p.stat().st_mtime >= since)
         named = damaged.returncode != 0 and expected in out
+        if fault == "write failure":  # the file the job could not write, as its line names it
+            written = re.search(r"(\S+): not written: File too large", out)
+            expected = written.group(1) if written else expected
         orphans = orphan_seals(faulted)
-        finished = run(faulted, config)
+        finished = run(faulted, config, *command)  # the same command, the fault gone
         differences = (compare_reports(reference / reports, faulted / reports) if finished.returncode == 0
                        else ["the run after the fault failed"])
         rows.append({"fault": fault, "kind": "setting", "file": expected, "named": named,

@@ -8,9 +8,11 @@ overwritten, bit rot), those it cannot read, and seals whose file is gone: each 
 named in one line on the console. Snakemake does not redo a missing file that finished outputs were made from (it
 treats it as a temporary one), so the set-aside files stay listed in ``<results>/.damaged/pending.txt`` until they
 exist again, and ``--forcerun`` of them makes Snakemake redo exactly their jobs and the jobs after them (whose inputs
-are then newer). ``make reproduce`` and ``make robustness`` run ``dape verify`` and pass that list; on a cluster::
+are then newer). The configuration's reports folder (``--reports``) is checked too: its sealed tables, a damaged
+one set aside like a result so that its aggregation is redone. ``make reproduce`` and ``make robustness`` run
+``dape verify`` and pass that list; on a cluster::
 
-    dape verify && snakemake --configfile … $(dape verify --pending)
+    dape verify --reports reports && snakemake --configfile … $(dape verify --pending)
 
 A file of a kind the jobs seal (CSV, JSON, model, archive) that has no seal is set aside too: its seal was removed,
 or it is not what its job wrote. Results of an older version, written before every output was sealed, are sealed
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -100,6 +103,15 @@ def token_file_findings(results: Path) -> tuple[int, list[Finding]]:
     return checked, findings
 
 
+def _relative(results: Path, path: Path) -> Path:
+    """Where ``path`` goes under a .damaged folder: its path in ``results``, or for a file of a reports folder beside
+    it, its path in the working directory (``reports/…``)."""
+    try:
+        return path.relative_to(results)
+    except ValueError:
+        return Path(os.path.relpath(path, results.parent))
+
+
 def set_aside(results: Path, findings: list[Finding], stamp: str) -> Path:
     """Moves each finding's file (and its seal) to ``<results>/.damaged/<stamp>/`` at its relative path, with a
     NOTE.txt line each; returns that folder."""
@@ -111,14 +123,14 @@ def set_aside(results: Path, findings: list[Finding], stamp: str) -> Path:
             with_seals.append(io.hash_path(finding.path))
     for path in with_seals:
         if path.exists():
-            target = folder / path.relative_to(results)
+            target = folder / _relative(results, path)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(path), str(target))
     note = folder / "NOTE.txt"
     folder.mkdir(parents=True, exist_ok=True)
     with open(note, "a", encoding="utf-8") as handle:
         for finding in findings:
-            handle.write(f"{finding.path.relative_to(results)}: {finding.problem}\n")
+            handle.write(f"{_relative(results, finding.path)}: {finding.problem}\n")
     return folder
 
 
@@ -130,14 +142,18 @@ class OlderResults(Exception):
         self.findings = findings
 
 
-def verify(results: str | Path) -> tuple[int, list[Finding], Path | None]:
-    """(files checked, findings, the folder they were moved to) for a results directory; :class:`OlderResults`
-    (nothing set aside) where seals of an older version are found."""
+def verify(results: str | Path, reports: tuple[str | Path, ...] = ()) -> tuple[int, list[Finding], Path | None]:
+    """(files checked, findings, the folder they were moved to) for a results directory and the configuration's
+    ``reports`` folders beside it (their sealed tables: a damaged one is set aside like a result, so that its
+    aggregation is redone); :class:`OlderResults` (nothing set aside) where seals of an older version are found."""
     results = Path(results)
     if not results.is_dir():
         return 0, [], None
     findings, checked = [], 0
-    for path, record in sealed_files(results):
+    # a reports folder's own tables only: another configuration's reports folder may lie inside (reports/<name>/)
+    tables = [(record.with_name(record.name[:-len(io.HASH_SUFFIX)]), record) for folder in map(Path, reports)
+              if folder.is_dir() for record in sorted(folder.glob(f"*{io.HASH_SUFFIX}"))]
+    for path, record in [*sealed_files(results), *tables]:
         checked += 1
         problem = check_sealed(path, record)
         if problem is not None:
@@ -145,7 +161,9 @@ def verify(results: str | Path) -> tuple[int, list[Finding], Path | None]:
     token_files, token_findings = token_file_findings(results)
     checked += token_files
     findings += token_findings
-    for path in unsealed(results):  # a file of a sealed kind without its seal: not what its job wrote
+    bare = [path for folder in map(Path, reports) if folder.is_dir() for path in sorted(folder.iterdir())
+            if path.suffix in (".csv", ".json") and path.is_file() and not io.hash_path(path).exists()]
+    for path in [*unsealed(results), *bare]:  # a file of a sealed kind without its seal: not what its job wrote
         checked += 1
         findings.append(Finding(path, f"has no seal ({io.hash_path(path).name}): its seal was removed, or it was "
                                       "written by an older version (whose results `dape seal` seals once, before "
@@ -209,6 +227,9 @@ def forcerun_arguments(paths: list[Path]) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", default="results", help="the results directory of the workflow (its workdir's)")
+    parser.add_argument("--reports", nargs="*", default=[], metavar="DIR",
+                        help="the configuration's reports folder (reports/ or reports/<name>/): its sealed tables "
+                             "(the files directly in it) are checked too")
     parser.add_argument("--pending", action="store_true",
                         help="check nothing; print the Snakemake arguments that redo the set-aside files not yet "
                              "remade (--forcerun …), or nothing")
@@ -221,13 +242,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     start = time.perf_counter()
     try:
-        checked, findings, folder = verify(results)
+        checked, findings, folder = verify(results, tuple(args.reports))
     except OlderResults as older:
         print(f"dape verify: {len(older.findings)} files of {args.results} carry {io.OLDER_SEAL} (no file identity), "
               f"e.g. {older.findings[0].path}: run `dape seal {args.results}` once (it upgrades the seals of files "
               "that still match them), then the same command; nothing was set aside", flush=True)
         return 2
-    pending(results, [finding.path for finding in findings if finding.path.suffix != io.HASH_SUFFIX])
     pending(results, [finding.path for finding in findings if finding.path.suffix != io.HASH_SUFFIX])
     for finding in findings:
         print(f"dape verify: {finding.path}: {finding.problem}; set aside under {folder}, the DAG redoes it",

@@ -314,6 +314,30 @@ def test_dape_verify_sets_damaged_files_and_orphan_seals_aside_and_keeps_them_pe
     assert verify.verify(results)[1] == []  # the .damaged folder is not checked again
 
 
+def test_dape_verify_checks_the_configurations_reports_tables_and_not_another_configurations(tmp_path,
+                                                                                              monkeypatch):
+    """--reports: a damaged or unsealed table directly in the configuration's reports folder is set aside (under
+    results/.damaged/ at reports/…) and pending, so that its aggregation is redone; another configuration's folder
+    inside it is not this run's to judge."""
+    from dape_core import verify
+
+    monkeypatch.chdir(tmp_path)
+    results, reports = Path("results"), Path("reports")
+    io.write_text(results / "lm" / "a" / "eval.csv", "eval_len,ppl\n32,9.5\n", seal=True)
+    io.write_text(reports / "lm_results.csv", "run,ppl\na,9.5\n", seal=True)
+    (reports / "lm_results.csv").write_text("run,ppl\na,9.6\n")  # overwritten at the same size
+    (reports / "che_results.csv").write_text("cell,accuracy\nx,0.5\n")  # a table of a sealed kind, no seal
+    io.write_text(reports / "decisive" / "lm_results.csv", "run,ppl\nb,1\n", seal=True)
+    (reports / "decisive" / "lm_results.csv").write_text("run,ppl\nb,2\n")  # another configuration's
+    (reports / "claims.md").write_text("# Claims\n")  # not a sealed kind
+    checked, findings, folder = verify.verify(results, (reports,))
+    assert {str(f.path) for f in findings} == {"reports/lm_results.csv", "reports/che_results.csv"}
+    assert (folder / "reports" / "lm_results.csv").read_text() == "run,ppl\na,9.6\n"
+    assert "reports/lm_results.csv: its content does not match" in (folder / "NOTE.txt").read_text()
+    assert (reports / "decisive" / "lm_results.csv").exists() and (reports / "claims.md").exists()
+    assert verify.verify(results)[1] == []  # without --reports only results/
+
+
 def test_dape_verify_names_a_token_file_changed_in_place(tiny_corpus, tmp_path):
     from dape_core import verify
 
