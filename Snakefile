@@ -45,4 +45,10 @@ onerror:
 
     for seal in remove_orphan_seals("results", REPORTS):
         print(f"dape: removed {seal}: the seal of an output deleted after its job failed", flush=True)
+    # each failed job's own one-line error (a damaged input, a refused write …), on the console beside Snakemake's
+    # pointer to the job's log
+    from dape_core.verify import failed_job_errors
+
+    for line in failed_job_errors(log):
+        print(f"dape: {line}", flush=True)
 

@@ -20,8 +20,8 @@ verify`` (damaged results set aside, one console line each), then ``snakemake --
 4. Faults of the setting rather than of a file (:data:`SETUP_FAULTS`), each followed by the same command as it was
    before: ``duplicate key`` — the configuration given with one key twice in a mapping; ``missing extra`` — the
    DAG built where ``transformers`` cannot be imported (the fine-tune family's extra); ``write failure`` — a
-   training redone (``--forcerun`` of its model) under a file-size limit below its model's size (as a full disk
-   stops a write), then the same command without the limit. Each must stop
+   training to be done again (one run's model and checkpoints removed, the model the command's target) under a
+   file-size limit below the model's size (as a full disk stops a write), then the same command without the limit. Each must stop
    with its cause in one line naming the file, key or extra, leave no seal without its file, and the next run
    without the fault must finish with the reference's reports.
 
@@ -190,10 +190,16 @@ def setup_fault(fault: str, faulted: Path, config: Path,
         (scratch / "sitecustomize.py").write_text(NO_TRANSFORMERS, encoding="utf-8")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(scratch), os.environ.get("PYTHONPATH")]))}
         return run(faulted, config, env=env), "needs transformers", ()
-    # a training redone (--forcerun of its model) under a file-size limit below the model's size
+    # one run's training to be done again (its model, seal and checkpoints removed, the model asked for as the target)
+    # under a file-size limit below the model's size
     model = sorted(faulted.glob(KINDS["model.pt"]))[0]
-    redo = ("--forcerun", str(model.relative_to(faulted)))
-    return run(faulted, config, *redo, file_limit=model.stat().st_size // 2), ": not written: File too large", redo
+    limit = model.stat().st_size // 2
+    seed_folder = model.parent.relative_to(faulted / "results" / "lm")
+    shutil.rmtree(faulted / "results" / "checkpoints" / seed_folder, ignore_errors=True)
+    model.unlink()
+    io.hash_path(model).unlink(missing_ok=True)
+    target = (str(model.relative_to(faulted)),)
+    return run(faulted, config, *target, file_limit=limit), ": not written: File too large", target
 
 
 def killed_run(workdir: Path, config: Path, after_s: float) -> None:
@@ -319,7 +325,8 @@ def main(argv=None) -> int:
     for fault in args.setup_faults:
         since = time.time()
         damaged, expected, command = setup_fault(fault, faulted, config, root / "setup")
-        out = damaged.stdout + damaged.stderr + "".join(
+        console = damaged.stdout + damaged.stderr
+        out = console + "".join(
             p.read_text(errors="replace") for p in (faulted / "logs").rglob("*.log") if p.stat().st_mtime >= since)
         named = damaged.returncode != 0 and expected in out
         if fault == "write failure":  # the file the job could not write, as its line names it
@@ -330,7 +337,8 @@ def main(argv=None) -> int:
         differences = (compare_reports(reference / reports, faulted / reports) if finished.returncode == 0
                        else ["the run after the fault failed"])
         rows.append({"fault": fault, "kind": "setting", "file": expected, "named": named,
-                     "finished": finished.returncode == 0, "identical": not differences,
+                     "on_console": named and expected in console, "finished": finished.returncode == 0,
+                     "identical": not differences,
                      "differences": "; ".join(differences), "traceback": "Traceback" in out,
                      "orphans": len(orphans)})
         print(f"{fault}: named {named}, traceback {'Traceback' in out}, orphans {len(orphans)}, finished "

@@ -161,8 +161,10 @@ def verify(results: str | Path, reports: tuple[str | Path, ...] = ()) -> tuple[i
     token_files, token_findings = token_file_findings(results)
     checked += token_files
     findings += token_findings
-    bare = [path for folder in map(Path, reports) if folder.is_dir() for path in sorted(folder.iterdir())
-            if path.suffix in (".csv", ".json") and path.is_file() and not io.hash_path(path).exists()]
+    from dape_core.artefacts import REPORT_TABLES
+
+    bare = [folder / name for folder in map(Path, reports) for name in sorted(REPORT_TABLES)
+            if (folder / name).is_file() and not io.hash_path(folder / name).exists()]
     for path in [*unsealed(results), *bare]:  # a file of a sealed kind without its seal: not what its job wrote
         checked += 1
         findings.append(Finding(path, f"has no seal ({io.hash_path(path).name}): its seal was removed, or it was "
@@ -205,6 +207,33 @@ def remove_orphan_seals(*folders: str | Path) -> list[Path]:
                 record.unlink(missing_ok=True)
                 removed.append(record)
     return removed
+
+
+def failed_job_errors(snakemake_logs) -> list[str]:
+    """The one-line errors (``dape <command>: error: …``) of the jobs a Snakemake run reports as failed (its "Error in
+    rule" blocks name each job's log), as ``<job log>: <error>``; ``snakemake_logs``: the run's log file or files
+    (the ``log`` of ``onerror``); empty when none can be read."""
+    import re
+
+    if snakemake_logs is None:
+        return []
+    paths = [snakemake_logs] if isinstance(snakemake_logs, (str, Path)) else list(snakemake_logs)
+    text = ""
+    for path in paths:
+        try:
+            text += Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+    lines = []
+    for block in text.split("Error in rule ")[1:]:
+        match = re.search(r"^\s*log: (\S+)", block, re.MULTILINE)
+        try:
+            job_log = Path(match.group(1)).read_text(encoding="utf-8", errors="replace") if match else ""
+        except OSError:
+            continue
+        lines += [f"{match.group(1)}: {line.strip()}" for line in job_log.splitlines()
+                  if re.match(r"^dape [\w-]+: error: ", line.strip())]
+    return list(dict.fromkeys(lines))
 
 
 def pending(results: Path, set_aside_now: list[Path] = ()) -> list[Path]:

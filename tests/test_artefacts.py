@@ -327,6 +327,7 @@ def test_dape_verify_checks_the_configurations_reports_tables_and_not_another_co
     io.write_text(reports / "lm_results.csv", "run,ppl\na,9.5\n", seal=True)
     (reports / "lm_results.csv").write_text("run,ppl\na,9.6\n")  # overwritten at the same size
     (reports / "che_results.csv").write_text("cell,accuracy\nx,0.5\n")  # a table of a sealed kind, no seal
+    (reports / "paper_comparison.csv").write_text("role,rho\nx,1\n")  # written unsealed by its rule
     io.write_text(reports / "decisive" / "lm_results.csv", "run,ppl\nb,1\n", seal=True)
     (reports / "decisive" / "lm_results.csv").write_text("run,ppl\nb,2\n")  # another configuration's
     (reports / "claims.md").write_text("# Claims\n")  # not a sealed kind
@@ -335,7 +336,27 @@ def test_dape_verify_checks_the_configurations_reports_tables_and_not_another_co
     assert (folder / "reports" / "lm_results.csv").read_text() == "run,ppl\na,9.6\n"
     assert "reports/lm_results.csv: its content does not match" in (folder / "NOTE.txt").read_text()
     assert (reports / "decisive" / "lm_results.csv").exists() and (reports / "claims.md").exists()
+    assert (reports / "paper_comparison.csv").exists()
     assert verify.verify(results)[1] == []  # without --reports only results/
+
+
+def test_a_failed_jobs_one_line_error_is_found_through_snakemakes_log(tmp_path, monkeypatch):
+    """The workflow's onerror prints each failed job's own error line (its log, which Snakemake's "Error in rule"
+    block names), so that the file and the cause reach the console."""
+    from dape_core.verify import failed_job_errors
+
+    monkeypatch.chdir(tmp_path)
+    job = Path("logs/lm/r/seed0/train.log")
+    job.parent.mkdir(parents=True)
+    job.write_text("dape train --spec '{}'\ndape train: error: results/checkpoints/r/seed0/last.pt: not written: File "
+                   "too large (EFBIG); nothing was written there\n")
+    main = Path("snakemake.log")
+    main.write_text(f"[Fri]\nError in rule train_lm:\n    jobid: 9\n    log: {job} (check log file(s) for error "
+                    "details)\n    shell:\n        dape train …\nError in rule evaluate_lm:\n    log: logs/gone.log\n")
+    assert failed_job_errors(main) == [f"{job}: dape train: error: results/checkpoints/r/seed0/last.pt: not written: "
+                                       "File too large (EFBIG); nothing was written there"]
+    assert failed_job_errors([main, tmp_path / "missing.log"]) == failed_job_errors(main)  # onerror's log: a list
+    assert failed_job_errors(tmp_path / "missing.log") == [] and failed_job_errors(None) == []
 
 
 def test_dape_verify_names_a_token_file_changed_in_place(tiny_corpus, tmp_path):
