@@ -30,7 +30,7 @@ micro-batch is the size-weighted sum of its pieces' gradients.
 
 It also settles ``recompute_scores`` where a DAPE model leaves it unset on the accelerator paths (``materialized``,
 ``compiled``): the scores are kept (recomputation off) when the whole share of a micro-batch fits that way, and
-recomputed otherwise, before any micro-batch is split. Keeping them measured 0.77× the training step on the
+recomputed otherwise, before any micro-batch is split. Keeping them measured 0.72–0.77× the training step on the
 compiled path (125M DAPE1×3-Kerple on an H200, bf16, T 512 × 32: 163.8 ms against 212.5 ms; T 2048 × 8: 399.0 ms
 against 550.6 ms; ``benchmarks/results/h200-compiled/run3``); recomputation changes memory and time, never the
 gradients (``tests/test_accelerator_memory.py``).
