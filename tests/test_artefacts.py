@@ -327,7 +327,7 @@ def test_dape_verify_checks_the_configurations_reports_tables_and_not_another_co
     io.write_text(reports / "lm_results.csv", "run,ppl\na,9.5\n", seal=True)
     (reports / "lm_results.csv").write_text("run,ppl\na,9.6\n")  # overwritten at the same size
     (reports / "che_results.csv").write_text("cell,accuracy\nx,0.5\n")  # a table of a sealed kind, no seal
-    (reports / "paper_comparison.csv").write_text("role,rho\nx,1\n")  # written unsealed by its rule
+    (reports / "notes.csv").write_text("role,rho\nx,1\n")  # not a table the run writes: not this command's to judge
     io.write_text(reports / "decisive" / "lm_results.csv", "run,ppl\nb,1\n", seal=True)
     (reports / "decisive" / "lm_results.csv").write_text("run,ppl\nb,2\n")  # another configuration's
     (reports / "claims.md").write_text("# Claims\n")  # not a sealed kind
@@ -336,7 +336,7 @@ def test_dape_verify_checks_the_configurations_reports_tables_and_not_another_co
     assert (folder / "reports" / "lm_results.csv").read_text() == "run,ppl\na,9.6\n"
     assert "reports/lm_results.csv: its content does not match" in (folder / "NOTE.txt").read_text()
     assert (reports / "decisive" / "lm_results.csv").exists() and (reports / "claims.md").exists()
-    assert (reports / "paper_comparison.csv").exists()
+    assert (reports / "notes.csv").exists()
     assert verify.verify(results)[1] == []  # without --reports only results/
 
 

@@ -224,7 +224,7 @@ def run(args) -> int:
         lm = _read(args.lm)
         plan = aggregate.read_plan(args.plan) if args.plan else None
         io.write_text(args.out_md, compare_markdown(lm, plan=plan))
-        io.write_csv(args.out_csv, ordering(lm))
+        io.write_csv(args.out_csv, ordering(lm), seal=True)
     return 0
 
 
