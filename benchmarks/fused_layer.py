@@ -34,7 +34,6 @@ at ``--eval-length``, batch 1, on the ``materialized`` and ``fused`` paths, roun
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 import time
