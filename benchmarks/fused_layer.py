@@ -218,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vocab-size", type=int, default=50304)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
+    for option in ("profile_reps", "profile_top"):
+        if getattr(args, option) < 1:
+            parser.error(f"--{option.replace('_', '-')}: {getattr(args, option)} is not allowed; allowed values: a "
+                         "whole number ≥ 1")
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     info = machine_info(args.device)

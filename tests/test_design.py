@@ -133,7 +133,7 @@ def test_a_claim_whose_fresh_seeds_miss_a_setting_of_the_pilot_is_not_decided():
     pilot_rows = frame(*(sized(size, m, 10.0, (0,)) for size in ("tiny", "small")
                          for m in ("DAPE-Kerple", "DAPE1x3-Kerple")))
     pilot_verdicts = evaluate_claims(pilot_rows, claim_ids=["dape1x3_beats_dape_larger_models"], fresh=True)
-    checks = design.check_settings(pilot_verdicts.iloc[0]["numbers"])
+    checks = design.check_descriptions(pilot_verdicts.iloc[0]["numbers"])
     assert len(checks) == 4 and sum("size=tiny" in c for c in checks) == 2
     chosen = {"fresh_seeds_from": 100, "chosen": [], "left": [],
               "pilot": {"dape1x3_beats_dape_larger_models": UNDECIDED},

@@ -172,10 +172,10 @@ def choose(pilot: pd.DataFrame, prices: dict[str, float], settings: DesignSettin
             "left": sorted(left, key=lambda c: list(pilot["claim_id"]).index(c["claim_id"])),
             "fresh": fresh, "prices_cpu_s": {u: round(p, 2) for u, p in sorted(prices.items())},
             "pilot": {r["claim_id"]: r["verdict"] for r in pilot.to_dict("records")},
-            "pilot_checks": {r["claim_id"]: check_settings(r.get("numbers")) for r in pilot.to_dict("records")}}
+            "pilot_checks": {r["claim_id"]: check_descriptions(r.get("numbers")) for r in pilot.to_dict("records")}}
 
 
-def check_settings(numbers) -> list[str]:
+def check_descriptions(numbers) -> list[str]:
     """What each check of a claim's record compares (its ``numbers``: a dict, or its JSON as claims.csv holds it,
     keyed ``"<i>: <setting>"``): the setting, and where the check names them its two sides and where it reads
     (``"dataset=code, …, size=tiny: DAPE1x3-Kerple vs DAPE-Kerple (within)"``); sorted, one entry per check."""
@@ -243,7 +243,7 @@ def annotate(verdicts: pd.DataFrame, design: dict) -> pd.DataFrame:
     # others got none), its verdict would speak for settings it did not see
     for i, row in out.iterrows():
         pilot_checks = Counter(design["pilot_checks"].get(row["claim_id"], []))
-        missing = pilot_checks - Counter(check_settings(row.get("numbers")))
+        missing = pilot_checks - Counter(check_descriptions(row.get("numbers")))
         if row["verdict"] in (CONFIRMED, REFUTED) and missing:
             reached = sum(pilot_checks.values()) - sum(missing.values())
             out.at[i, "summary"] = (f"UNDECIDED: the fresh seeds reach {reached} of the pilot's "
