@@ -46,7 +46,7 @@ Bases (those of :mod:`dape_core.report.intervals`, as the claims use them):
   REFUTED any one at the Bonferroni level over six; power: every DAPE1x3-X better by 2 SDs of one seed's paired
   difference;
 - ``claim: CHE``: the CHE claim's majority rule (:func:`dape_core.report.che_check.che_beats_kerple`) on 2 tasks
-  (the default's and the decisive configurations' family) and on 12 (the paper's Table 6), each task read at
+  (the default's and the grid's family) and on 12 (the paper's Table 6), each task read at
   :func:`dape_core.report.intervals.level_for`'s level.
 
 - ``heterogeneous``: the paired comparison when methods differ in noise (one of the pair at 2× or 3× the others'

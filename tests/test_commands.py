@@ -48,7 +48,7 @@ def test_documented_snakemake_commands_name_only_configuration_files():
 
 
 @pytest.mark.parametrize("config, reports", [("config.yaml", "reports"), ("configs/smoke.yaml", "reports/smoke"),
-                                             ("configs/decisive.yaml", "reports/decisive")])
+                                             ("configs/grid.yaml", "reports/grid")])
 def test_a_configuration_other_than_config_yaml_reports_into_its_own_folder(config, reports):
     """make's REPORTS and the workflow's (dape_core.config.names) agree: the committed reports/ is config.yaml's."""
     printed = subprocess.run(["make", "-n", "reproduce", "robustness", f"CONFIG={config}", "VENV=.venv-unused"],

@@ -136,11 +136,13 @@ def test_shipped_configurations_expand(path):
 
 
 def test_default_config_holds_every_family_and_the_central_comparison_at_its_documented_scale():
+    """config.yaml is the design-stage configuration: its families, the pilot, cover every claim at 600 steps × 16
+    with two seeds of the central comparison, and its design block spends the fresh seeds."""
     plan = grid.build_plan(grid.load_yaml(REPO / "config.yaml"))
     families = set(plan.families)
-    assert {"baselines", "dape_every_encoding", "kernel_sizes", "hidden_width", "equal_tokens", "model_size",
-            "leakage", "attention_maps", "forward_time", "step_time", "che"} <= families
-    central = ["NoPE", "RoPE", "ALiBi", "Kerple", "FIRE", "DAPE-Kerple", "DAPE1x3-Kerple"]
+    assert {"baselines", "dape_every_encoding", "naive_dape", "kernel_sizes", "hidden_width", "equal_tokens",
+            "model_size", "leakage", "attention_maps", "forward_time", "che"} <= families
+    central = ["NoPE", "RoPE", "ALiBi", "Kerple", "DAPE-Kerple", "DAPE1x3-Kerple"]
     for label in central:
         method = {k: v for k, v in parse_method(label).items() if k != "tril"}
         runs = [name for name in plan.families["baselines"]["runs"]
@@ -150,9 +152,22 @@ def test_default_config_holds_every_family_and_the_central_comparison_at_its_doc
         run = plan.lm_runs[runs[0]]
         s = run["settings"]
         assert run["seeds"] == [0, 1], label
-        assert (s["size"], s["train_len"], s["batch_size"], s["steps"]) == ("small", 32, 32, 1200), label
+        assert (s["size"], s["train_len"], s["batch_size"], s["steps"]) == ("small", 32, 16, 600), label
         assert max(run["eval"]["eval_lens"]) == 16 * s["train_len"], label
     assert plan.families["baselines"]["delta_p"] and plan.attention_jobs()
+    design = plan.config["design"]
+    assert design["budget_minutes"] > 0 and design["fresh_seeds_from"] > max(
+        seed for run in plan.lm_runs.values() for seed in run["seeds"])
+
+
+def test_the_earlier_default_grid_is_a_configuration_of_its_own():
+    """configs/grid.yaml: every family on both datasets, the central comparison at 1200 steps × 32 with two seeds,
+    most other runs with one, and no design block — the tables and figures of every cell, not verdicts."""
+    plan = grid.build_plan(grid.load_yaml(REPO / "configs" / "grid.yaml"))
+    assert set(plan.datasets) == {"code", "prose"} and not plan.config.get("design")
+    assert {"step_time", "che", "leakage"} <= set(plan.families)
+    central = [plan.lm_runs[name]["settings"] for name in plan.families["baselines"]["runs"]]
+    assert {(s["train_len"], s["batch_size"], s["steps"]) for s in central} >= {(32, 32, 1200)}
 
 
 def test_paper_config_uses_the_appendix_i_settings():
@@ -339,7 +354,7 @@ def test_the_params_fingerprint_of_a_finished_run_stays_as_recorded():
     default DAPE1x3-Kerple run, as recorded by earlier versions (unset bool | None settings spelled "default"),
     is what the plan gives now, while its command line says nothing of the unset settings and --x / --no-x of set
     ones."""
-    run = grid.build_plan(grid.load_yaml("config.yaml")).lm_runs["code-T128-kerple-dape_v2-k3-w32-B8-S600"]
+    run = grid.build_plan(grid.load_yaml("configs/grid.yaml")).lm_runs["code-T128-kerple-dape_v2-k3-w32-B8-S600"]
     attention = grid.train_options(run["settings"])["attention"]
     assert repr(attention) == (
         "{'encoding': 'kerple', 'processor': 'dape_v2', 'kernel_size': 3, 'dape_width': 32, 'tril': True, "
@@ -502,4 +517,4 @@ def test_the_shipped_configurations_state_only_what_differs_and_resolved_prints_
             walk(block, defaults[stage], f"defaults.{stage}")
     assert main([str(root / "config.yaml"), "--resolved"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert "defaults.lm.steps: 1200  (stated)" in lines and "defaults.lm.kernel_size: 1  (default)" in lines
+    assert "defaults.lm.steps: 600  (stated)" in lines and "defaults.lm.kernel_size: 1  (default)" in lines

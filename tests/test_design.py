@@ -13,7 +13,7 @@ import yaml
 from dape_core.config import build_plan, load_yaml
 from dape_core.errors import ConfigError
 from dape_core.report import design
-from dape_core.report.claims import CONFIRMED, NOT_RUN, UNDECIDED, evaluate_claims
+from dape_core.report.claims import CONFIRMED, NOT_RUN, REFUTED, UNDECIDED, evaluate_claims
 from dape_core.report.intervals import Interval, seeds_to_decide
 from test_claims import frame, runs
 from workflow_fixture import CONFIGS, job_counts, snakemake
@@ -148,6 +148,55 @@ def test_a_claim_whose_fresh_seeds_miss_a_setting_of_the_pilot_is_not_decided():
     assert "size=tiny: DAPE1x3-Kerple vs DAPE-Kerple (within)" in verdict["summary"]
     assert "it would be CONFIRMED" in verdict["summary"]
     assert design.annotate(reached, {**chosen, "pilot_checks": {}}).iloc[0]["verdict"] == CONFIRMED
+
+
+def test_a_claim_refuted_on_the_checks_reached_stays_refuted_only_at_the_pilots_level():
+    """The model-size claim again, with the fresh seeds of the small model heading the other way: DAPE1x3-Kerple
+    clearly worse. REFUTED needs one check, so it stands on the checks reached — when they were read at the
+    Bonferroni level over the pilot's intervals (``min_comparisons``, the design's ``pilot_intervals``), never at
+    the fewer reached."""
+    def sized(size, method, ppl, seeds):
+        return runs("model_size", method, {1: ppl, 2: ppl}, seeds=seeds).assign(size=size)
+
+    claim = "dape1x3_beats_dape_larger_models"
+    pilot_rows = frame(*(sized(size, m, 10.0, (0, 1)) for size in ("tiny", "small")
+                         for m in ("DAPE-Kerple", "DAPE1x3-Kerple")))
+    pilot_verdicts = evaluate_claims(pilot_rows, claim_ids=[claim], fresh=True)
+    pilot_m = int(pilot_verdicts.iloc[0]["judged_intervals"])
+    assert pilot_m == 4
+    chosen = {"fresh_seeds_from": 100, "chosen": [], "left": [], "pilot": {claim: UNDECIDED},
+              "pilot_checks": {claim: design.check_descriptions(pilot_verdicts.iloc[0]["numbers"])},
+              "pilot_intervals": {claim: pilot_m}}
+    assert design.pilot_intervals(chosen) == {claim: 4}
+    fresh_rows = frame(sized("small", "DAPE-Kerple", [8.0, 8.1, 7.9], (100, 101, 102)),
+                       sized("small", "DAPE1x3-Kerple", [10.0, 10.1, 9.9], (100, 101, 102)))
+    at_pilot = evaluate_claims(fresh_rows, claim_ids=[claim], min_comparisons=design.pilot_intervals(chosen))
+    assert at_pilot.iloc[0]["verdict"] == REFUTED and "also at 1 − 0.05/4" in at_pilot.iloc[0]["summary"]
+    verdict = design.annotate(at_pilot, chosen).iloc[0]
+    assert verdict["verdict"] == REFUTED
+    assert verdict["summary"].startswith("REFUTED on 2 of the pilot's 4 checks (none at ")
+    assert "each interval read at 1 − 0.05/4 over the pilot's 4 intervals" in verdict["summary"]
+    # read over the two reached intervals only, the same refutation would not stand for the pilot's four
+    at_reached = evaluate_claims(fresh_rows, claim_ids=[claim])
+    assert at_reached.iloc[0]["verdict"] == REFUTED and "1 − 0.05/2" in at_reached.iloc[0]["summary"]
+    assert design.annotate(at_reached, chosen).iloc[0]["verdict"] == UNDECIDED
+    # a design written before the pilot's intervals were recorded keeps the stricter reading: UNDECIDED
+    assert design.annotate(at_pilot, {**chosen, "pilot_intervals": {}}).iloc[0]["verdict"] == UNDECIDED
+
+
+def test_a_larger_bonferroni_m_widens_a_refutation_and_the_record_counts_its_intervals():
+    """``min_comparisons`` raises the m of a claim's REFUTED (never lowers it); ``judged_intervals`` is the
+    claim's own count."""
+    rows = frame(runs("central", "Kerple", {1: [8.0, 8.2, 7.9]}, seeds=(0, 1, 2)),
+                 runs("central", "DAPE1x3-Kerple", {1: [8.3, 8.4, 8.1]}, seeds=(0, 1, 2)))
+    alone = evaluate_claims(rows, claim_ids=["dape1x3_best_within"]).iloc[0]
+    assert alone["judged_intervals"] == 1
+    assert evaluate_claims(rows, claim_ids=["dape1x3_best_within"],
+                           min_comparisons={"dape1x3_best_within": 1}).iloc[0]["verdict"] == alone["verdict"]
+    wide = evaluate_claims(rows, claim_ids=["dape1x3_best_within"],
+                           min_comparisons={"dape1x3_best_within": 10**6}).iloc[0]
+    assert alone["verdict"] == REFUTED and wide["verdict"] == UNDECIDED
+    assert "not at 1 − 0.05/1000000" in wide["summary"]
 
 
 # ------------------------------------------------------------------------------------------------ the DAG

@@ -1,4 +1,4 @@
-"""configs/gpu.yaml: config.yaml's families on one GPU for at most an hour, with the seeds that decide claims."""
+"""configs/gpu.yaml: configs/grid.yaml's families on one GPU for at most an hour, with seeds that decide claims."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ COMPARED_ROLES = ("central", "every_encoding", "kernel_sweep", "width_sweep", "e
 
 
 def test_the_gpu_configuration_builds_keeps_the_families_and_fits_one_gpu_hour():
-    gpu, default = build_plan(load_yaml(REPO / "configs/gpu.yaml")), build_plan(load_yaml(REPO / "config.yaml"))
+    gpu, default = build_plan(load_yaml(REPO / "configs/gpu.yaml")), build_plan(load_yaml(REPO / "configs/grid.yaml"))
     assert {f: s.get("role") for f, s in gpu.families.items()} == {f: s.get("role") for f, s in
                                                                     default.families.items()}
     for family, spec in gpu.families.items():  # every claim comparing trained models sees ≥ 3 seeds per run

@@ -22,7 +22,7 @@ from dape_core.errors import ConfigError
 from dape_core.report import aggregate
 from dape_core.settings import from_args
 
-REPO_CONFIG = "config.yaml"
+REPO_CONFIG = "configs/grid.yaml"  # its forward-time and step-time cells
 METHODS = {"forward-tiny-kerple-none-B1": {"encoding": "kerple", "processor": "none"},
            "forward-tiny-kerple-dape_v2-k3-w32-B1": {"encoding": "kerple", "processor": "dape_v2", "kernel_size": 3}}
 

@@ -52,7 +52,7 @@ def claim_cell(task: tuple) -> dict:
                     sigma_from="none (1 seed: no pair's own spread)" if n == 1 else "each pair's own spread")
 
 
-CHE_CLAIM_TASKS = (2, 12)  # the default's and decisive configurations' CHE family, and the paper's Table 6
+CHE_CLAIM_TASKS = (2, 12)  # the default's and the grid's CHE family, and the paper's Table 6
 
 
 def claim_rows(trials: int, seed: int, seeds=(1, 2, 3, 4), power_trials: int = 0, jobs: int = 1) -> list[dict]:

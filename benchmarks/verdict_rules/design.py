@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dape_core.report.intervals import UNDECIDED, decide, interval
+from dape_core.report.intervals import REFUTED, UNDECIDED, decide, interval, simultaneous
 from .common import _rate, cell_rng, each_cell
 from .heterogeneity import HETEROGENEITY, hetero_grid
 
@@ -41,16 +41,65 @@ def design_trial(rng, pilot_n: int, factor: float, law: str) -> tuple[bool, bool
     return True, decide(fresh, **rule) != UNDECIDED
 
 
+PARTIAL_CHECKS = 2  # a claim of two checks, each its own pair of runs (the data-adaptive claim: XL and CoPE)
+
+
+def design_partial_trial(rng, pilot_n: int, factor: float, law: str) -> tuple[bool, bool]:
+    """(run, decided) of the design stage on a claim of :data:`PARTIAL_CHECKS` checks, each two identical methods of
+    its own runs: the pilot's checks read jointly (:func:`dape_core.report.claim_context.jointly`'s sizing, REFUTED
+    at 1 − 0.05/m), the route of :func:`dape_core.report.claim_costs.decide_route` (REFUTED through the cheapest
+    check heading there: fresh seeds on its runs alone; CONFIRMED when every check heads there: on all), the
+    design's choice, then the fresh seeds read as `dape report claims` reads them with a design: REFUTED on the
+    checks reached at the pilot's level (``min_comparisons``), CONFIRMED only with every check reached and
+    CONFIRMED (:func:`dape_core.report.design.annotate`)."""
+    from dape_core.report import design
+    from dape_core.report.claim_costs import decide_route
+    from dape_core.report.intervals import seeds_to_decide
+
+    def pair(table):
+        return [np.array([[table[0, s], table[1, s]]]) for s in range(table.shape[1])]
+
+    def read(n):
+        return interval(pair(hetero_grid(rng, n, factor, law)), lambda m: m[:, 1] - m[:, 0])
+
+    m, rule = PARTIAL_CHECKS, dict(side=1, confirm=0.0, refute=0.0)
+    checks = []
+    for k in range(m):
+        pilot = read(pilot_n)
+        n, text = seeds_to_decide(pilot, **rule, fresh=True)
+        if "towards " + REFUTED in text:
+            n, text = seeds_to_decide(pilot, **rule, comparisons=m, fresh=True)
+        checks.append({"verdict": decide(pilot, **rule), "seeds_needed": n, "seeds_needed_text": text,
+                       "runs": [f"a{k}", f"b{k}"]})
+    n, text, runs = decide_route(checks, every=True)
+    claims = pd.DataFrame([{"claim_id": "c", "verdict": UNDECIDED, "fresh_seeds": n, "fresh_text": text,
+                            "fresh_runs": runs}])
+    prices = {run: 1.0 for c in checks for run in c["runs"]}
+    chosen = design.choose(claims, prices, design.DesignSettings(budget_minutes=1e6,
+                                                                 max_seeds=DESIGN_MAX_SEEDS))["chosen"]
+    if not chosen:
+        return False, False
+    reached = [k for k in range(m) if set(checks[k]["runs"]) <= set(chosen[0]["runs"])]
+    fresh = [read(chosen[0]["seeds"]) for _ in reached]
+    if any(decide(simultaneous(iv, m), **rule) == REFUTED for iv in fresh):
+        return True, True
+    confirmed = len(reached) == m and all(decide(iv, **rule) == "CONFIRMED" for iv in fresh)
+    return True, confirmed
+
+
 def design_cell(task: tuple) -> dict:
     """One row of the design stage's rows: a noise law × pilot seeds, ``trials`` null trials; the rate is of the
     trials the design ran (those whose pilot sized at most :data:`DESIGN_MAX_SEEDS` fresh seeds)."""
-    label, pilot_n, trials, seed = task
+    label, pilot_n, trials, seed, partial = (*task, False)[:5]
     factor, law = HETEROGENEITY[label] if label in HETEROGENEITY else (1.0, "normal")
-    rng = cell_rng(seed, "design", label, pilot_n)
-    results = [design_trial(rng, pilot_n, factor, law) for _ in range(trials)]
+    rng = cell_rng(seed, "design partial" if partial else "design", label, pilot_n)
+    trial = design_partial_trial if partial else design_trial
+    results = [trial(rng, pilot_n, factor, law) for _ in range(trials)]
     ran = sum(r for r, _ in results)
     rate, se = _rate(sum(d for _, d in results), max(1, ran))
-    return {"basis": "design stage: pilot chooses, fresh seeds decide (own spread)", "per_window_data": False,
+    basis = (f"design stage, a claim of {PARTIAL_CHECKS} checks: fresh seeds on the route's checks, REFUTED at the "
+             "pilot's level" if partial else "design stage: pilot chooses, fresh seeds decide (own spread)")
+    return {"basis": basis, "per_window_data": False,
             "regime": label, "seeds": pilot_n, "sigma_from": f"the fresh seeds' own spread ({ran} of {trials} "
             f"trials sized ≤ {DESIGN_MAX_SEEDS} fresh seeds)", "trials": ran, "false_decisions": rate,
             "false_decisions_se": se}
@@ -60,4 +109,5 @@ def design_rows(trials: int, seed: int, jobs: int = 1) -> list[dict]:
     """The design stage under equal noise, one method at 2× and 3× the others' interaction SD, and t₃ tails, for
     pilots of 2, 3 and 4 seeds."""
     labels = ("equal noise", *HETEROGENEITY)
-    return each_cell(design_cell, [(label, n, trials, seed) for label in labels for n in DESIGN_PILOT_SEEDS], jobs)
+    return each_cell(design_cell, [(label, n, trials, seed, partial) for partial in (False, True) for label in labels
+                                   for n in DESIGN_PILOT_SEEDS], jobs)

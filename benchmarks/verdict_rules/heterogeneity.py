@@ -98,7 +98,7 @@ def hetero_cell(task: tuple) -> dict:
             "sigma_from": rule, "trials": trials, "false_decisions": rate, "false_decisions_se": se}
 
 
-LEAK_FACTOR = 2.3  # a no-tril run's method × seed SD over a tril run's, as the decisive grid measured (0.0581 / 0.0248)
+LEAK_FACTOR = 2.3  # a no-tril run's method × seed SD over a tril run's, as the design-stage default's pilot measured (0.0581 / 0.0248)
 
 
 LEAK_SEEDS = (1, 2, 3, 4)

@@ -9,7 +9,7 @@ from dape_core.report.holm import holm_verdicts
 from dape_core.report.intervals import CONFIRMED, REFUTED, decide, interval
 from .common import REGIMES, WINDOW_SE, _rate, cell_rng, each_cell
 
-HOLM_CLAIMS = (12, 18)  # the claims a family evaluates: the decisive pilot's 12, every claim
+HOLM_CLAIMS = (12, 18)  # the claims a family evaluates: an earlier design pilot's 12, every claim
 HOLM_SEEDS = (2, 3, 4, 8)
 HOLM_REGIMES = {  # the claims' pairs: equal noise, or one method of each pair at 3× the others' interaction SD
     "equal noise": 1.0,

@@ -299,14 +299,16 @@ def record(verdict: str, text: str, iv: Interval | None, rule: dict | None = Non
     return record
 
 
-def jointly(checks: list[dict]) -> list[dict]:
+def jointly(checks: list[dict], at_least: int = 0) -> list[dict]:
     """A claim's checks read together: the claim is REFUTED when any check is, so with m intervals judged over its
     checks each REFUTED is read at the Bonferroni level 1 − 0.05 / m (:func:`simultaneous`) — the claim refutes two
     identical methods at most as often as one 95 % interval does —, while CONFIRMED, which needs all of them, stays
     at 95 % (an intersection). A check REFUTED alone but not jointly becomes UNDECIDED and says so; the seeds that
     would decide an open check towards REFUTED are sized at that level. Records without judged intervals (facts,
-    rules over many intervals of their own) keep their verdicts."""
-    m = sum(len(c.get("_judged", ())) for c in checks)
+    rules over many intervals of their own) keep their verdicts. ``at_least``: m is at least this (the design stage
+    reads the checks its fresh seeds reach at the level of every interval its pilot judged, so that a refutation
+    on some of them stays within 5 %)."""
+    m = max(sum(len(c.get("_judged", ())) for c in checks), at_least)
     if m <= 1:
         return checks
     level = f"1 − 0.05/{m} over the claim's {m} intervals"

@@ -293,7 +293,8 @@ def evaluate_claims(lm: pd.DataFrame | None, timing: pd.DataFrame | None = None,
                     sink: pd.DataFrame | None = None, claim_ids=None, *, windows: pd.DataFrame | None = None,
                     point: bool = False, gpu_tflops: float | None = None,
                     utilisation: float | None = None, timing_repeats: pd.DataFrame | None = None,
-                    claims: tuple[Claim, ...] = CLAIMS, fresh: bool = False) -> pd.DataFrame:
+                    claims: tuple[Claim, ...] = CLAIMS, fresh: bool = False,
+                    min_comparisons: dict[str, int] | None = None) -> pd.DataFrame:
     """One record per claim: verdict CONFIRMED / REFUTED / UNDECIDED / NOT-RUN, what its intervals saw, the seed
     noise they used, the rule, the numbers behind the verdict, and for an UNDECIDED claim the seeds per method
     that would decide it with what those runs cost (``gpu_tflops`` and ``utilisation``: the configuration's
@@ -307,12 +308,14 @@ def evaluate_claims(lm: pd.DataFrame | None, timing: pd.DataFrame | None = None,
     ``claims``: the declarations evaluated (:data:`CLAIMS`, the paper's). ``fresh``: a pilot's evaluation (the
     design stage, :mod:`dape_core.report.design`): every claim, decided or not, also gets ``fresh_seeds`` — the
     fresh seeds per method that would decide it alone at the pilot's effects (:func:`sizing_fresh_seeds`) —,
-    ``fresh_text`` and ``fresh_runs`` (the LM runs or CHE cells to run them on)."""
+    ``fresh_text`` and ``fresh_runs`` (the LM runs or CHE cells to run them on). ``min_comparisons``: claim_id →
+    the fewest intervals its REFUTED is read over (the Bonferroni m of :func:`jointly`): a design's reading of its
+    fresh seeds passes the pilot's count. Every record gives its own count (``judged_intervals``)."""
     if fresh:
         with sizing_fresh_seeds():
             return evaluate_claims(lm, timing, che, sink, claim_ids, windows=windows, point=point,
                                    gpu_tflops=gpu_tflops, utilisation=utilisation, timing_repeats=timing_repeats,
-                                   claims=claims)
+                                   claims=claims, min_comparisons=min_comparisons)
     ctx = Context(lm, timing, che, sink, windows, point, timing_repeats)
     default_tflops, default_utilisation = _estimate_rate()
     costs = run_costs(lm, gpu_tflops or default_tflops, utilisation or default_utilisation)
@@ -320,7 +323,9 @@ def evaluate_claims(lm: pd.DataFrame | None, timing: pd.DataFrame | None = None,
     for claim in claims:
         if claim_ids is not None and claim.claim_id not in claim_ids:
             continue
-        checks = jointly(claim.check(ctx, claim.thresholds))
+        raw = claim.check(ctx, claim.thresholds)
+        judged = sum(len(c.get("_judged", ())) for c in raw)
+        checks = jointly(raw, at_least=(min_comparisons or {}).get(claim.claim_id, 0))
         verdict = combine([c["verdict"] for c in checks])
         if not checks:
             summary, basis = "no rows for this check (" + ", ".join(claim.needs) + ")", ""
@@ -334,7 +339,7 @@ def evaluate_claims(lm: pd.DataFrame | None, timing: pd.DataFrame | None = None,
                   "rule": claim.rule, "core": claim.core, "informational": claim.informational,
                   "verdict": verdict, "basis": basis, "seed_noise": noise, "summary": summary,
                   "seeds_to_decide": "", "extra_jobs": None, "extra_cpu_hours": None, "extra_gpu_hours": None,
-                  "gpu_bound": "", "numbers": numbers}
+                  "gpu_bound": "", "numbers": numbers, "judged_intervals": judged}
         if verdict == UNDECIDED:
             record.update(what_decides(checks, costs))
         if fresh_sizing():

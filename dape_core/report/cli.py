@@ -322,14 +322,16 @@ def write_claims(lm, timing, che, sink, out_md: str | Path, out_csv: str | Path,
     from dape_core.report.holm import holm_verdicts
 
     chosen = designs.read_design(design) if design else None
+    at_least = designs.pilot_intervals(chosen) if chosen is not None else None  # REFUTED at the pilot's level
     if chosen is not None:
         lm, che, sink, windows = (designs.fresh_only(frame, chosen) for frame in (lm, che, sink, windows))
     verdicts = evaluate_claims(lm, timing=timing, che=che, sink=sink, windows=windows, gpu_tflops=gpu_tflops,
-                               utilisation=utilisation, timing_repeats=timing_repeats)
+                               utilisation=utilisation, timing_repeats=timing_repeats, min_comparisons=at_least)
     if chosen is not None:
         verdicts = designs.annotate(verdicts, chosen)
     holm = holm_verdicts(verdicts, lambda ids: evaluate_claims(
-        lm, timing=timing, che=che, sink=sink, windows=windows, timing_repeats=timing_repeats, claim_ids=ids))
+        lm, timing=timing, che=che, sink=sink, windows=windows, timing_repeats=timing_repeats, claim_ids=ids,
+        min_comparisons=at_least))
     verdicts["holm_verdict"] = holm.reindex(verdicts["claim_id"]).to_numpy()
     rho = setting_correlations(lm) if lm is not None and len(lm) else None
     io.write_text(out_md, claims_markdown(verdicts, paper=evaluate_claims_on_paper(), rho=rho,

@@ -172,7 +172,15 @@ def choose(pilot: pd.DataFrame, prices: dict[str, float], settings: DesignSettin
             "left": sorted(left, key=lambda c: list(pilot["claim_id"]).index(c["claim_id"])),
             "fresh": fresh, "prices_cpu_s": {u: round(p, 2) for u, p in sorted(prices.items())},
             "pilot": {r["claim_id"]: r["verdict"] for r in pilot.to_dict("records")},
-            "pilot_checks": {r["claim_id"]: check_descriptions(r.get("numbers")) for r in pilot.to_dict("records")}}
+            "pilot_checks": {r["claim_id"]: check_descriptions(r.get("numbers")) for r in pilot.to_dict("records")},
+            "pilot_intervals": {r["claim_id"]: int(r.get("judged_intervals") or 0) for r in pilot.to_dict("records")}}
+
+
+def pilot_intervals(design: dict) -> dict[str, int]:
+    """claim_id → the intervals the pilot judged it on (the Bonferroni m of its REFUTED): the fresh seeds' reading
+    uses at least as many (:func:`~dape_core.report.claims.evaluate_claims`'s ``min_comparisons``); empty for a
+    design written before it was recorded."""
+    return {claim: int(m) for claim, m in (design.get("pilot_intervals") or {}).items()}
 
 
 def check_descriptions(numbers) -> list[str]:
@@ -218,6 +226,17 @@ def read_design(path: str | Path) -> dict:
     return design
 
 
+def _refuted_at(numbers, m: int) -> bool:
+    """Whether every REFUTED check of a claim's record was read over at least ``m`` intervals (its
+    ``joint_comparisons``): a REFUTED kept on some of a pilot's checks must stand at the pilot's level."""
+    import json
+
+    if isinstance(numbers, str):
+        numbers = json.loads(numbers) if numbers.strip() else {}
+    refuted = [c for c in (numbers or {}).values() if isinstance(c, dict) and c.get("verdict") == REFUTED]
+    return bool(refuted) and all(int(c.get("joint_comparisons") or 1) >= m for c in refuted)
+
+
 def fresh_only(frame: pd.DataFrame | None, design: dict) -> pd.DataFrame | None:
     """The rows of the fresh seeds alone (seed ≥ ``fresh_seeds_from``): what the verdicts read."""
     if frame is None or "seed" not in frame:
@@ -227,9 +246,13 @@ def fresh_only(frame: pd.DataFrame | None, design: dict) -> pd.DataFrame | None:
 
 def annotate(verdicts: pd.DataFrame, design: dict) -> pd.DataFrame:
     """Claims on the fresh seeds, with the design's word: a claim the design left out and no fresh seed
-    reaches is UNDECIDED (the pilot ran it; no verdict comes from the pilot), saying why; so is a claim whose fresh
-    seeds reach only some of the checks the pilot evaluated it on (a setting with no fresh seed), whatever the
-    checks reached say."""
+    reaches is UNDECIDED (the pilot ran it; no verdict comes from the pilot), saying why; so is a claim CONFIRMED
+    on only some of the checks the pilot evaluated it on (a setting with no fresh seed: CONFIRMED needs every
+    check). A claim REFUTED on the checks reached stays REFUTED when they were read at the pilot's Bonferroni
+    level (``verdicts`` from :func:`~dape_core.report.claims.evaluate_claims` with ``min_comparisons`` =
+    :func:`pilot_intervals`): REFUTED needs one check, and each interval at 1 − 0.05/m over the pilot's m refutes
+    two identical methods at most 5 % of the time over all m, reached or not."""
+    judged_at = pilot_intervals(design)
     left = {c["claim_id"]: c for c in design["left"]}
     out = verdicts.copy()
     out["design"] = [("fresh seeds chosen" if cid in {c["claim_id"] for c in design["chosen"]}
@@ -246,6 +269,12 @@ def annotate(verdicts: pd.DataFrame, design: dict) -> pd.DataFrame:
         missing = pilot_checks - Counter(check_descriptions(row.get("numbers")))
         if row["verdict"] in (CONFIRMED, REFUTED) and missing:
             reached = sum(pilot_checks.values()) - sum(missing.values())
+            m = judged_at.get(row["claim_id"], 0)
+            if row["verdict"] == REFUTED and m > 1 and _refuted_at(row.get("numbers"), m):
+                out.at[i, "summary"] = (f"REFUTED on {reached} of the pilot's {sum(pilot_checks.values())} checks "
+                                        f"(none at {'; '.join(sorted(missing))}), each interval read at 1 − 0.05/{m} "
+                                        f"over the pilot's {m} intervals: {row['summary']}")
+                continue
             out.at[i, "summary"] = (f"UNDECIDED: the fresh seeds reach {reached} of the pilot's "
                                     f"{sum(pilot_checks.values())} checks (none at {'; '.join(sorted(missing))}), "
                                     f"and a claim is decided on all of them; on those reached it would be "
