@@ -17,7 +17,7 @@ decoder layer alone (attention with its encoding and processor, MLP), the per-la
 without gradients, logits of the last 256 positions (as the evaluation stage scores them).
 
 Each suite stands for a configuration and takes its model settings from it through ``dape_core.config``: the
-vocabulary (``estimate.vocab_size``, or the dataset's ``vocab_size``: 1024 for ``config.yaml``, GPT-2's 50257 for
+vocabulary (``estimate.vocab_size``, or the dataset's ``vocab_size``: 320 for ``config.yaml``, GPT-2's 50257 for
 ``configs/paper.yaml``), the size preset unless the suite names one, ``dape_width``, ``tril``, ``padding``,
 ``encoding_shared``, ``tie_embeddings`` and ``dropout`` of its ``defaults.lm``. The suite sets what it measures:
 mode, batch, length, depth (reduced for CPU) and the methods.

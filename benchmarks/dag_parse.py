@@ -3,7 +3,7 @@
     python benchmarks/dag_parse.py [--before COMMIT] [--repeats 5] [--out benchmarks/results/dag_parse.csv]
 
 Cases, run round-robin so that the machine's load falls on all of them alike: a one-rule Snakefile (what Snakemake
-itself costs), then ``config.yaml`` and ``configs/paper.yaml`` on this checkout and, with ``--before``, on a
+itself costs), then ``configs/grid.yaml`` and ``configs/paper.yaml`` on this checkout and, with ``--before``, on a
 ``git worktree`` of that commit (its own ``dape_core`` first on the path), and for each configuration a Snakefile of
 as many trivial jobs as its DAG has (one wildcard rule and ``all``): what Snakemake alone spends on that many jobs
 (building, checking and printing each), so that ``own_s`` — a configuration's median less its floor's — is what
@@ -31,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ("config.yaml", "configs/paper.yaml")
+CONFIGS = ("configs/grid.yaml", "configs/paper.yaml")  # the recorded rows: the CPU grid (then config.yaml) and the paper
 ONE_RULE = 'rule one:\n    output: "x"\n    shell: "touch x"\n'
 
 

@@ -456,7 +456,7 @@ def test_records_and_markdown(on_paper):
     df = evaluate_claims(trio(), timing=timing())
     assert list(df.columns) == ["claim_id", "section", "statement", "rule", "core", "informational", "verdict",
                                 "basis", "seed_noise", "summary", "seeds_to_decide", "extra_jobs",
-                                "extra_cpu_hours", "extra_gpu_hours", "gpu_bound", "numbers"]
+                                "extra_cpu_hours", "extra_gpu_hours", "gpu_bound", "numbers", "judged_intervals"]
     row = df.set_index("claim_id").loc["dape_ordering_beyond"]
     first = next(iter(row["numbers"].values()))
     assert first["verdict"] == CONFIRMED and first["gain_low"] > 0.01 and first["n_seeds"] == 3

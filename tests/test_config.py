@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import shlex
 from pathlib import Path
 
