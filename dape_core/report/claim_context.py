@@ -299,6 +299,11 @@ def record(verdict: str, text: str, iv: Interval | None, rule: dict | None = Non
     return record
 
 
+def judged_intervals(checks: list[dict]) -> int:
+    """The intervals a claim's checks judged (the Bonferroni m of :func:`jointly`)."""
+    return sum(len(c.get("_judged", ())) for c in checks)
+
+
 def jointly(checks: list[dict], at_least: int = 0) -> list[dict]:
     """A claim's checks read together: the claim is REFUTED when any check is, so with m intervals judged over its
     checks each REFUTED is read at the Bonferroni level 1 − 0.05 / m (:func:`simultaneous`) — the claim refutes two
@@ -308,7 +313,7 @@ def jointly(checks: list[dict], at_least: int = 0) -> list[dict]:
     rules over many intervals of their own) keep their verdicts. ``at_least``: m is at least this (the design stage
     reads the checks its fresh seeds reach at the level of every interval its pilot judged, so that a refutation
     on some of them stays within 5 %)."""
-    m = max(sum(len(c.get("_judged", ())) for c in checks), at_least)
+    m = max(judged_intervals(checks), at_least)
     if m <= 1:
         return checks
     level = f"1 − 0.05/{m} over the claim's {m} intervals"

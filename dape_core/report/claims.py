@@ -75,7 +75,7 @@ import pandas as pd
 
 from dape_core.report import che_check, lm_checks, sink_check, timing_check
 from dape_core.report.che_check import PERMUTATION_INVARIANT
-from dape_core.report.claim_context import Context, jointly, public, rows_text
+from dape_core.report.claim_context import Context, judged_intervals, jointly, public, rows_text
 from dape_core.report.claim_costs import decide_route, run_costs, what_decides
 from dape_core.report.claims_markdown import claims_markdown
 from dape_core.report.intervals import (CONFIRMED, MARKS, NOT_RUN, REFUTED, UNDECIDED, combine, fresh_sizing,
@@ -324,7 +324,6 @@ def evaluate_claims(lm: pd.DataFrame | None, timing: pd.DataFrame | None = None,
         if claim_ids is not None and claim.claim_id not in claim_ids:
             continue
         raw = claim.check(ctx, claim.thresholds)
-        judged = sum(len(c.get("_judged", ())) for c in raw)
         checks = jointly(raw, at_least=(min_comparisons or {}).get(claim.claim_id, 0))
         verdict = combine([c["verdict"] for c in checks])
         if not checks:
@@ -339,7 +338,7 @@ def evaluate_claims(lm: pd.DataFrame | None, timing: pd.DataFrame | None = None,
                   "rule": claim.rule, "core": claim.core, "informational": claim.informational,
                   "verdict": verdict, "basis": basis, "seed_noise": noise, "summary": summary,
                   "seeds_to_decide": "", "extra_jobs": None, "extra_cpu_hours": None, "extra_gpu_hours": None,
-                  "gpu_bound": "", "numbers": numbers, "judged_intervals": judged}
+                  "gpu_bound": "", "numbers": numbers, "judged_intervals": judged_intervals(raw)}
         if verdict == UNDECIDED:
             record.update(what_decides(checks, costs))
         if fresh_sizing():

@@ -183,18 +183,21 @@ def pilot_intervals(design: dict) -> dict[str, int]:
     return {claim: int(m) for claim, m in (design.get("pilot_intervals") or {}).items()}
 
 
-def check_descriptions(numbers) -> list[str]:
-    """What each check of a claim's record compares (its ``numbers``: a dict, or its JSON as claims.csv holds it,
-    keyed ``"<i>: <setting>"``): the setting, and where the check names them its two sides and where it reads
-    (``"dataset=code, …, size=tiny: DAPE1x3-Kerple vs DAPE-Kerple (within)"``); sorted, one entry per check."""
+def _checks(numbers) -> dict:
+    """A claim record's ``numbers``: the dict, or its JSON as claims.csv holds it."""
     import json
 
     if isinstance(numbers, str):
         numbers = json.loads(numbers) if numbers.strip() else {}
-    if not isinstance(numbers, dict):
-        return []
+    return numbers if isinstance(numbers, dict) else {}
+
+
+def check_descriptions(numbers) -> list[str]:
+    """What each check of a claim's record compares (its ``numbers``: a dict, or its JSON as claims.csv holds it,
+    keyed ``"<i>: <setting>"``): the setting, and where the check names them its two sides and where it reads
+    (``"dataset=code, …, size=tiny: DAPE1x3-Kerple vs DAPE-Kerple (within)"``); sorted, one entry per check."""
     out = []
-    for key, check in numbers.items():
+    for key, check in _checks(numbers).items():
         text = str(key).split(": ", 1)[-1]
         if isinstance(check, dict) and check.get("a") and check.get("b"):
             text += f": {check['a']} vs {check['b']}" + (f" ({check['where']})" if check.get("where") else "")
@@ -229,11 +232,7 @@ def read_design(path: str | Path) -> dict:
 def _refuted_at(numbers, m: int) -> bool:
     """Whether every REFUTED check of a claim's record was read over at least ``m`` intervals (its
     ``joint_comparisons``): a REFUTED kept on some of a pilot's checks must stand at the pilot's level."""
-    import json
-
-    if isinstance(numbers, str):
-        numbers = json.loads(numbers) if numbers.strip() else {}
-    refuted = [c for c in (numbers or {}).values() if isinstance(c, dict) and c.get("verdict") == REFUTED]
+    refuted = [c for c in _checks(numbers).values() if isinstance(c, dict) and c.get("verdict") == REFUTED]
     return bool(refuted) and all(int(c.get("joint_comparisons") or 1) >= m for c in refuted)
 
 
