@@ -268,3 +268,41 @@ def test_the_design_command_refuses_a_bad_value_naming_the_field(option, value, 
     with pytest.raises(SystemExit):
         main(["report", "design", *[item for pair in options.items() for item in pair]])
     assert f"{field}: '{value}' is not allowed; allowed values:" in capsys.readouterr().err
+
+
+def test_a_claim_of_several_checks_is_sized_for_80_percent_power_as_a_claim():
+    """The fresh seeds decide a claim of k checks heading to CONFIRMED only when all k are decided: each check is
+    sized at power 0.8^(1/k), so that the claim is decided with ≥ 80 % power (simulated: k independent paired
+    t-intervals of n fresh seeds at the pilot's effect and σ), where each check at 80 % gives the claim about
+    0.8^k; a claim of one check, and a REFUTED route (one check decides it), keep 80 %."""
+    import numpy as np
+
+    from dape_core.report.claim_context import record
+    from dape_core.report.claim_costs import decide_route
+    from dape_core.report.intervals import _t_interval, decide, sizing_fresh_seeds, t_quantile
+
+    sd, effect, rule = 0.02, 0.03, dict(side=1, confirm=0.005, refute=0.0)
+
+    def check(estimate):
+        iv = Interval(estimate, *_t_interval(estimate, sd / np.sqrt(2), 1.0), "paired t", 2, 1, sd)
+        return record(decide(iv, **rule), "gain", iv, rule, ["run-a", "run-b"])
+
+    with sizing_fresh_seeds():
+        one = check(effect)
+        alone, _, _ = decide_route([one], every=True)
+        assert alone == seeds_to_decide(one["_judged"][0][0], **rule)[0]
+        four = [check(effect) for _ in range(4)]
+        n, text, runs = decide_route(four, every=True)
+        assert n > alone and "towards CONFIRMED" in text and runs == ["run-a", "run-b"]
+        against = [check(-effect), check(effect)]
+        assert decide_route(against, every=True)[0] == seeds_to_decide(against[0]["_judged"][0][0], **rule)[0]
+
+    rng = np.random.default_rng(0)
+
+    def claim_power(seeds, k=4, trials=20_000):
+        draws = rng.normal(effect, sd, size=(trials, k, seeds))
+        low = draws.mean(axis=2) - t_quantile(seeds - 1) * draws.std(axis=2, ddof=1) / np.sqrt(seeds)
+        return float((low >= rule["confirm"]).all(axis=1).mean())
+
+    assert claim_power(n) >= 0.8 - 0.01  # 4 checks, each at 0.8^(1/4): the claim at ≥ 80 %
+    assert claim_power(alone) < 0.6  # 4 checks each at 80 %: the claim at ≈ 0.8^4

@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 
 import torch
-import torch._dynamo
 
 from dape_core.implementations.materialized import attend_materialized, chunk_attention, chunk_rows, feature_itemsize
 
@@ -48,8 +47,10 @@ def attend_compiled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, proces
     options = dict(processor=processor, chunk=chunk, dropout_p=dropout_p, dape_dtype=dape_dtype, **kwargs)
     if dropout_p > 0 or torch.compiler.is_compiling():
         return attend_materialized(q, k, v, **options)
+    from torch import _dynamo  # here: importing it costs every process ~1.5 s, and most never compile
+
     limit = -(-q.shape[2] // chunk) + SPARE_RECOMPILES
-    with torch._dynamo.config.patch(recompile_limit=max(limit, torch._dynamo.config.recompile_limit)):
+    with _dynamo.config.patch(recompile_limit=max(limit, _dynamo.config.recompile_limit)):
         return attend_materialized(q, k, v, chunk_fn=compiled_chunk(BACKEND), **options)
 
 

@@ -292,7 +292,8 @@ def record(verdict: str, text: str, iv: Interval | None, rule: dict | None = Non
             record.update(seed_sd=iv.seed_noise.sd, seed_df=iv.seed_noise.df)
     if rule is not None and iv is not None and (verdict == UNDECIDED or fresh_sizing()):
         needed, why = seeds_to_decide(iv, **rule)
-        record.update(seeds_needed=needed, seeds_needed_text=why, runs=sorted({str(r) for r in runs}))
+        record.update(seeds_needed=needed, seeds_needed_text=why, runs=sorted({str(r) for r in runs}),
+                      _size=lambda power: seeds_to_decide(iv, **rule, power=power))
     if rule is not None and iv is not None and not fact:
         record.update(_judged=[(iv, rule)], _head=text, _scope=scope, _show=show,
                       _runs=sorted({str(r) for r in runs}))

@@ -10,7 +10,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from dape_core.report.intervals import CONFIRMED, REFUTED, UNDECIDED
+from dape_core.report.intervals import CONFIRMED, POWER, REFUTED, UNDECIDED
+
 
 def _towards(check: dict) -> str | None:
     """The verdict more seeds would reach at a check's observed effect (None: none)."""
@@ -43,16 +44,33 @@ def run_costs(lm: pd.DataFrame | None, gpu_tflops: float, utilisation: float) ->
     return out
 
 
+def claim_power(checks: list[dict]) -> list[dict]:
+    """``checks``, all heading to CONFIRMED, each sized at power 0.8^(1/k) over the claim's k checks (the claim is
+    CONFIRMED only when all are: with independent checks it is then decided with 80 % power, where each check at
+    80 % would give 0.8^k); a check that cannot be resized (no ``_size``) keeps its size."""
+    power = POWER ** (1 / max(1, len(checks)))
+    out = []
+    for c in checks:
+        if len(checks) > 1 and c.get("_size") is not None:
+            needed, why = c["_size"](power)
+            c = {**c, "seeds_needed": needed, "seeds_needed_text": why}
+        out.append(c)
+    return out
+
+
 def decide_route(checks: list[dict], every: bool = False) -> tuple[int | None, str, list[str]]:
     """For an UNDECIDED claim: the seeds per method that decide it at the observed effects — REFUTED through its
     cheapest check heading there, or CONFIRMED when every open check heads there (the largest n) — the text, and
     the runs to retrain. ``every``: every check is open (fresh seeds, of which none is run yet, decide the claim:
-    the design stage, :mod:`dape_core.report.design`)."""
+    the design stage, :mod:`dape_core.report.design`), and a claim of k checks heading to CONFIRMED is sized for
+    80 % power as a claim (:func:`claim_power`), since the fresh seeds must decide all of them."""
     open_checks = [c for c in checks if every or c["verdict"] == UNDECIDED]
     refute = [c for c in open_checks if _towards(c) == REFUTED and c.get("seeds_needed")]
-    confirm = (max((c for c in open_checks), key=lambda c: c["seeds_needed"])
-               if open_checks and all(_towards(c) == CONFIRMED and c.get("seeds_needed") for c in open_checks)
-               else None)
+    heading = open_checks and all(_towards(c) == CONFIRMED and c.get("seeds_needed") for c in open_checks)
+    if heading and every:
+        open_checks = claim_power(open_checks)
+        heading = all(c.get("seeds_needed") for c in open_checks)
+    confirm = max(open_checks, key=lambda c: c["seeds_needed"]) if heading else None
     options = []
     if refute:
         best = min(refute, key=lambda c: c["seeds_needed"])

@@ -3,7 +3,9 @@
 A configuration with a ``design`` block runs its families as written (the *pilot*), then this module reads the
 pilot's per-job results and sizes, per claim, the fresh seeds per method that would decide it alone at the
 pilot's effects and noise (:func:`~dape_core.report.claims.evaluate_claims` with ``fresh``: the seeds-to-decide
-arithmetic of :func:`~dape_core.report.intervals.seeds_to_decide` at 80 % power, n from 2 with ν = n − 1). Each
+arithmetic of :func:`~dape_core.report.intervals.seeds_to_decide` at 80 % power for the claim — each of the k
+checks that must all be CONFIRMED at 0.8^(1/k), :func:`~dape_core.report.claim_costs.claim_power` —, n from 2 with
+ν = n − 1). Each
 claim's fresh seeds are priced from the pilot's own measured job-seconds (Snakemake's benchmark of every training,
 evaluation, attention-map and CHE job: the median over the pilot's seeds of a run's jobs, × the job's threads,
 spread over ``design.cores``), and the claims are kept cheapest first — the claim whose *extra* cost, given the

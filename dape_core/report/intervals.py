@@ -356,8 +356,9 @@ def fresh_sizing() -> bool:
 
 
 def seeds_to_decide(iv: Interval, *, side: int, confirm: float, refute: float,
-                    comparisons: int = 1, fresh: bool | None = None) -> tuple[int | None, str]:
-    """Seeds per method at which :func:`decide` would reach a verdict at the observed effect with 80 % power, by
+                    comparisons: int = 1, fresh: bool | None = None, power: float = POWER) -> tuple[int | None, str]:
+    """Seeds per method at which :func:`decide` would reach a verdict at the observed effect with 80 % power
+    (``power``), by
     the sample size of a comparison of means (Chow, Shao & Wang, *Sample Size Calculations in Clinical Research*,
     2nd ed., §3.1) with t quantiles: the smallest n ≥ ((t_{ν,0.975} + t_{ν,0.8}) · σ / δ)², σ = ``unit_sd`` (one
     seed's SD), ν = max(the estimate's degrees of freedom, n − 1) (n seeds of the check's own runs give their
@@ -387,7 +388,7 @@ def seeds_to_decide(iv: Interval, *, side: int, confirm: float, refute: float,
     for n in range(2 if fresh else max(iv.n_seeds + 1, 2), MAX_SEEDS + 1):
         df = max(known, n - 1)  # n seeds of the check's own runs estimate σ on at least n − 1 degrees of freedom
         level = 1 - (1 - LEVEL) / (2 * max(1, comparisons))
-        if n >= ((t_quantile(df, level) + t_quantile(df, POWER)) * s / delta) ** 2:
+        if n >= ((t_quantile(df, level) + t_quantile(df, power)) * s / delta) ** 2:
             return n, f"{n} (towards {towards})"
     return None, f"> {MAX_SEEDS} (towards {towards})"
 

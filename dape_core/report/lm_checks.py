@@ -150,7 +150,9 @@ def leakage(ctx: Context, t: Mapping) -> list[dict]:
                        tril_ppl=geometric_mean(tril, lengths))
         if f"towards {CONFIRMED}" in str(check.get("seeds_needed_text")):  # the ratio route is read at 97.5 %
             needed, why = seeds_to_decide(ratio, **rule, comparisons=LEAK_ROUTES)
-            check.update(seeds_needed=needed, seeds_needed_text=why)
+            check.update(seeds_needed=needed, seeds_needed_text=why,
+                         _size=lambda power, ratio=ratio, rule=rule: seeds_to_decide(
+                             ratio, **rule, comparisons=LEAK_ROUTES, power=power))
         out.append(check)
     return out
 
