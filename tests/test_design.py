@@ -45,7 +45,7 @@ def test_a_decided_pilot_claim_still_gets_its_fresh_seeds():
 
 
 def test_the_cheapest_claims_are_kept_while_the_budget_holds_and_shared_runs_are_paid_once():
-    prices = {"a": 60.0, "b": 60.0, "c": 600.0}  # CPU-seconds of one seed
+    prices = {"a": {"train": 50.0, "evaluate": 10.0}, "b": {"train": 60.0}, "c": {"train": 600.0}}  # CPU-s a seed
     claims = pilot(("first", UNDECIDED, 4, ["a", "b"]), ("second", CONFIRMED, 3, ["a"]),
                    ("dear", UNDECIDED, 4, ["a", "c"]), ("never", UNDECIDED, None, []))
     out = design.choose(claims, prices, SETTINGS)  # budget 10 min × 2 cores = 1200 CPU-s
@@ -61,7 +61,7 @@ def test_the_cheapest_claims_are_kept_while_the_budget_holds_and_shared_runs_are
 def test_claims_beyond_max_seeds_unpriced_or_of_timing_are_left_with_why():
     claims = pilot(("many", UNDECIDED, 9, ["a"]), ("unpriced", UNDECIDED, 2, ["z"]),
                    ("timing_overhead_shrinks", UNDECIDED, None, []), ("absent", NOT_RUN, None, []))
-    out = design.choose(claims, {"a": 1.0}, SETTINGS)
+    out = design.choose(claims, {"a": {"train": 1.0}}, SETTINGS)
     why = {c["claim_id"]: c["why"] for c in out["left"]}
     assert not out["chosen"] and "more than design.max_seeds = 8" in why["many"]
     assert "no pilot job-seconds for z" in why["unpriced"] and "interleaved rounds" in why["timing_overhead_shrinks"]
@@ -80,7 +80,7 @@ def test_prices_are_the_median_job_seconds_times_threads_and_a_damaged_benchmark
     cell.parent.mkdir(parents=True)
     cell.write_text("s\th:m:s\n")  # cut: no row
     prices = design.unit_prices(paths + [str(cell)], {"train": 2, "evaluate": 1, "che": 1})
-    assert prices == {"run-a": pytest.approx(2 * 12.0 + 3.0)}
+    assert prices == {"run-a": {"train": pytest.approx(2 * 12.0), "evaluate": pytest.approx(3.0)}}
     assert f"{cell}: not a job's benchmark" in capsys.readouterr().out
 
 
@@ -88,14 +88,16 @@ def test_the_plan_gets_the_fresh_seeds_in_every_family_of_a_run():
     plan = build_plan(load_yaml(CONFIGS["smoke"]))
     run = next(r for r, spec in plan.lm_runs.items() if spec["attention_seeds"])
     cell = next(iter(plan.che_cells))
-    designed = plan.with_design({run: [100, 101], cell: [100]})
+    designed = plan.with_design({run: [100, 101], cell: [100]}, {run: [100]})
     assert designed.lm_runs[run]["seeds"] == sorted({*plan.lm_runs[run]["seeds"], 100, 101})
-    assert {(r, s) for r, s, _ in designed.attention_jobs()} >= {(run, 100), (run, 101)}
+    maps = {(r, s) for r, s, _ in designed.attention_jobs()}
+    assert (run, 100) in maps and (run, 101) not in maps  # maps only at the seeds of a claim that reads them
+    assert not {s for r, s, _ in plan.with_design({run: [100]}, {}).attention_jobs() if r == run} & {100}
     families = {m["family"] for m in plan.lm_members if m["run"] == run}
     assert {m["family"] for m in designed.lm_members if m["run"] == run and m["seed"] == 100} == families
     assert (cell, 100) in designed.che_jobs() and plan.lm_runs[run]["seeds"] != designed.lm_runs[run]["seeds"]
     with pytest.raises(ConfigError, match="design: 'nope' is neither"):
-        plan.with_design({"nope": [100]})
+        plan.with_design({"nope": [100]}, {})
 
 
 def test_fresh_seeds_must_lie_above_the_pilots():
@@ -306,3 +308,22 @@ def test_a_claim_of_several_checks_is_sized_for_80_percent_power_as_a_claim():
 
     assert claim_power(n) >= 0.8 - 0.01  # 4 checks, each at 0.8^(1/4): the claim at ≥ 80 %
     assert claim_power(alone) < 0.6  # 4 checks each at 80 %: the claim at ≈ 0.8^4
+
+
+def test_attention_maps_are_priced_and_run_only_for_a_claim_that_reads_them():
+    """One more seed of a run costs its training and evaluation; its attention maps only for the claim read on them
+    (the sink claim): the design prices and records them (``fresh_maps``) for that claim's seeds alone."""
+    prices = {"dape": {"train": 60.0, "evaluate": 20.0, "attention": 40.0}, "base": {"train": 60.0, "evaluate": 20.0}}
+    claims = pd.DataFrame([
+        {"claim_id": "dape1x3_best_within", "verdict": UNDECIDED, "fresh_seeds": 3, "fresh_text": "3",
+         "fresh_runs": ["base", "dape"]},
+        {"claim_id": "sink_stronger_with_dape1x3", "verdict": UNDECIDED, "fresh_seeds": 4, "fresh_text": "4",
+         "fresh_runs": ["dape"]}])
+    out = design.choose(claims, prices, design.DesignSettings(budget_minutes=100))
+    assert [c["claim_id"] for c in out["chosen"]] == ["dape1x3_best_within", "sink_stronger_with_dape1x3"]
+    assert out["chosen"][0]["extra_minutes"] == pytest.approx(3 * 160 / 2 / 60)  # no maps
+    assert out["chosen"][1]["extra_minutes"] == pytest.approx((1 * 80 + 4 * 40) / 2 / 60)  # one more seed, 4 maps
+    assert out["fresh"] == {"base": [100, 101, 102], "dape": [100, 101, 102, 103]}
+    assert out["fresh_maps"] == {"dape": [100, 101, 102, 103]}
+    alone = design.choose(claims.iloc[:1], prices, design.DesignSettings(budget_minutes=100))
+    assert alone["fresh_maps"] == {}

@@ -33,7 +33,7 @@ def design_trial(rng, pilot_n: int, factor: float, law: str) -> tuple[bool, bool
     n, text = seeds_to_decide(pilot, **rule, fresh=True)
     claims = pd.DataFrame([{"claim_id": "c", "verdict": decide(pilot, **rule), "fresh_seeds": n, "fresh_text": text,
                             "fresh_runs": ["a", "b"]}])
-    chosen = design.choose(claims, {"a": 1.0, "b": 1.0},
+    chosen = design.choose(claims, {"a": {"train": 1.0}, "b": {"train": 1.0}},
                            design.DesignSettings(budget_minutes=1e6, max_seeds=DESIGN_MAX_SEEDS))["chosen"]
     if not chosen:
         return False, False
@@ -74,7 +74,7 @@ def design_partial_trial(rng, pilot_n: int, factor: float, law: str) -> tuple[bo
     n, text, runs = decide_route(checks, every=True)
     claims = pd.DataFrame([{"claim_id": "c", "verdict": UNDECIDED, "fresh_seeds": n, "fresh_text": text,
                             "fresh_runs": runs}])
-    prices = {run: 1.0 for c in checks for run in c["runs"]}
+    prices = {run: {"train": 1.0} for c in checks for run in c["runs"]}
     chosen = design.choose(claims, prices, design.DesignSettings(budget_minutes=1e6,
                                                                  max_seeds=DESIGN_MAX_SEEDS))["chosen"]
     if not chosen:

@@ -127,17 +127,18 @@ class Plan:
         values = dict(self.config["resources"][rule])
         return {**values, **values.pop("sizes", {}).get(size, {})}
 
-    def with_design(self, fresh: dict[str, list[int]]) -> "Plan":
+    def with_design(self, fresh: dict[str, list[int]], maps: dict[str, list[int]]) -> "Plan":
         """This plan with the fresh seeds of a design (``fresh``: LM run or CHE cell → its fresh seeds,
         :func:`dape_core.report.design.choose`): each run or cell gets them beside its pilot's, in every family
-        that lists it (with that family's evaluation lengths), with its attention maps where it has them."""
+        that lists it (with that family's evaluation lengths); attention maps only at the seeds ``maps`` lists for
+        a run that has them (the seeds of a chosen claim read on the maps: no other claim reads them)."""
         plan = copy.deepcopy(self)
         for unit, seeds in fresh.items():
             if unit in plan.lm_runs:
                 run = plan.lm_runs[unit]
                 run["seeds"] = sorted({*run["seeds"], *seeds})
-                if run["attention_seeds"]:
-                    run["attention_seeds"] = sorted({*run["attention_seeds"], *seeds})
+                if run["attention_seeds"] and maps.get(unit):
+                    run["attention_seeds"] = sorted({*run["attention_seeds"], *maps[unit]})
                 lens: dict[str, set] = {}
                 for m in self.lm_members:
                     if m["run"] == unit:

@@ -33,11 +33,19 @@ from dape_core import artefacts
 from dape_core.errors import ConfigError
 from dape_core.report.intervals import CONFIRMED, NOT_RUN, REFUTED, UNDECIDED
 
-VERSION = 2  # 2: the pilot's checks per claim (pilot_checks), which the fresh verdicts must all reach
+VERSION = 3  # 2: the pilot's checks per claim (pilot_checks); 3: attention maps only where a chosen claim reads them
 #: rules whose pilot jobs price one more seed of an LM run, and of a CHE cell
 LM_JOB_RULES = ("train", "evaluate", "attention")
 DESIGN = artefacts.Kind("seed design (rule design)", "design",
-                        keys=("version", "fresh_seeds_from", "chosen", "left", "fresh", "pilot", "pilot_checks"))
+                        keys=("version", "fresh_seeds_from", "chosen", "left", "fresh", "fresh_maps", "pilot",
+                              "pilot_checks"))
+
+
+def _reads_maps() -> set[str]:
+    """The claims read on the attention maps (sink.csv): only their fresh seeds are worth an attention-map job."""
+    from dape_core.report.claims import CLAIMS
+
+    return {c.claim_id for c in CLAIMS if "sink" in c.needs}
 
 
 def _not_seeded() -> set[str]:
@@ -86,10 +94,11 @@ def _job_of(path: Path) -> tuple[str, str, str] | None:
     return None
 
 
-def unit_prices(benchmarks: list[str], threads: dict[str, int]) -> dict[str, float]:
-    """CPU-seconds of one more seed of each LM run (training, evaluation and its attention maps) or CHE cell: per
-    job the median over the pilot's seeds of its wall seconds × the rule's threads (``threads``: train, evaluate,
-    attention, che); a job whose benchmark is damaged is priced at the median of its kind."""
+def unit_prices(benchmarks: list[str], threads: dict[str, int]) -> dict[str, dict[str, float]]:
+    """CPU-seconds of one more seed of each LM run or CHE cell, per job kind (``train``, ``evaluate``,
+    ``attention``: its attention maps, ``che``): per job the median over the pilot's seeds of its wall seconds ×
+    the rule's threads (``threads``: train, evaluate, attention, che); a job whose benchmark is damaged is priced
+    at the median of its kind."""
     seconds: dict[tuple[str, str], dict[str, list[float]]] = {}
     by_kind: dict[str, list[float]] = {}
     missing = []
@@ -109,25 +118,33 @@ def unit_prices(benchmarks: list[str], threads: dict[str, int]) -> dict[str, flo
     for (kind, unit), path in missing:
         if by_kind.get(kind):
             seconds.setdefault((kind, unit), {})[path] = [float(np.median(by_kind[kind]))]
-    prices: dict[str, float] = {}
-    for (kind, unit), jobs in seconds.items():
+    prices: dict[str, dict[str, float]] = {}
+    for (kind, unit), jobs in sorted(seconds.items()):
         # one job per (seed, length): the median over seeds of each length's job, summed over lengths
         per_length: dict[str, list[float]] = {}
         for path, values in jobs.items():
             per_length.setdefault(Path(path).name, []).extend(values)
-        prices[unit] = prices.get(unit, 0.0) + sum(float(np.median(v)) for v in per_length.values())
+        prices.setdefault(unit, {})[kind] = sum(float(np.median(v)) for v in per_length.values())
     return prices
 
 
+def seed_price(prices: dict[str, dict[str, float]], unit: str, maps: bool) -> float:
+    """CPU-seconds of one more seed of ``unit``: its jobs, with its attention maps only when ``maps``."""
+    return sum(v for kind, v in prices[unit].items() if maps or kind != "attention")
+
+
 # ------------------------------------------------------------------------------------------------ the design
-def choose(pilot: pd.DataFrame, prices: dict[str, float], settings: DesignSettings) -> dict:
+def choose(pilot: pd.DataFrame, prices: dict[str, dict[str, float]], settings: DesignSettings) -> dict:
     """The design from the pilot's claims (``pilot``: :func:`evaluate_claims` with ``fresh``) and the price of one
-    more seed of each run or cell: the claims kept cheapest first while the budget holds, the fresh seeds of each
-    run or cell, and for every claim left out why (no affordable or no finite seed count, over the budget, no
-    price) with what it would need."""
+    more seed of each run or cell per job kind (:func:`unit_prices`): the claims kept cheapest first while the
+    budget holds, the fresh seeds of each run or cell (``fresh``) and those of them that also get attention maps
+    (``fresh_maps``: the seeds of claims read on the maps, the sink claim's; no other claim reads them), and for
+    every claim left out why (no affordable or no finite seed count, over the budget, no price) with what it would
+    need."""
     budget = settings.budget_minutes * 60 * settings.cores  # CPU-seconds
     seeds: dict[str, int] = {}
-    candidates, left, not_seeded = [], [], _not_seeded()
+    map_seeds: dict[str, int] = {}
+    candidates, left, not_seeded, reads_maps = [], [], _not_seeded(), _reads_maps()
     for order, r in enumerate(pilot.to_dict("records")):
         claim, n, runs = r["claim_id"], r.get("fresh_seeds"), list(r.get("fresh_runs") or [])
         base = {"claim_id": claim, "pilot_verdict": r["verdict"], "fresh_text": r.get("fresh_text") or ""}
@@ -145,10 +162,12 @@ def choose(pilot: pd.DataFrame, prices: dict[str, float], settings: DesignSettin
             unpriced = sorted(u for u in runs if u not in prices) or ["its runs"]
             left.append({**base, "seeds": int(n), "why": f"no pilot job-seconds for {', '.join(unpriced)}"})
         else:
-            candidates.append((order, {**base, "seeds": int(n), "runs": sorted(runs)}))
+            candidates.append((order, {**base, "seeds": int(n), "runs": sorted(runs), "maps": claim in reads_maps}))
 
     def extra(c: dict) -> float:
-        return sum(max(0, c["seeds"] - seeds.get(u, 0)) * prices[u] for u in c["runs"])
+        jobs = sum(max(0, c["seeds"] - seeds.get(u, 0)) * seed_price(prices, u, False) for u in c["runs"])
+        maps = sum(max(0, c["seeds"] - map_seeds.get(u, 0)) * prices[u].get("attention", 0.0) for u in c["runs"])
+        return jobs + (maps if c["maps"] else 0.0)
 
     chosen, spent = [], 0.0
     while candidates:
@@ -159,20 +178,24 @@ def choose(pilot: pd.DataFrame, prices: dict[str, float], settings: DesignSettin
         candidates.remove((order, best))
         for u in best["runs"]:
             seeds[u] = max(seeds.get(u, 0), best["seeds"])
+            if best["maps"]:
+                map_seeds[u] = max(map_seeds.get(u, 0), best["seeds"])
         spent += cost
         chosen.append({**best, "extra_minutes": round(cost / settings.cores / 60, 2)})
     for _, c in sorted(candidates, key=lambda oc: oc[0]):
-        alone = sum(c["seeds"] * prices[u] for u in c["runs"])
+        alone = sum(c["seeds"] * seed_price(prices, u, c["maps"]) for u in c["runs"])
         left.append({**c, "minutes": round(alone / settings.cores / 60, 1),
                      "why": f"over the budget: would need {c['seeds']} fresh seeds per method ≈ "
                             f"{extra(c) / settings.cores / 60:.1f} min more"})
     start = settings.fresh_seeds_from
     fresh = {u: list(range(start, start + n)) for u, n in sorted(seeds.items())}
+    fresh_maps = {u: list(range(start, start + n)) for u, n in sorted(map_seeds.items())}
     return {"version": VERSION, "budget_minutes": settings.budget_minutes, "cores": settings.cores,
             "max_seeds": settings.max_seeds, "fresh_seeds_from": start,
             "minutes": round(spent / settings.cores / 60, 2), "chosen": chosen,
             "left": sorted(left, key=lambda c: list(pilot["claim_id"]).index(c["claim_id"])),
-            "fresh": fresh, "prices_cpu_s": {u: round(p, 2) for u, p in sorted(prices.items())},
+            "fresh": fresh, "fresh_maps": fresh_maps,
+            "prices_cpu_s": {u: {kind: round(v, 2) for kind, v in sorted(p.items())} for u, p in sorted(prices.items())},
             "pilot": {r["claim_id"]: r["verdict"] for r in pilot.to_dict("records")},
             "pilot_checks": {r["claim_id"]: check_descriptions(r.get("numbers")) for r in pilot.to_dict("records")},
             "pilot_intervals": {r["claim_id"]: int(r.get("judged_intervals") or 0) for r in pilot.to_dict("records")}}

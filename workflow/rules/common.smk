@@ -352,7 +352,8 @@ def che_files(plan=None):
 def _designed_plan(path, stamp):
     from dape_core.report.design import read_design
 
-    return PLAN.with_design(read_design(path)["fresh"])
+    design = read_design(path)
+    return PLAN.with_design(design["fresh"], design["fresh_maps"])
 
 
 def final_plan():
