@@ -48,7 +48,8 @@ def design_partial_trial(rng, pilot_n: int, factor: float, law: str) -> tuple[bo
     """(run, decided) of the design stage on a claim of :data:`PARTIAL_CHECKS` checks, each two identical methods of
     its own runs: the pilot's checks read jointly (:func:`dape_core.report.claim_context.jointly`'s sizing, REFUTED
     at 1 − 0.05/m), the route of :func:`dape_core.report.claim_costs.decide_route` (REFUTED through the cheapest
-    check heading there: fresh seeds on its runs alone; CONFIRMED when every check heads there: on all), the
+    check heading there: fresh seeds on its runs alone; CONFIRMED when every check heads there: on all, each
+    check sized at the claim's power, :func:`~dape_core.report.claim_costs.claim_power`), the
     design's choice, then the fresh seeds read as `dape report claims` reads them with a design: REFUTED on the
     checks reached at the pilot's level (``min_comparisons``), CONFIRMED only with every check reached and
     CONFIRMED (:func:`dape_core.report.design.annotate`)."""
@@ -70,7 +71,8 @@ def design_partial_trial(rng, pilot_n: int, factor: float, law: str) -> tuple[bo
         if "towards " + REFUTED in text:
             n, text = seeds_to_decide(pilot, **rule, comparisons=m, fresh=True)
         checks.append({"verdict": decide(pilot, **rule), "seeds_needed": n, "seeds_needed_text": text,
-                       "runs": [f"a{k}", f"b{k}"]})
+                       "runs": [f"a{k}", f"b{k}"],  # resized at the claim's power when all head to CONFIRMED
+                       "_size": lambda power, pilot=pilot: seeds_to_decide(pilot, **rule, fresh=True, power=power)})
     n, text, runs = decide_route(checks, every=True)
     claims = pd.DataFrame([{"claim_id": "c", "verdict": UNDECIDED, "fresh_seeds": n, "fresh_text": text,
                             "fresh_runs": runs}])
