@@ -5,11 +5,11 @@ pilot's per-job results and sizes, per claim, the fresh seeds per method that wo
 pilot's effects and noise (:func:`~dape_core.report.claims.evaluate_claims` with ``fresh``: the seeds-to-decide
 arithmetic of :func:`~dape_core.report.intervals.seeds_to_decide` at 80 % power for the claim — each of the k
 checks that must all be CONFIRMED at 0.8^(1/k), :func:`~dape_core.report.claim_costs.claim_power` —, n from 2 with
-ν = n − 1). Each
-claim's fresh seeds are priced from the pilot's own measured job-seconds (Snakemake's benchmark of every training,
-evaluation, attention-map and CHE job: the median over the pilot's seeds of a run's jobs, × the job's threads,
-spread over ``design.cores``), and the claims are kept cheapest first — the claim whose *extra* cost, given the
-seeds already chosen for others, is the smallest — while the total fits ``design.budget_minutes``. The chosen
+ν = n − 1). Each claim's fresh seeds are priced from the pilot's own measured job-seconds (Snakemake's benchmark
+of every training, evaluation, attention-map and CHE job: the median over the pilot's seeds of a run's jobs, × the
+job's threads, spread over ``design.cores``; attention maps only for a claim read on them), and the claims are
+kept cheapest first — the claim whose *extra* cost, given the seeds already chosen for others, is the smallest —
+while the total fits ``design.budget_minutes``. The chosen
 claims' runs (LM runs or CHE cells) get fresh seeds ``fresh_seeds_from``, ``fresh_seeds_from + 1``, … — the same
 numbers on every run, so that runs of one setting pair by seed — and the verdicts come from those fresh seeds
 only (:func:`fresh_only`): no seed both chose a comparison and decides it, so the pilot needs no sequential
