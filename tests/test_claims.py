@@ -71,6 +71,11 @@ def test_explode_bounded():
     no_nope = explode_bounded()[lambda d: d["method"] != "NoPE"]
     assert verdict("baselines_explode_bounded", no_nope) == NOT_RUN
     assert verdict("baselines_explode_bounded", None) == NOT_RUN
+    # NoPE alone (a design's fresh seeds sized towards REFUTED through it): refuted when bounded, never confirmed
+    nope_only = lambda lm: lm[lm["method"] == "NoPE"]  # noqa: E731
+    assert verdict("baselines_explode_bounded", nope_only(explode_bounded(nope=(12.0, 13.0)))) == REFUTED
+    assert verdict("baselines_explode_bounded", nope_only(explode_bounded())) == NOT_RUN
+    assert verdict("baselines_explode_bounded", explode_bounded()[lambda d: d["method"] != "RoPE"]) == NOT_RUN
 
 
 def test_a_diverged_kerple_is_not_bounded():

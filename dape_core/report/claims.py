@@ -148,8 +148,8 @@ CLAIMS: tuple[Claim, ...] = (
           f"{EXPLODE_RANGE[1]}): CONFIRMED when the interval is ≥ {EXPLODES:g}, REFUTED when it is < {BOUNDED:g} "
           f"(bounded). Bounded (×{BOUNDED_RANGE[0]}–{BOUNDED_RANGE[1]}): CONFIRMED when the interval is ≤ "
           f"{BOUNDED:g}, REFUTED when it is > {EXPLODES:g}; a diverged run is not bounded (REFUTED) and its "
-          "explosion undecided (the paper's own Kerple reaches 1.7–2.1× at ×8–16, Tables 2 and 5). All four "
-          "methods must be evaluated.",
+          "explosion undecided (the paper's own Kerple reaches 1.7–2.1× at ×8–16, Tables 2 and 5). CONFIRMED needs "
+          "all four methods evaluated; a REFUTED check refutes it with those evaluated.",
           lm_checks.explode_bounded, core=True,
           thresholds=dict(explodes=EXPLODES, bounded=BOUNDED, explode_range=EXPLODE_RANGE,
                           bounded_range=BOUNDED_RANGE)),
