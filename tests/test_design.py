@@ -327,3 +327,18 @@ def test_attention_maps_are_priced_and_run_only_for_a_claim_that_reads_them():
     assert out["fresh_maps"] == {"dape": [100, 101, 102, 103]}
     alone = design.choose(claims.iloc[:1], prices, design.DesignSettings(budget_minutes=100))
     assert alone["fresh_maps"] == {}
+
+
+def test_a_design_of_the_previous_version_reads_as_it_ran(tmp_path):
+    """A version-2 design.json (no ``fresh_maps``: every fresh seed drew its run's maps) is read with the maps it ran,
+    so a finished run of the previous version needs no manual step; another version is refused naming the rule."""
+    from dape_core import io
+
+    old = {"version": 2, "fresh_seeds_from": 100, "chosen": [], "left": [], "fresh": {"run-a": [100, 101]},
+           "pilot": {}, "pilot_checks": {}}
+    io.write_json(tmp_path / "design.json", old, seal=True)
+    read = design.read_design(tmp_path / "design.json")
+    assert read["fresh_maps"] == {"run-a": [100, 101]} and read["version"] == design.VERSION
+    io.write_json(tmp_path / "other.json", {**old, "version": 1}, seal=True)
+    with pytest.raises(ConfigError, match="design version 1; allowed values: 3"):
+        design.read_design(tmp_path / "other.json")

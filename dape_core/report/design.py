@@ -37,8 +37,7 @@ VERSION = 3  # 2: the pilot's checks per claim (pilot_checks); 3: attention maps
 #: rules whose pilot jobs price one more seed of an LM run, and of a CHE cell
 LM_JOB_RULES = ("train", "evaluate", "attention")
 DESIGN = artefacts.Kind("seed design (rule design)", "design",
-                        keys=("version", "fresh_seeds_from", "chosen", "left", "fresh", "fresh_maps", "pilot",
-                              "pilot_checks"))
+                        keys=("version", "fresh_seeds_from", "chosen", "left", "fresh", "pilot", "pilot_checks"))
 
 
 def _reads_maps() -> set[str]:
@@ -246,11 +245,16 @@ def design_lines(design: dict) -> list[str]:
 
 
 def read_design(path: str | Path) -> dict:
-    """A design.json, verified (its seal, its version, its keys)."""
+    """A design.json, verified (its seal, its version, its keys). A version-2 design (written before ``fresh_maps``)
+    reads as it ran: attention maps at every fresh seed of a run that has them."""
     design = artefacts.read_json(path, DESIGN)
+    if design.get("version") == 2:
+        return {**design, "fresh_maps": dict(design["fresh"]), "version": VERSION}
     if design.get("version") != VERSION:
         raise ConfigError(f"{path}: design version {design.get('version')!r}; allowed values: {VERSION} (rerun the "
                           "design rule)")
+    if "fresh_maps" not in design:
+        raise artefacts.fail(path, "a version-3 design without fresh_maps", DESIGN.rule)
     return design
 
 
