@@ -32,7 +32,12 @@ def test_fresh_seeds_are_sized_for_a_new_sample_decided_or_not():
     rule = dict(side=1, confirm=0.005, refute=0.0)
     more, _ = seeds_to_decide(iv, **rule)
     fresh, text = seeds_to_decide(iv, **rule, fresh=True)
-    assert more >= 7 and 2 <= fresh < more and "towards CONFIRMED" in text  # n from 2, not from the pilot's 6
+    assert more >= 7 and 3 <= fresh < more and "towards CONFIRMED" in text  # n from 3, not from the pilot's 6
+    # a pilot σ near zero (one degree of freedom can give one) still asks for 3 fresh seeds: two would read their
+    # spread on ν = 1 (t 12.7)
+    tight = Interval(estimate=0.05, low=0.04, high=0.06, n_seeds=2, n_rows=2, basis="paired t", unit_sd=1e-4)
+    assert seeds_to_decide(tight, **rule, fresh=True) == (3, "3 (towards CONFIRMED)")
+    assert seeds_to_decide(tight, **rule, fresh=False)[0] == 3  # more seeds of the same runs: the next one
 
 
 def test_a_decided_pilot_claim_still_gets_its_fresh_seeds():
@@ -41,7 +46,7 @@ def test_a_decided_pilot_claim_still_gets_its_fresh_seeds():
     plain = evaluate_claims(lm, claim_ids=["dape1x3_best_within"]).iloc[0]
     sized = evaluate_claims(lm, claim_ids=["dape1x3_best_within"], fresh=True).iloc[0]
     assert plain["verdict"] == sized["verdict"] == CONFIRMED and "fresh_seeds" not in plain
-    assert sized["fresh_seeds"] >= 2 and sorted(sized["fresh_runs"]) == sorted(set(lm["run"]))
+    assert sized["fresh_seeds"] >= 3 and sorted(sized["fresh_runs"]) == sorted(set(lm["run"]))
 
 
 def test_the_cheapest_claims_are_kept_while_the_budget_holds_and_shared_runs_are_paid_once():

@@ -73,6 +73,10 @@ NO_PAIR_SPREAD = "1 seed (a paired comparison reads its own pair's spread over s
 OWN_SPREAD = "the seeds' own spread"
 PLAN_ONLY = "1 seed (a borrowed σ sizes the seeds a verdict needs, never decides)"
 MAX_SEEDS = 100
+#: the fewest fresh seeds a design gives a run: two read their own spread on one degree of freedom (t 12.7), which
+#: decides only an effect about nine times its σ wide, and a pilot's σ on one or two degrees of freedom, which sized
+#: them, is too often far below the truth to promise that
+MIN_FRESH_SEEDS = 3
 
 #: the per-seed statistic: column means [draws, k] → one value per row [draws]
 Statistic = Callable[[np.ndarray], np.ndarray]
@@ -368,7 +372,8 @@ def seeds_to_decide(iv: Interval, *, side: int, confirm: float, refute: float,
     and without σ there is nothing to scale; "> MAX_SEEDS" is capped. With ``comparisons`` > 1 the interval is one
     of that many Bonferroni-corrected ones (:func:`simultaneous`): t_{ν,1−0.025/m} in place of t_{ν,0.975}.
     ``fresh`` (default: inside :func:`sizing_fresh_seeds`): the seeds of a new sample that alone gives the
-    verdict — n from 2, ν = n − 1 (none of the estimate's seeds or degrees of freedom carry over)."""
+    verdict — n from :data:`MIN_FRESH_SEEDS`, ν = n − 1 (none of the estimate's seeds or degrees of freedom carry
+    over)."""
     fresh = fresh_sizing() if fresh is None else fresh
     est, s = iv.estimate, iv.unit_sd
     if iv.basis == POINT:
@@ -385,7 +390,7 @@ def seeds_to_decide(iv: Interval, *, side: int, confirm: float, refute: float,
     else:
         return None, "none: the estimate lies between the thresholds"
     known = 0.0 if fresh or iv.seed_noise is None or iv.seed_noise.source == OWN_SPREAD else iv.seed_noise.df
-    for n in range(2 if fresh else max(iv.n_seeds + 1, 2), MAX_SEEDS + 1):
+    for n in range(MIN_FRESH_SEEDS if fresh else max(iv.n_seeds + 1, 2), MAX_SEEDS + 1):
         df = max(known, n - 1)  # n seeds of the check's own runs estimate σ on at least n − 1 degrees of freedom
         level = 1 - (1 - LEVEL) / (2 * max(1, comparisons))
         if n >= ((t_quantile(df, level) + t_quantile(df, power)) * s / delta) ** 2:
