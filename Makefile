@@ -43,14 +43,14 @@ SNAKEMAKE_ARGS = --profile profiles/default --cores $(CORES) --configfile $(CONF
 # remade (dape verify --pending) redoes them and what depends on them.
 reproduce: install
 	$(BIN)/python -m dape_core.workflow_lock -- $(SNAKEMAKE_ARGS)
-	$(BIN)/dape verify --results results --reports $(REPORTS)
+	$(BIN)/dape verify --results results --reports $(REPORTS) --configfile $(CONFIG)
 	$(BIN)/snakemake $(SNAKEMAKE_ARGS) $$($(BIN)/dape verify --results results --pending)
 	$(BIN)/snakemake $(SNAKEMAKE_ARGS) --report $(REPORTS)/report.html
 
 # Runs this configuration's grid too where its claims are missing: both runs' verdicts are needed.
 robustness: install
 	$(BIN)/python -m dape_core.workflow_lock -- $(SNAKEMAKE_ARGS)
-	$(BIN)/dape verify --results results --reports $(REPORTS)
+	$(BIN)/dape verify --results results --reports $(REPORTS) --configfile $(CONFIG)
 	$(BIN)/snakemake $(REPORTS)/robustness.md $(SNAKEMAKE_ARGS) $$($(BIN)/dape verify --results results --pending)
 
 clean-results:

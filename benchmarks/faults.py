@@ -70,7 +70,8 @@ KINDS = {
     "report spec": "results/plan*.json",
     "aggregated table": "{reports}/lm_results.csv",
 }
-FAULTS = ("truncate", "garble", "overwrite", "foreign", "unsealed", "rot")
+FAULTS = ("truncate", "garble", "overwrite", "foreign", "unsealed", "rot", "settings")
+OTHER_SETTINGS = "0123456789abcdef"  # the spec digest of a job of another configuration (fault ``settings``)
 SETUP_FAULTS = ("duplicate key", "missing extra", "write failure")
 #: sitecustomize of a Python where `transformers` cannot be imported (find_spec answers None, as without the package)
 NO_TRANSFORMERS = "import sys\nsys.modules['transformers'] = None\n"
@@ -89,7 +90,18 @@ def damage(path: Path, fault: str, rng: random.Random, other: Path | None = None
     """Cut ``path`` to 60 % of its bytes, garble 16 bytes in its middle, change one byte (a digit where there is
     one) without changing its size, or (``foreign``) copy ``other`` and its seal over it and its seal; ``unsealed``:
     its seal removed and one byte changed; ``rot``: one byte changed with its modification time restored (as bit
-    rot leaves a file)."""
+    rot leaves a file); ``settings``: one byte changed and the file sealed again as a job with other settings would
+    have sealed it (the seal's ``spec:`` another digest: another configuration's run of the same name, brought in
+    with its seal), only where its seal records settings (a workflow job's file)."""
+    if fault == "settings":
+        if io.read_seal(io.hash_path(path)).spec is None:
+            raise ValueError(f"{path}: its seal records no job's settings")
+        damage(path, "overwrite", rng)
+        text = io.hash_path(path).read_text(encoding="utf-8").splitlines()
+        text[0] = f"{io.file_sha256(path)}  {path.name}"
+        text = [f"{io.SPEC}{OTHER_SETTINGS}" if line.startswith(io.SPEC) else line for line in text]
+        io.hash_path(path).write_text("\n".join(text) + "\n", encoding="utf-8")
+        return
     if fault == "unsealed":
         io.hash_path(path).unlink(missing_ok=True)
         fault = "overwrite"
@@ -148,7 +160,7 @@ def run(workdir: Path, config: Path, *extra: str, timeout: float = 3600, env: di
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_limit, file_limit))
     dape = [sys.executable, "-m", "dape_core.cli", "verify", "--results", "results"]
     reports = grid.reports_dir(grid.configuration_name([config]))
-    verify = subprocess.run([*dape, "--reports", reports], cwd=workdir, capture_output=True, text=True,
+    verify = subprocess.run([*dape, "--reports", reports, "--configfile", str(config)], cwd=workdir, capture_output=True, text=True,
                             timeout=timeout, env=env) if (workdir / "results").is_dir() else None
     pending = (subprocess.run([*dape, "--pending"], cwd=workdir, capture_output=True, text=True, timeout=timeout,
                               env=env).stdout.split() if verify is not None and verify.returncode == 0 else [])
@@ -292,6 +304,9 @@ def main(argv=None) -> int:
         for fault in args.faults:
             if fault == "foreign" and len(matches) < 2:
                 print(f"{kind} foreign: no other file of the kind")
+                continue
+            if fault == "settings" and (not seal.exists() or io.read_seal(seal).spec is None):
+                print(f"{kind} settings: its seal records no job's settings")
                 continue
             damage(path, fault, rng, matches[1] if len(matches) > 1 else None)
             since = time.time()

@@ -25,7 +25,7 @@ class Kind:
     """What a reader verifies of one kind of file: the ``columns`` (CSV) or ``keys`` (JSON) its readers need; of
     the columns present, the ``numeric`` ones hold numbers and the ``filled`` ones no blank (``filled_when_ok``:
     none in a row whose status is ok; the last column of a job's table is among them, so a cut row shows); and
-    the rule that writes it (for the redo command)."""
+    the rule that writes it (for the redo command), and the commands whose jobs write it (their seals name them)."""
 
     name: str
     rule: str
@@ -34,31 +34,33 @@ class Kind:
     filled: tuple[str, ...] = ()
     filled_when_ok: tuple[str, ...] = ()
     keys: tuple[str, ...] = ()
+    commands: tuple[str, ...] = ()
 
 
-EVAL = Kind("evaluation table (dape evaluate --out)", "evaluate_lm",
+EVAL = Kind("evaluation table (dape evaluate --out)", "evaluate_lm", commands=("dape evaluate",),
             columns=("eval_len", "status", "ppl"),
             numeric=("eval_len", "ppl", "loss"), filled=("eval_len", "status", "method", "config_hash", "data_dir"),
             filled_when_ok=("ppl", "loss"))
-WINDOWS = Kind("per-window losses (dape evaluate --windows-out)", "evaluate_lm",
+WINDOWS = Kind("per-window losses (dape evaluate --windows-out)", "evaluate_lm", commands=("dape evaluate",),
                columns=("eval_len", "document", "anchor", "tokens", "loss", "loss_dp", "loss_local"),
                numeric=("eval_len", "document", "anchor", "tokens", "loss", "loss_dp", "loss_local"),
                filled=("eval_len", "document", "anchor", "tokens", "loss", "loss_dp", "loss_local"))
-SINK = Kind("attention-sink table (dape evaluate --sink-out)", "attention_maps",
+SINK = Kind("attention-sink table (dape evaluate --sink-out)", "attention_maps", commands=("dape evaluate",),
             columns=("method", "eval_len", "layer", "sequence", "sink_mass"),
             numeric=("eval_len", "layer", "sequence", "sink_mass"), filled=("method", "eval_len", "layer", "sink_mass"))
-TIMING = Kind("timing table (dape time --out)", "time_lm",
+TIMING = Kind("timing table (dape time --out)", "time_lm", commands=("dape time",),
               columns=("method", "median_ms"),
               numeric=("seq_len", "batch_size", "repeats"), filled=("method", "seq_len", "mode", "status"))
-REPEATS = Kind("timing repeats (dape time --repeats-out)", "time_lm",
+REPEATS = Kind("timing repeats (dape time --repeats-out)", "time_lm", commands=("dape time",),
                columns=("run", "method", "size", "n_layer", "d_model", "seq_len", "batch_size", "mode", "precision",
                         "device", "threads", "cell", "round", "position", "ms"),
                numeric=("n_layer", "d_model", "seq_len", "batch_size", "round", "position", "ms"),
                filled=("run", "method", "cell", "round", "ms"))
-CHE = Kind("CHE results (dape che --out)", "che",
+CHE = Kind("CHE results (dape che --out)", "che", commands=("dape che",),
            columns=("task", "accuracy"),
            numeric=("seed", "accuracy", "n_samples"), filled=("task", "method", "seed", "accuracy", "row_type"))
-SUMMARY = Kind("training summary (dape train)", "train_lm", keys=("status",))
+SUMMARY = Kind("training summary (dape train)", "train_lm", keys=("status",),
+                  commands=("dape train", "dape finetune"))
 PLAN = Kind("report spec (rule write_plan)", "write_plan", keys=("families", "lm_runs", "lm_members"))
 SHIFT = Kind("robustness shift summary (rule robustness_config)", "robustness_config",
              keys=("shift", "seeds", "data_seeds", "train_lens"))
@@ -104,18 +106,24 @@ def fail(path: str | Path, problem: str, rule: str | None = None) -> ArtefactErr
     return ArtefactError(f"{path}: {problem}{tail}")
 
 
-def verify_hash(path: str | Path, rule: str | None = None) -> bool:
+def verify_hash(path: str | Path, rule: str | None = None, *, spec: str | None = None,
+                commands: tuple[str, ...] = ()) -> bool:
     """Compare ``path`` with the sha256 and the identity its job recorded; True when both match. A missing record (a
     removed seal, or an older version's file that ``dape seal`` has not migrated), an unreadable one, a seal of
-    another file (a copy of another run's file with its seal) or a content mismatch raises."""
+    another file (a copy of another run's file with its seal) or a content mismatch raises. Where the reader knows
+    them, the settings (``spec``: the digest the plan gives the file's job, :mod:`dape_core.config.provenance`) and
+    the command that wrote the file (one of ``commands``) must be those its seal records (a seal without them — an
+    earlier version's, or a command run by hand — is checked for content and identity only). A verified file is an
+    input of the running job (:func:`dape_core.io.record_input`)."""
     record = io.hash_path(path)
     if not record.is_file():
         raise fail(path, f"has no seal ({record.name}): its seal was removed, or it was written before outputs were "
                          "sealed (an older run's files are sealed once with `dape seal`)", rule)
     try:
-        wanted, owner = io.read_seal(record)
-    except (OSError, UnicodeDecodeError, IndexError):
+        seal = io.read_seal(record)
+    except (OSError, UnicodeDecodeError, IndexError, ValueError):
         raise fail(record, "not a sha256 record (expected `<hex>  <name>`)", rule) from None
+    wanted, owner = seal.digest, seal.identity
     try:
         found = io.file_sha256(path)
     except OSError as err:
@@ -129,6 +137,13 @@ def verify_hash(path: str | Path, rule: str | None = None) -> bool:
     if not io.names_file(owner, path):
         raise fail(path, f"its seal was written for {owner}: a copy of another file, not the one its job wrote "
                          "here", rule)
+    if commands and seal.command is not None and seal.command not in commands:
+        raise fail(path, f"written by `{seal.command}`, where this file is `{'` or `'.join(commands)}`'s: not the "
+                         "file its job wrote", rule)
+    if spec is not None and seal.spec is not None and seal.spec != spec:
+        raise fail(path, f"made with other settings (its job's spec {seal.spec}, where this configuration's job has "
+                         f"{spec}): a stale result, or another configuration's", rule)
+    io.record_input(seal)
     return True
 
 
@@ -153,11 +168,13 @@ def verify_model_directory(path: str | Path, rule: str = "finetune_lm") -> bool:
     return True
 
 
-def read_csv(path: str | Path, kind: Kind, *, rows: int | None = None, rule: str | None = None) -> pd.DataFrame:
-    """A CSV output of ``kind``, verified: recorded hash, parseable, the declared columns, numbers where numbers
-    are declared, no blank in the filled columns, and exactly ``rows`` rows when given."""
+def read_csv(path: str | Path, kind: Kind, *, rows: int | None = None, rule: str | None = None,
+             spec: str | None = None) -> pd.DataFrame:
+    """A CSV output of ``kind``, verified: recorded hash and identity (with the job's settings ``spec`` where the
+    reader knows them, :func:`verify_hash`), parseable, the declared columns, numbers where numbers are declared, no
+    blank in the filled columns, and exactly ``rows`` rows when given."""
     rule = rule or kind.rule
-    verify_hash(path, rule)
+    verify_hash(path, rule, spec=spec, commands=kind.commands)
     try:
         frame = pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as err:
@@ -185,10 +202,11 @@ def read_csv(path: str | Path, kind: Kind, *, rows: int | None = None, rule: str
     return frame
 
 
-def read_json(path: str | Path, kind: Kind, *, rule: str | None = None) -> dict[str, Any]:
-    """A JSON output of ``kind``, verified: recorded hash, valid JSON, an object with the declared keys."""
+def read_json(path: str | Path, kind: Kind, *, rule: str | None = None, spec: str | None = None) -> dict[str, Any]:
+    """A JSON output of ``kind``, verified: recorded hash and identity (and settings, ``spec``: :func:`verify_hash`),
+    valid JSON, an object with the declared keys."""
     rule = rule or kind.rule
-    verify_hash(path, rule)
+    verify_hash(path, rule, spec=spec, commands=kind.commands)
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:

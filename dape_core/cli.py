@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import shlex
 import sys
 
+from dape_core import io
 from dape_core.errors import ArtefactError, ConfigError, WriteFailure
 from dape_core.settings import fields
 
@@ -55,19 +57,24 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args()
     if not hasattr(args, "_module"):  # pragma: no cover - argparse guards this
         parser.error(f"unknown command {args.command!r}")
+    spec = None
     if args.spec is not None:
         try:
             fields.apply_spec(args._parser, args.spec)
         except ConfigError as err:
             parser.exit(2, f"dape {args.command}: error: {err}\n")
         print(f"dape {args.command} --spec {shlex.quote(args.spec)}", file=sys.stderr, flush=True)  # to rerun it by hand
+        spec = io.spec_digest(json.loads(args.spec))
         args = parser.parse_args()
+    io.stamp_job(f"dape {args.command}", spec)  # its seals say who wrote them, with which settings, from what
     try:
         result = args._module.run(args)
     except (ConfigError, ArtefactError) as err:
         parser.exit(2, f"dape {args.command}: error: {err}\n")
     except WriteFailure as err:
         parser.exit(2, f"dape {args.command}: error: {err.strerror}\n")
+    finally:
+        io.stamp_job(None, None)  # a caller in the same process (a test, a notebook) writes unstamped seals again
     return int(result or 0)
 
 

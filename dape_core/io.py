@@ -4,7 +4,10 @@ A killed job never leaves a file that looks finished (Snakemake judges completen
 result files are also *sealed* (``seal=True``): the sha256 of their content is written beside them first, as
 ``<file>.sha256`` — a ``sha256sum`` line, then the file's identity (``file: <its path>``, :func:`identity_of`) —
 so the reader (:mod:`dape_core.artefacts`) can tell a damaged or overwritten file from the one the job wrote, and a
-copy of another run's file (with its seal) from this run's own.
+copy of another run's file (with its seal) from this run's own. A workflow job's seals also say whose the file is
+(:func:`stamp_job`): ``by: dape <command>`` (the command that wrote it), ``spec: <digest>`` (the settings of its
+job, :func:`spec_digest` of its ``--spec``) and one ``input: <identity> <sha256> <spec>``
+line per sealed file the job read and verified (:func:`record_input`): the settings and inputs it was made from.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import hashlib
 import json
 import os
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -79,7 +83,45 @@ def file_sha256(path: str | Path) -> str:
 
 
 IDENTITY = "file: "  # the seal's line naming the file it was written for
+COMMAND, SPEC, INPUT = "by: ", "spec: ", "input: "  # the command, its settings and its inputs (a workflow job's)
 OLDER_SEAL = "an older version's seal"  # a sha256 without that line (dape_core.seal migrates it)
+NO_SPEC = "-"  # an input line's spec where the input's seal records none
+
+
+@dataclass(frozen=True)
+class Seal:
+    """A seal's content: the file's sha256, its identity (None: an older version's seal), and where a workflow job
+    wrote it, the command, the digest of its settings and the sealed files it read (identity → (sha256, spec))."""
+
+    digest: str
+    identity: str | None
+    command: str | None = None
+    spec: str | None = None
+    inputs: tuple[tuple[str, str, str | None], ...] = ()
+
+
+_JOB: dict[str, Any] = {"command": None, "spec": None, "inputs": {}}  # the running job's (stamp_job)
+
+
+def spec_digest(spec: dict) -> str:
+    """A short hash of a spec — a job's settings (``JobSpec.settings``, or the JSON of its ``--spec`` read back), the
+    report spec —, keys sorted: the same settings in any order give the same digest. A job's seals record it
+    (``spec:``); a rule that writes a spec file takes it as its params (a changed spec reruns it)."""
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def stamp_job(command: str | None, spec: str | None) -> None:
+    """The seals this process writes from now on say who wrote them: ``command`` (``dape evaluate``) and the digest
+    of the job's settings (None: a command run by hand without ``--spec``); the inputs recorded so far are
+    forgotten."""
+    _JOB.update(command=command, spec=spec, inputs={})
+
+
+def record_input(seal: Seal) -> None:
+    """A sealed file the running job read and verified: its identity, sha256 and spec go into the seals it writes
+    (only in a job with a spec, :func:`stamp_job`: a report over hundreds of files lists none)."""
+    if _JOB["spec"] is not None and seal.identity is not None:
+        _JOB["inputs"][seal.identity] = (seal.digest, seal.spec)
 
 
 def identity_of(path: str | Path) -> str:
@@ -102,17 +144,34 @@ def names_file(recorded: str, path: str | Path) -> bool:
     return n > 0 and theirs[-n:] == ours[-n:]
 
 
-def read_seal(record: str | Path) -> tuple[str, str | None]:
-    """(sha256, identity or None for an older version's seal) of a seal file; OSError, UnicodeDecodeError or
-    IndexError when it is unreadable or empty."""
+def read_seal(record: str | Path) -> Seal:
+    """A seal file's content (:class:`Seal`); OSError, UnicodeDecodeError, IndexError or ValueError when it is
+    unreadable, empty or garbled."""
     lines = Path(record).read_text(encoding="utf-8").splitlines()
-    digest = lines[0].split()[0]
-    return digest, next((line[len(IDENTITY):] for line in lines[1:] if line.startswith(IDENTITY)), None)
+
+    def value(prefix: str) -> str | None:
+        return next((line[len(prefix):] for line in lines[1:] if line.startswith(prefix)), None)
+
+    inputs = []
+    for line in lines[1:]:
+        if line.startswith(INPUT):
+            identity, digest, spec = line[len(INPUT):].rsplit(" ", 2)
+            inputs.append((identity, digest, None if spec == NO_SPEC else spec))
+    return Seal(lines[0].split()[0], value(IDENTITY), value(COMMAND), value(SPEC), tuple(inputs))
 
 
 def seal_text(path: str | Path, digest: str) -> str:
-    """The seal of ``path`` whose content has sha256 ``digest``: ``<digest>  <name>`` and ``file: <identity>``."""
-    return f"{digest}  {Path(path).name}\n{IDENTITY}{identity_of(path)}\n"
+    """The seal of ``path`` whose content has sha256 ``digest``: ``<digest>  <name>`` and ``file: <identity>``; in a
+    stamped job (:func:`stamp_job`) also ``by:``, ``spec:`` and its ``input:`` lines."""
+    lines = [f"{digest}  {Path(path).name}", f"{IDENTITY}{identity_of(path)}"]
+    if _JOB["command"] is not None:
+        lines.append(f"{COMMAND}{_JOB['command']}")
+        if _JOB["spec"] is not None:
+            lines.append(f"{SPEC}{_JOB['spec']}")
+        own = identity_of(path)
+        lines += [f"{INPUT}{identity} {sha} {spec or NO_SPEC}"
+                  for identity, (sha, spec) in sorted(_JOB["inputs"].items()) if identity != own]
+    return "\n".join(lines) + "\n"
 
 
 def hash_path(path: str | Path) -> Path:

@@ -78,10 +78,10 @@ def without_identity(folder: str | Path) -> list[Path]:
         if SKIPPED_FOLDERS & set(record.relative_to(folder).parts) or not path.is_file():
             continue
         try:
-            digest, owner = io.read_seal(record)
-        except (OSError, UnicodeDecodeError, IndexError):
+            seal = io.read_seal(record)
+        except (OSError, UnicodeDecodeError, IndexError, ValueError):
             continue
-        if owner is None and digest == io.file_sha256(path):
+        if seal.identity is None and seal.digest == io.file_sha256(path):
             found.append(path)
     return found
 

@@ -151,7 +151,7 @@ def load_model(path: str | Path, map_location: str = "cpu") -> tuple[GPT, dict]:
     is checked against the sha256 its job recorded; an unreadable or foreign file stops with one line naming it."""
     from dape_core.artefacts import fail, verify_hash
 
-    verify_hash(path, "train_lm")
+    verify_hash(path, "train_lm", commands=("dape train",))
     try:
         checkpoint = torch.load(path, map_location=map_location, weights_only=False)
     except Exception as err:  # pickle, zip and torch each raise their own kinds on a damaged file

@@ -12,7 +12,11 @@ are then newer). The configuration's reports folder (``--reports``) is checked t
 one set aside like a result so that its aggregation is redone. ``make reproduce`` and ``make robustness`` run
 ``dape verify`` and pass that list; on a cluster::
 
-    dape verify --reports reports && snakemake --configfile … $(dape verify --pending)
+    dape verify --reports reports --configfile CONFIG && snakemake --configfile CONFIG $(dape verify --pending)
+
+With the configuration (``--configfile``) a result whose seal records other settings than the plan gives its job
+(:mod:`dape_core.config.provenance`) is set aside as well, and so is one made from an input that has changed since
+(an ``input:`` line of its seal, :mod:`dape_core.io`, whose file's seal now holds another sha256).
 
 A file of a kind the jobs seal (CSV, JSON, model, archive) that has no seal is set aside too: its seal was removed,
 or it is not what its job wrote. Results of an older version, written before every output was sealed, are sealed
@@ -58,16 +62,38 @@ def sealed_files(results: Path):
         yield record.with_name(record.name[:-len(io.HASH_SUFFIX)]), record
 
 
-def check_sealed(path: Path, record: Path) -> str | None:
-    """Why ``path`` cannot be used against its seal ``record``, or None when it matches."""
+def check_sealed(path: Path, record: Path, plan=None) -> str | None:
+    """Why ``path`` cannot be used against its seal ``record``, or None when it matches: its content and identity,
+    with a configuration's ``plan`` the settings it gives the file's job (:mod:`dape_core.config.provenance`), and
+    the inputs its job recorded (:func:`stale_input`)."""
     from dape_core.artefacts import verify_hash
+    from dape_core.config.provenance import planned_spec
 
     if not path.exists():
         return "a seal whose file is gone"
     try:
-        verify_hash(path)
+        verify_hash(path, spec=planned_spec(plan, path) if plan is not None else None)
     except ArtefactError as err:
         return str(err).split(": ", 1)[1]
+    return stale_input(record)
+
+
+def stale_input(record: Path) -> str | None:
+    """Whether a job's output was made from an input that has changed since: an ``input:`` line of its seal whose
+    file is there with another sha256 in its own seal (an input that is gone, or unsealed, is its own finding)."""
+    try:
+        seal = io.read_seal(record)
+    except (OSError, UnicodeDecodeError, IndexError, ValueError):
+        return None  # verify_hash named it
+    for identity, digest, _ in seal.inputs:
+        source = io.hash_path(identity)
+        try:
+            now = io.read_seal(source).digest if source.is_file() else None
+        except (OSError, UnicodeDecodeError, IndexError, ValueError):
+            continue
+        if now is not None and now != digest:
+            return (f"made from an earlier {identity} (its sha256 has changed since this file was written): a stale "
+                    "result")
     return None
 
 
@@ -142,10 +168,13 @@ class OlderResults(Exception):
         self.findings = findings
 
 
-def verify(results: str | Path, reports: tuple[str | Path, ...] = ()) -> tuple[int, list[Finding], Path | None]:
+def verify(results: str | Path, reports: tuple[str | Path, ...] = (),
+           plan=None) -> tuple[int, list[Finding], Path | None]:
     """(files checked, findings, the folder they were moved to) for a results directory and the configuration's
     ``reports`` folders beside it (their sealed tables: a damaged one is set aside like a result, so that its
-    aggregation is redone); :class:`OlderResults` (nothing set aside) where seals of an older version are found."""
+    aggregation is redone); with the configuration's ``plan`` (:class:`~dape_core.config.Plan`), a file whose seal
+    records other settings than the plan gives its job is set aside too; :class:`OlderResults` (nothing set aside) where seals of
+    an older version are found."""
     results = Path(results)
     if not results.is_dir():
         return 0, [], None
@@ -155,7 +184,7 @@ def verify(results: str | Path, reports: tuple[str | Path, ...] = ()) -> tuple[i
               if folder.is_dir() for record in sorted(folder.glob(f"*{io.HASH_SUFFIX}"))]
     for path, record in [*sealed_files(results), *tables]:
         checked += 1
-        problem = check_sealed(path, record)
+        problem = check_sealed(path, record, plan)
         if problem is not None:
             findings.append(Finding(record if problem.startswith("a seal whose") else path, problem))
     token_files, token_findings = token_file_findings(results)
@@ -259,9 +288,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reports", nargs="*", default=[], metavar="DIR",
                         help="the configuration's reports folder (reports/ or reports/<name>/): its sealed tables "
                              "(the files directly in it) are checked too")
+    parser.add_argument("--configfile", nargs="*", default=[], metavar="YAML",
+                        help="the configuration the results are for (as Snakemake's --configfile): a result whose "
+                             "seal records other settings than its plan gives the file's job is set aside too")
     parser.add_argument("--pending", action="store_true",
                         help="check nothing; print the Snakemake arguments that redo the set-aside files not yet "
                              "remade (--forcerun …), or nothing")
+
+
+def configured_plan(configfiles: list[str]):
+    """The plan of a configuration (its files merged in order, as Snakemake merges --configfile): the settings each
+    job gets (:class:`dape_core.config.Plan`)."""
+    from dape_core import config as grid
+
+    merged: dict = {}
+    for path in configfiles:
+        merged = _merged(merged, grid.load_yaml(path))
+    return grid.build_plan(merged)
+
+
+def _merged(base: dict, update: dict) -> dict:
+    """``update`` over ``base``, mappings merged key by key (Snakemake's --configfile semantics)."""
+    out = dict(base)
+    for key, value in update.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -270,8 +321,9 @@ def run(args: argparse.Namespace) -> int:
         print(forcerun_arguments(pending(results)))
         return 0
     start = time.perf_counter()
+    plan = configured_plan(args.configfile) if args.configfile else None
     try:
-        checked, findings, folder = verify(results, tuple(args.reports))
+        checked, findings, folder = verify(results, tuple(args.reports), plan)
     except OlderResults as older:
         print(f"dape verify: {len(older.findings)} files of {args.results} carry {io.OLDER_SEAL} (no file identity), "
               f"e.g. {older.findings[0].path}: run `dape seal {args.results}` once (it upgrades the seals of files "

@@ -15,13 +15,13 @@ from workflow_fixture import REPO, SMOKE_REPORTS, smoke_run  # noqa: F401
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from faults import (FAULTS, KINDS, compare_reports, damage, killed_run, orphan_seals, run,  # noqa: E402
+from faults import (FAULTS, KINDS, OTHER_SETTINGS, compare_reports, damage, killed_run, orphan_seals, run,  # noqa: E402
                     run_snakemake, snakemake_command, with_duplicate_key)
 
 CONFIG = REPO / "configs" / "smoke.yaml"
 
 
-@pytest.mark.parametrize("fault", [f for f in FAULTS if f != "foreign"])
+@pytest.mark.parametrize("fault", [f for f in FAULTS if f not in ("foreign", "settings")])
 def test_each_fault_changes_the_file_and_only_a_cut_changes_its_size(tmp_path, fault):
     path = tmp_path / "eval.csv"
     path.write_text("eval_len,ppl\n32,9.25\n64,11.5\n")
@@ -45,6 +45,28 @@ def test_the_foreign_fault_copies_another_file_with_its_seal(tmp_path):
     assert io.hash_path(ours).read_bytes() == io.hash_path(theirs).read_bytes()
     with pytest.raises(ArtefactError, match="its seal was written for .*b/eval.csv: a copy of another file"):
         artefacts.verify_hash(ours)
+
+
+def test_the_settings_fault_seals_a_changed_file_as_a_job_of_other_settings_would(tmp_path):
+    """``settings``: a digit changed and the file sealed again, consistently, by a job with another spec (another
+    configuration's run of the same name, with its seal): the content matches its seal, the settings do not."""
+    from dape_core import artefacts, io
+    from dape_core.errors import ArtefactError
+
+    path = tmp_path / "eval.csv"
+    io.stamp_job("dape evaluate", "1111111111111111")
+    try:
+        io.write_text(path, "eval_len,ppl\n32,9.25\n", seal=True)
+    finally:
+        io.stamp_job(None, None)
+    damage(path, "settings", random.Random(0))
+    assert path.read_text() != "eval_len,ppl\n32,9.25\n" and artefacts.verify_hash(path)
+    assert io.read_seal(io.hash_path(path)).spec == OTHER_SETTINGS
+    with pytest.raises(ArtefactError, match="made with other settings"):
+        artefacts.verify_hash(path, spec="1111111111111111")
+    io.write_text(path, "eval_len,ppl\n32,9.25\n", seal=True)  # a seal without settings: not this fault's
+    with pytest.raises(ValueError, match="its seal records no job's settings"):
+        damage(path, "settings", random.Random(0))
 
 
 def test_the_duplicate_key_fault_gives_a_key_twice_and_the_loader_names_it(tmp_path):
@@ -150,17 +172,22 @@ def test_dape_verify_sets_a_cut_file_aside_and_make_reproduces_sequence_recovers
 
 
 @pytest.mark.slow
-def test_the_benchmarks_run_is_make_reproduces_sequence_and_recovers_in_one_command(smoke_run, tmp_path):  # noqa: F811
-    """faults.run: lock, `dape verify`, Snakemake with the pending files: a garbled eval.csv is named on the console
-    and the one command finishes with the undamaged run's reports."""
+@pytest.mark.parametrize("fault, named", [("garble", "its content does not match"),
+                                          ("settings", "made with other settings")])
+def test_the_benchmarks_run_is_make_reproduces_sequence_and_recovers_in_one_command(smoke_run, tmp_path, fault,
+                                                                                    named):  # noqa: F811
+    """faults.run: lock, `dape verify`, Snakemake with the pending files: a garbled eval.csv — or one replaced by
+    another configuration's run of the same name, sealed by its job (content and seal agree, the settings do not;
+    no Snakemake metadata says so) — is named on the console and the one command finishes with the undamaged run's
+    reports."""
     assert smoke_run.returncode == 0, smoke_run.log_tail
     workdir = tmp_path / "smoke"
     shutil.copytree(smoke_run.workdir, workdir, symlinks=True)
     path = sorted(workdir.glob(KINDS["eval.csv"]))[0]
-    damage(path, "garble", random.Random(0))
+    damage(path, fault, random.Random(0))
     done = run(workdir, CONFIG)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    assert f"dape verify: {path.relative_to(workdir)}:" in done.stdout
+    assert f"dape verify: {path.relative_to(workdir)}: {named}" in done.stdout
     assert compare_reports(smoke_run.report(), workdir / SMOKE_REPORTS) == [] and orphan_seals(workdir) == []
 
 

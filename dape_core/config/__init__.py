@@ -10,16 +10,20 @@ the grouped options its rules pass) and :mod:`~dape_core.config.estimate` (jobs 
 from dape_core.config.checks import check_dataset, dataset_inputs, require_extras
 from dape_core.config.estimate import estimate, estimate_line, training_flops
 from dape_core.config.families import (LM_STAGES, RULES, STAGES, Plan, build_plan, expand_family, family_grids,
-                                       spec_digest, write_report_spec)
+                                       write_report_spec)
 from dape_core.config.names import (che_cell_name, configuration_name, finetune_run_name, lm_run_name, plan_path,
                                     reports_dir, timing_job_name, timing_run_name)
 from dape_core.config.options import (CliOptions, JobSpec, attention_map_options, che_options, corpus_options, eval_options,
-                                      finetune_options, group, timing_job_options, timing_options,
+                                      finetune_options, group, spec_digest, timing_job_options, timing_options,
                                       train_options)
+from dape_core.config.provenance import (attention_map_spec, che_spec, corpus_spec, eval_spec, expected_spec,
+                                         planned_spec, timing_spec, train_spec)
 from dape_core.config.schema import SCHEMA_PATH, check_yaml_files, load_yaml, validate_schema
 
 __all__ = [
-    "LM_STAGES", "RULES", "SCHEMA_PATH", "STAGES", "CliOptions", "JobSpec", "Plan", "attention_map_options", "build_plan",
+    "LM_STAGES", "RULES", "SCHEMA_PATH", "STAGES", "CliOptions", "JobSpec", "Plan", "attention_map_options",
+    "attention_map_spec", "build_plan", "che_spec", "corpus_spec", "eval_spec", "expected_spec", "planned_spec",
+    "timing_spec", "train_spec",
     "che_cell_name", "che_options", "check_yaml_files", "configuration_name", "check_dataset", "corpus_options", "dataset_inputs", "estimate",
     "estimate_line", "eval_options", "expand_family", "family_grids", "finetune_options", "finetune_run_name",
     "group", "lm_run_name", "load_yaml", "plan_path", "reports_dir", "require_extras",

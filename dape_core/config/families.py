@@ -19,7 +19,6 @@ same stage) and every run of its axes fine-tunes that run's output, seed by seed
 from __future__ import annotations
 
 import copy
-import hashlib
 import itertools
 import json
 from dataclasses import dataclass, field
@@ -549,11 +548,6 @@ def _add_che(plan: Plan, family: str, spec: dict, settings: dict, where: str) ->
 
 def _families_listing(plan: Plan, name: str) -> list[str]:
     return [f for f, meta in plan.families.items() if name in meta["runs"]]
-
-
-def spec_digest(spec: dict) -> str:
-    """A short hash of the report spec: the params of the rule that writes it (a changed spec reruns it)."""
-    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def write_report_spec(path: str | Path, spec: dict, log: str | Path | None = None) -> None:

@@ -23,6 +23,8 @@ import json
 import shlex
 from typing import Any, Iterable
 
+from dape_core.io import spec_digest  # noqa: F401  (re-exported: one definition, in the seals' module)
+
 # Job-level options that a rule passes itself (wildcards, resources, paths), never from a run's settings.
 JOB_OPTIONS = ("seed", "threads", "distributed", "micro_batch_size")
 #: the ``bool | None`` settings, and how the fingerprint spells their values: as the command line did when the

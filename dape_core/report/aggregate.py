@@ -45,6 +45,14 @@ def read_plan(path: str | Path) -> dict:
     return artefacts.read_json(path, artefacts.PLAN)
 
 
+def made_with(plan: dict, path: str | Path) -> str | None:
+    """The spec digest of the job the plan (the report spec) gives a file of an LM run: a file whose seal records
+    other settings is named as stale or foreign where it is read (:mod:`dape_core.config.provenance`)."""
+    from dape_core.config.provenance import expected_spec
+
+    return expected_spec(plan.get("lm_runs") or {}, path)
+
+
 def run_and_seed(path: str | Path, levels_up: int = 1) -> tuple[str, int]:
     """(run, seed) of ``results/lm/{run}/seed{seed}/…`` (``levels_up`` directories between the file and seed)."""
     seed_dir = Path(path).parents[levels_up - 1]
@@ -84,15 +92,16 @@ def roles_of(families: str, roles: dict[str, str]) -> str:
 
 def lm_results(plan: dict, eval_paths: list[str], summary_paths: list[str]) -> pd.DataFrame:
     """One row per run × evaluation length × seed, with settings, families, roles, training summary and
-    provenance."""
-    summaries = {run_and_seed(p): artefacts.read_json(p, artefacts.SUMMARY) for p in summary_paths}
+    provenance. Each file is read with the settings the plan gives its job (:func:`made_with`)."""
+    summaries = {run_and_seed(p): artefacts.read_json(p, artefacts.SUMMARY, spec=made_with(plan, p))
+                 for p in summary_paths}
     members = _families_by_length(plan)
     roles = family_roles(plan)
     frames = []
     for path in eval_paths:
         run, seed = run_and_seed(path)
         spec = plan["lm_runs"].get(run) or plan.get("finetune_runs", {})[run]
-        frame = artefacts.read_csv(path, artefacts.EVAL, rows=evaluated_lengths(spec))
+        frame = artefacts.read_csv(path, artefacts.EVAL, rows=evaluated_lengths(spec), spec=made_with(plan, path))
         settings = spec["settings"]
         frame["run"], frame["seed"] = run, seed
         for key in LM_SETTING_COLUMNS:
@@ -136,13 +145,15 @@ def scored_windows(eval_path: Path) -> int | None:
     return int(pd.to_numeric(evaluation["n_windows"], errors="coerce").fillna(0).sum())
 
 
-def lm_windows(window_paths: list[str]) -> pd.DataFrame:
+def lm_windows(window_paths: list[str], plan: dict | None = None) -> pd.DataFrame:
     """Per-window losses of every run × seed × evaluation length (``results/lm/{run}/seed{seed}/windows.csv``),
     led by the run and seed: the units of the claims' paired bootstrap (a window is (``document``, ``anchor``),
-    the same for every run evaluated on one split with the same settings)."""
+    the same for every run evaluated on one split with the same settings); with ``plan``, each file read with the
+    settings the plan gives its job (:func:`made_with`)."""
     frames = []
     for path in window_paths:
-        frame = artefacts.read_csv(path, artefacts.WINDOWS, rows=scored_windows(Path(path).with_name("eval.csv")))
+        frame = artefacts.read_csv(path, artefacts.WINDOWS, rows=scored_windows(Path(path).with_name("eval.csv")),
+                                   spec=made_with(plan, path) if plan is not None else None)
         frame["run"], frame["seed"] = run_and_seed(path)
         frames.append(frame)
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=WINDOW_LEADING)

@@ -182,7 +182,7 @@ def run(args) -> int:
         if command == "lm":
             frame = aggregate.lm_results(plan, args.evals, args.summaries)
             if args.windows_out:
-                windows = aggregate.lm_windows(args.windows)
+                windows = aggregate.lm_windows(args.windows, plan)
                 io.write_csv(args.windows_out, windows, seal=True)
                 print(f"{len(windows)} rows → {args.windows_out}")
         elif command == "sink":
@@ -295,7 +295,7 @@ def write_design(args) -> dict:
 
     plan = aggregate.read_plan(args.plan)
     lm = aggregate.lm_results(plan, args.evals, args.summaries) if args.evals else None
-    windows = aggregate.lm_windows(args.windows) if args.windows else None
+    windows = aggregate.lm_windows(args.windows, plan) if args.windows else None
     sink = aggregate.sink_results(plan, args.sinks) if args.sinks else None
     che = aggregate.che_results(plan, args.cells) if args.cells else None
     pilot = evaluate_claims(lm, che=che, sink=sink, windows=windows, fresh=True)

@@ -5,7 +5,7 @@ rule che:
     output:
         che="results/che/{cell}/seed{seed}.csv",
     params:
-        spec=spec_of(che_groups, seed=True),  # `dape che --spec JSON`
+        spec=che_spec,  # `dape che --spec JSON`
         # the fingerprint: the spec's settings in groups, which Snakemake's params trigger compares
         attention=che_options("attention"),
         che=che_options("che"),

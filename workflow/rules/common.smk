@@ -229,8 +229,15 @@ def spec_of(groups, seed=False):
 
 def timing_spec(wildcards):
     """A timing job's spec: its timing settings and ``methods`` (run name → attention settings)."""
-    groups = timing_groups(wildcards)
-    return grid.JobSpec(groups["timing"], methods=dict(groups["methods"]))
+    return grid.timing_spec(PLAN.timing_jobs[wildcards.timing_job], PLAN.timing_runs)
+
+
+def che_spec(wildcards):
+    return grid.che_spec(PLAN.che_cell(wildcards.cell)["settings"], wildcards.seed)
+
+
+def corpus_spec(wildcards):
+    return grid.corpus_spec(PLAN.datasets[wildcards.dataset])
 
 
 def lm_groups(wildcards):
@@ -255,6 +262,21 @@ def eval_options(wildcards):
 def attention_map_options(wildcards):
     run = PLAN.lm_runs[wildcards.run]
     return grid.attention_map_options(run["eval"], run["attention_settings"], int(wildcards.length))
+
+
+# The LM jobs' specs (and the CHE, timing and tokenize jobs', above) come from dape_core.config.provenance, which
+# also gives the readers the settings each result file was made from (its seal records the digest of its job's spec)
+def train_spec(wildcards):
+    return grid.train_spec(PLAN.lm_runs[wildcards.run]["settings"], wildcards.seed)
+
+
+def eval_spec(wildcards):
+    return grid.eval_spec(PLAN.evaluated_run(wildcards.run)["eval"])
+
+
+def attention_map_spec(wildcards):
+    run = PLAN.lm_runs[wildcards.run]
+    return grid.attention_map_spec(run["eval"], run["attention_settings"], wildcards.length)
 
 
 # ------------------------------------------------------------------------------------------------ fine-tunes

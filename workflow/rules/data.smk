@@ -13,7 +13,7 @@ rule tokenize:
         tokenizer="results/data/{dataset}/tokenizer.json",
         meta="results/data/{dataset}/meta.json",
     params:
-        spec=spec_of(corpus_options),  # `dape tokenize --spec JSON`
+        spec=corpus_spec,  # `dape tokenize --spec JSON`
         corpus=corpus_options,  # the fingerprint
         out_dir=output_folder("meta"),
     priority: 20  # every LM job waits for the corpora

@@ -11,7 +11,7 @@ rule train_lm:
         summary="results/lm/{run}/seed{seed}/summary.json",
         metrics="results/lm/{run}/seed{seed}/metrics.jsonl",
     params:
-        spec=spec_of(lm_groups, seed=True),  # every setting of the job: `dape train --spec JSON`
+        spec=train_spec,  # every setting of the job: `dape train --spec JSON`
         # the fingerprint: the spec's settings in groups, which Snakemake's params trigger compares
         attention=lm_options("attention"),
         shape=lm_options("shape"),
@@ -46,7 +46,7 @@ rule evaluate_lm:
         eval="results/lm/{run}/seed{seed}/eval.csv",
         windows="results/lm/{run}/seed{seed}/windows.csv",
     params:
-        spec=spec_of(eval_options),  # `dape evaluate --spec JSON`
+        spec=eval_spec,  # `dape evaluate --spec JSON`
         evaluation=eval_options,  # the fingerprint
         data_dir=input_folder("meta"),
     threads: threads_of("evaluate_lm")
@@ -71,7 +71,7 @@ rule attention_maps:
         sink="results/lm/{run}/seed{seed}/attention/L{length}/sink.csv",
         maps="results/lm/{run}/seed{seed}/attention/L{length}/maps.npz",
     params:
-        spec=spec_of(attention_map_options),  # `dape evaluate --spec JSON`
+        spec=attention_map_spec,  # `dape evaluate --spec JSON`
         evaluation=attention_map_options,  # the fingerprint
         data_dir=input_folder("meta"),
     threads: threads_of("attention_maps")

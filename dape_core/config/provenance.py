@@ -1,0 +1,114 @@
+"""Which settings a result file was made from: the spec of the job that writes each file of the workflow.
+
+The workflow's rules hand their jobs these specs (``workflow/rules/*.smk``), and each job records the digest of its
+spec in the seals of what it writes (``spec:``, :func:`dape_core.io.spec_digest`), so that a reader — the
+aggregation, ``dape verify`` — compares a file's recorded settings with the ones the plan gives its path: a file of
+another configuration's run, cell or dataset of the same name, or left from settings since changed, is named as
+made with other settings. The layout is the workflow's, under ``results/``: ``lm/<run>/seed<seed>/`` — ``eval.csv``
+and ``windows.csv`` the evaluation's (rule evaluate_lm), ``attention/L<length>/…`` an attention-map job's (rule
+attention_maps), every other sealed file the training's (rule train_lm: ``model.pt``, ``summary.json``, …) —;
+``che/<cell>/seed<seed>.csv`` (rule che); ``timing/<job>.csv`` and ``<job>.repeats.csv`` (rule time_lm);
+``data/<dataset>/meta.json`` (rule tokenize).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dape_core.config.options import (JobSpec, attention_map_options, che_options, corpus_options, eval_options,
+                                      timing_job_options, train_options)
+from dape_core.io import spec_digest
+
+EVALUATION_FILES = ("eval.csv", "windows.csv")  # rule evaluate_lm's outputs
+ATTENTION_FOLDER = "attention"  # rule attention_maps: attention/L<length>/
+TIMING_SUFFIXES = (".repeats.csv", ".csv")  # rule time_lm's outputs, longest first
+
+
+def train_spec(settings: dict, seed: int | str) -> JobSpec:
+    """The spec of an LM run's training at ``seed`` (rule train_lm): its attention, shape and training settings."""
+    return JobSpec(*train_options(settings).values(), seed=int(seed))
+
+
+def eval_spec(evaluation: dict) -> JobSpec:
+    """The spec of an LM run's evaluation (rule evaluate_lm): its evaluation settings."""
+    return JobSpec(eval_options(evaluation))
+
+
+def attention_map_spec(evaluation: dict, attention: dict, length: int | str) -> JobSpec:
+    """The spec of an attention-map job at one heat-map length (rule attention_maps)."""
+    return JobSpec(attention_map_options(evaluation, attention, int(length)))
+
+
+def che_spec(settings: dict, seed: int | str) -> JobSpec:
+    """The spec of a CHE cell's job at ``seed`` (rule che): its attention and CHE settings."""
+    return JobSpec(*che_options(settings).values(), seed=int(seed))
+
+
+def timing_spec(job: dict, timing_runs: dict[str, dict]) -> JobSpec:
+    """The spec of a timing job (rule time_lm): the timing settings its runs share and each run's attention settings
+    (``methods``)."""
+    groups = timing_job_options(job, timing_runs)
+    return JobSpec(groups["timing"], methods=dict(groups["methods"]))
+
+
+def corpus_spec(dataset: dict) -> JobSpec:
+    """The spec of a dataset's tokenization (rule tokenize)."""
+    return JobSpec(corpus_options(dataset))
+
+
+def _seed(name: str, suffix: str = "") -> str | None:
+    """The seed of ``seed<k><suffix>``, or None."""
+    if not (name.startswith("seed") and name.endswith(suffix)):
+        return None
+    digits = name[4:len(name) - len(suffix)]
+    return digits if digits.isdigit() else None
+
+
+def planned_spec(plan, path: str | Path) -> str | None:
+    """The spec digest of the job that writes ``path`` (a file under a ``results/`` folder) in ``plan`` (a
+    :class:`~dape_core.config.Plan`); None where the plan says nothing of the file: another folder, a name the plan
+    does not have (another configuration's), a file no job seals with its settings (token files, the report
+    spec)."""
+    parts = Path(path).parts
+    if "results" not in parts:
+        return None
+    rest = parts[len(parts) - parts[::-1].index("results"):]
+    if len(rest) >= 3 and rest[0] == "lm":
+        return expected_spec(plan.lm_runs, path)
+    if len(rest) == 3 and rest[0] == "che" and rest[1] in plan.che_cells and _seed(rest[2], ".csv"):
+        return spec_digest(che_spec(plan.che_cells[rest[1]]["settings"], _seed(rest[2], ".csv")).settings)
+    if len(rest) == 2 and rest[0] == "timing":
+        job = next((rest[1][:-len(s)] for s in TIMING_SUFFIXES if rest[1].endswith(s)), None)
+        if job in plan.timing_jobs:
+            return spec_digest(timing_spec(plan.timing_jobs[job], plan.timing_runs).settings)
+    if len(rest) == 3 and rest[0] == "data" and rest[2] == "meta.json" and rest[1] in plan.datasets:
+        return spec_digest(corpus_spec(plan.datasets[rest[1]]).settings)
+    return None
+
+
+def expected_spec(lm_runs: dict[str, dict], path: str | Path) -> str | None:
+    """The spec digest of the job that writes ``path`` under ``…/lm/<run>/seed<seed>/`` for the plan's ``lm_runs`` (a
+    :class:`~dape_core.config.Plan`'s, or the report spec's: ``settings`` and ``eval``; an attention-map file needs
+    the run's ``attention_settings``); None where the plan says nothing of the file (not an LM run's, a run of no
+    LM family of this plan, a fine-tune's, a training's folders, or an attention file without attention
+    settings)."""
+    parts = Path(path).parts
+    if "lm" not in parts:
+        return None
+    rest = parts[len(parts) - parts[::-1].index("lm"):]
+    if len(rest) < 3 or _seed(rest[1]) is None:
+        return None
+    run, seed, inner = rest[0], _seed(rest[1]), rest[2:]
+    entry = lm_runs.get(run)
+    if not isinstance(entry, dict) or "settings" not in entry or "eval" not in entry:
+        return None
+    if inner[0] == ATTENTION_FOLDER:
+        attention = entry.get("attention_settings")
+        if len(inner) < 3 or not inner[1].startswith("L") or not inner[1][1:].isdigit() or not attention:
+            return None
+        return spec_digest(attention_map_spec(entry["eval"], attention, inner[1][1:]).settings)
+    if len(inner) != 1:  # a training's folders (checkpoints/, a fine-tune's model/): not sealed by a job's spec
+        return None
+    if inner[0] in EVALUATION_FILES:
+        return spec_digest(eval_spec(entry["eval"]).settings)
+    return spec_digest(train_spec(entry["settings"], seed).settings)
