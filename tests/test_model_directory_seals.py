@@ -35,7 +35,7 @@ def test_every_file_is_sealed_as_the_file_it_becomes_and_verified_where_read(tmp
     files = [p for p in model.iterdir() if not p.name.endswith(io.HASH_SUFFIX)]
     assert {"config.json", "model.safetensors", "tokenizer.json", RUN_RECORD} <= {p.name for p in files}
     for file in files:
-        assert io.names_file(io.read_seal(io.hash_path(file))[1], file)  # not the temporary folder's name
+        assert io.names_file(io.read_seal(io.hash_path(file)).identity, file)  # not the temporary folder's name
     assert verify_model_directory(model) is True
     assert seal.RUN_RECORD == RUN_RECORD
 
