@@ -13,8 +13,10 @@ verify`` (damaged results set aside, one console line each), then ``snakemake --
    ``--kills`` random moments and restarted each time, with no manual step.
 3. One file of every kind (:data:`KINDS`) in turn, truncated, garbled, overwritten at the same size, replaced by
    another file of its kind with that file's seal (``foreign``: another run's, seed's or cell's, the second match
-   of the kind's glob), changed with its seal removed (``unsealed``), and changed in place with its modification
-   time restored (``rot``); after each the same command runs, and once more if it stopped (a job that failed on a
+   of the kind's glob), changed with its seal removed (``unsealed``), changed in place with its modification
+   time restored (``rot``), and changed and sealed again by a job of other settings (``settings``: another
+   configuration's run of the same name, with its seal; the kinds whose seals record their job's settings); after
+   each the same command runs, and once more if it stopped (a job that failed on a
    damaged input is redone then): named when verify's line or the stopped DAG's output names the file, finished
    when the command succeeded by its second run with no other step; its reports compared with the reference's.
 4. Faults of the setting rather than of a file (:data:`SETUP_FAULTS`), each followed by the same command as it was
