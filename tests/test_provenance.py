@@ -74,6 +74,23 @@ def test_the_cli_stamps_a_jobs_seals_with_the_digest_the_plan_computes_for_its_s
     assert expected_spec(default_runs, f"results/lm/{mapped}/seed0/checkpoints/last.pt") is None
 
 
+def test_the_report_spec_gives_every_job_output_the_settings_the_plan_gives_it(default_runs):
+    """results/plan.json (the report spec, through JSON) holds what the readers need to know each file's settings:
+    every LM, attention-map, CHE and timing file of the default gets the digest the Plan itself gives it."""
+    plan = grid.build_plan(grid.load_yaml(REPO / "config.yaml"))
+    spec = json.loads(json.dumps(plan.report_spec(), default=str))
+    paths = [f"results/lm/{run}/seed{seed}/{name}" for run, entry in plan.lm_runs.items() for seed in entry["seeds"]
+             for name in ("model.pt", "summary.json", "eval.csv", "windows.csv",
+                          *(f"attention/L{n}/sink.csv" for n in entry["attention_settings"]["heatmap_lens"]))]
+    paths += [f"results/che/{cell}/seed{seed}.csv" for cell, entry in plan.che_cells.items() for seed in entry["seeds"]]
+    paths += [f"results/timing/{job}{suffix}" for job in plan.timing_jobs for suffix in (".csv", ".repeats.csv")]
+    assert len(paths) > 200
+    for path in paths:
+        assert grid.planned_spec(plan, path) is not None and grid.planned_spec(spec, path) == grid.planned_spec(
+            plan, path), path
+    assert grid.planned_spec(spec, "results/che/no-such-cell/seed0.csv") is None
+
+
 def test_a_result_made_with_other_settings_is_named_where_it_is_read(tmp_path, monkeypatch, stamped, default_runs):
     """An eval.csv whose seal records another evaluation's settings (left from settings since changed, or copied
     from another configuration's run of the same name, with its seal) is refused in one line by the aggregation."""
@@ -94,6 +111,14 @@ def test_a_result_made_with_other_settings_is_named_where_it_is_read(tmp_path, m
                                             r"a stale result, or another configuration's; redo it: snakemake "
                                             r"--forcerun"):
         aggregate.lm_results(plan, [str(path)], [])
+    full = json.loads(json.dumps(grid.build_plan(grid.load_yaml(REPO / "config.yaml")).report_spec(), default=str))
+    cell = next(iter(full["che_cells"]))  # a CHE result: the report spec gives its cell's settings too
+    che = Path(f"results/che/{cell}/seed20.csv")
+    stamped("dape che", "0123456789abcdef")
+    io.write_csv(che, pd.DataFrame({"task": ["t"], "method": ["m"], "seed": [20], "accuracy": [0.5],
+                                    "row_type": ["summary"], "n_samples": [8]}), seal=True)
+    with pytest.raises(ArtefactError, match=rf"{cell}/seed20.csv: made with other settings"):
+        aggregate.che_results(full, [str(che)])
     stamped("dape time", None)
     io.write_csv(path, eval_frame(), seal=True)
     with pytest.raises(ArtefactError, match=r"written by `dape time`, where this file is `dape evaluate`'s"):

@@ -157,13 +157,18 @@ class Plan:
 
     def report_spec(self) -> dict:
         """What the report stage needs (results/plan.json): families with their runs, memberships, run settings."""
-        lm_runs = {name: {"settings": run["settings"], "eval": run["eval"]} for name, run in self.lm_runs.items()}
+        lm_runs = {name: {"settings": run["settings"], "eval": run["eval"],
+                          "attention_settings": run["attention_settings"]} for name, run in self.lm_runs.items()}
         finetune_runs = {name: {"settings": run["settings"], "eval": run["eval"]}
                          for name, run in self.finetune_runs.items()}
+        # the settings of the CHE cells and timing jobs (and the timing runs' attention): what each of their files
+        # was made with, checked where the report reads it (dape_core.config.provenance.planned_spec)
+        che_cells = {name: {"settings": cell["settings"]} for name, cell in self.che_cells.items()}
         return {"families": self.families, "lm_runs": lm_runs, "finetune_runs": finetune_runs,
                 "lm_members": self.lm_members,
                 "leakage_pairs": self.leakage_pairs, "timing_members": self.timing_members,
-                "che_members": self.che_members}
+                "che_members": self.che_members, "che_cells": che_cells, "timing_jobs": self.timing_jobs,
+                "timing_runs": self.timing_runs}
 
     def job_counts(self) -> dict[str, dict[str, int]]:
         """Family → jobs of each kind it lists (a job shared by families counts in each)."""

@@ -66,23 +66,28 @@ def _seed(name: str, suffix: str = "") -> str | None:
 
 def planned_spec(plan, path: str | Path) -> str | None:
     """The spec digest of the job that writes ``path`` (a file under a ``results/`` folder) in ``plan`` (a
-    :class:`~dape_core.config.Plan`); None where the plan says nothing of the file: another folder, a name the plan
-    does not have (another configuration's), a file no job seals with its settings (token files, the report
-    spec)."""
+    :class:`~dape_core.config.Plan`, or its report spec, ``results/plan.json``, which holds the same mappings but
+    the datasets); None where the plan says nothing of the file: another folder, a name the plan does not have
+    (another configuration's), a file no job seals with its settings (token files, the report spec)."""
+    def part(name: str) -> dict:
+        found = plan.get(name) if isinstance(plan, dict) else getattr(plan, name, None)
+        return found if isinstance(found, dict) else {}
+
     parts = Path(path).parts
     if "results" not in parts:
         return None
     rest = parts[len(parts) - parts[::-1].index("results"):]
     if len(rest) >= 3 and rest[0] == "lm":
-        return expected_spec(plan.lm_runs, path)
-    if len(rest) == 3 and rest[0] == "che" and rest[1] in plan.che_cells and _seed(rest[2], ".csv"):
-        return spec_digest(che_spec(plan.che_cells[rest[1]]["settings"], _seed(rest[2], ".csv")).settings)
+        return expected_spec(part("lm_runs"), path)
+    cells, jobs, datasets = part("che_cells"), part("timing_jobs"), part("datasets")
+    if len(rest) == 3 and rest[0] == "che" and rest[1] in cells and _seed(rest[2], ".csv"):
+        return spec_digest(che_spec(cells[rest[1]]["settings"], _seed(rest[2], ".csv")).settings)
     if len(rest) == 2 and rest[0] == "timing":
         job = next((rest[1][:-len(s)] for s in TIMING_SUFFIXES if rest[1].endswith(s)), None)
-        if job in plan.timing_jobs:
-            return spec_digest(timing_spec(plan.timing_jobs[job], plan.timing_runs).settings)
-    if len(rest) == 3 and rest[0] == "data" and rest[2] == "meta.json" and rest[1] in plan.datasets:
-        return spec_digest(corpus_spec(plan.datasets[rest[1]]).settings)
+        if job in jobs:
+            return spec_digest(timing_spec(jobs[job], part("timing_runs")).settings)
+    if len(rest) == 3 and rest[0] == "data" and rest[2] == "meta.json" and rest[1] in datasets:
+        return spec_digest(corpus_spec(datasets[rest[1]]).settings)
     return None
 
 

@@ -46,11 +46,11 @@ def read_plan(path: str | Path) -> dict:
 
 
 def made_with(plan: dict, path: str | Path) -> str | None:
-    """The spec digest of the job the plan (the report spec) gives a file of an LM run: a file whose seal records
-    other settings is named as stale or foreign where it is read (:mod:`dape_core.config.provenance`)."""
-    from dape_core.config.provenance import expected_spec
+    """The spec digest of the job the plan (the report spec) gives a result file: a file whose seal records other
+    settings is named as stale or foreign where it is read (:mod:`dape_core.config.provenance`)."""
+    from dape_core.config.provenance import planned_spec
 
-    return expected_spec(plan.get("lm_runs") or {}, path)
+    return planned_spec(plan, path)
 
 
 def run_and_seed(path: str | Path, levels_up: int = 1) -> tuple[str, int]:
@@ -175,13 +175,14 @@ def sink_results(plan: dict, sink_paths: list[str]) -> pd.DataFrame:
     for path in sink_paths:
         run, seed = run_and_seed(path, levels_up=3)
         length = int(Path(path).parent.name.removeprefix("L"))
-        frame = artefacts.read_csv(path, artefacts.SINK)
+        frame = artefacts.read_csv(path, artefacts.SINK, spec=made_with(plan, path))
         layers = frame.groupby("sequence")["layer"].count() if len(frame) else pd.Series(dtype=int)
         if len(layers) and (layers != layers.max()).any():  # every sequence has a row per layer
             short = layers[layers != layers.max()]
             raise artefacts.fail(path, f"sequence {short.index[0]:g} has {short.iloc[0]} layer rows where the others "
                                        f"have {layers.max()} (a cut file)", "attention_maps")
-        side = artefacts.read_csv(Path(path).with_name("eval.csv"), artefacts.EVAL, rule="attention_maps")
+        side = artefacts.read_csv(Path(path).with_name("eval.csv"), artefacts.EVAL, rule="attention_maps",
+                                  spec=made_with(plan, Path(path).with_name("eval.csv")))
         status = str(side["status"].iloc[0]) if len(side) else "diverged"
         if frame.empty:
             frame = pd.DataFrame([{"method": side["method"].iloc[0] if "method" in side and len(side) else "",
@@ -199,12 +200,13 @@ def sink_results(plan: dict, sink_paths: list[str]) -> pd.DataFrame:
     return df[[c for c in lead if c in df] + [c for c in df if c not in lead]]
 
 
-def _labelled(paths: list[str], label, families: dict, name: str, roles: dict[str, str]) -> pd.DataFrame:
+def _labelled(paths: list[str], label, families: dict, name: str, roles: dict[str, str],
+              plan: dict | None = None) -> pd.DataFrame:
     """Every CSV of ``paths`` stacked, led by its ``name`` (``label(path)`` → (families key, name)), families and
-    roles."""
+    roles; with ``plan``, each read with the settings the plan gives its job (:func:`made_with`)."""
     frames = []
     for path in paths:
-        frame = artefacts.read_csv(path, artefacts.CHE)
+        frame = artefacts.read_csv(path, artefacts.CHE, spec=made_with(plan, path) if plan is not None else None)
         key, value = label(Path(path))
         joined = _join(families.get(key, []))
         frame.insert(0, name, value)
@@ -229,7 +231,7 @@ def _by_run(plan: dict, paths: list[str], kind: artefacts.Kind) -> pd.DataFrame:
         families.setdefault(m["run"], []).append(m["family"])
     roles, frames = family_roles(plan), []
     for path in paths:
-        frame = artefacts.read_csv(path, kind)
+        frame = artefacts.read_csv(path, kind, spec=made_with(plan, path))
         if "run" not in frame:
             frame.insert(0, "run", Path(path).stem)
         joined = frame["run"].map(lambda run: _join(families.get(run, [])))
@@ -279,7 +281,7 @@ def che_results(plan: dict, cell_paths: list[str]) -> pd.DataFrame:
         cell = path.parent.name
         return (cell, int(path.stem.removeprefix("seed"))), cell
 
-    return _labelled(cell_paths, label, families, "cell", family_roles(plan))
+    return _labelled(cell_paths, label, families, "cell", family_roles(plan), plan)
 
 
 def leakage_results(plan: dict, eval_paths: list[str]) -> pd.DataFrame:
