@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dape_core import io
-from dape_core.errors import ArtefactError
+from dape_core.errors import ArtefactError, ConfigError
 from dape_core.seal import unsealed
 
 DAMAGED = ".damaged"
@@ -173,8 +173,8 @@ def verify(results: str | Path, reports: tuple[str | Path, ...] = (),
     """(files checked, findings, the folder they were moved to) for a results directory and the configuration's
     ``reports`` folders beside it (their sealed tables: a damaged one is set aside like a result, so that its
     aggregation is redone); with the configuration's ``plan`` (:class:`~dape_core.config.Plan`), a file whose seal
-    records other settings than the plan gives its job is set aside too; :class:`OlderResults` (nothing set aside) where seals of
-    an older version are found."""
+    records other settings than the plan gives its job is set aside too; :class:`OlderResults` (nothing set aside)
+    where seals of an older version are found."""
     results = Path(results)
     if not results.is_dir():
         return 0, [], None
@@ -303,7 +303,11 @@ def configured_plan(configfiles: list[str]):
 
     merged: dict = {}
     for path in configfiles:
-        merged = _merged(merged, grid.load_yaml(path))
+        try:
+            merged = _merged(merged, grid.load_yaml(path))
+        except OSError as err:
+            raise ConfigError(f"--configfile: {path}: {err.strerror}; allowed values: a configuration file "
+                              "(config.yaml, configs/*.yaml)") from None
     return grid.build_plan(merged)
 
 

@@ -183,3 +183,12 @@ def test_every_job_output_of_the_smoke_run_records_the_settings_its_plan_gives_i
             assert [(i, spec) for i, _, spec in seal.inputs if i == model] == [
                 (model, grid.planned_spec(plan, model))], path
     assert {"dape train", "dape evaluate", "dape che", "dape time", "dape tokenize"} <= set(seen), seen
+
+
+def test_dape_verify_names_a_configuration_file_it_cannot_read(tmp_path, capsys):
+    from dape_core.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["verify", "--results", str(tmp_path), "--configfile", str(tmp_path / "nope.yaml")])
+    assert stopped.value.code == 2
+    assert "--configfile: " + str(tmp_path / "nope.yaml") + ": No such file or directory" in capsys.readouterr().err
