@@ -91,7 +91,7 @@ NO_SPEC = "-"  # an input line's spec where the input's seal records none
 @dataclass(frozen=True)
 class Seal:
     """A seal's content: the file's sha256, its identity (None: an older version's seal), and where a workflow job
-    wrote it, the command, the digest of its settings and the sealed files it read (identity → (sha256, spec))."""
+    wrote it, the command, the digest of its settings and the sealed files it read ((identity, sha256, spec) each)."""
 
     digest: str
     identity: str | None
