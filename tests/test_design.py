@@ -49,6 +49,29 @@ def test_a_decided_pilot_claim_still_gets_its_fresh_seeds():
     assert sized["fresh_seeds"] >= 3 and sorted(sized["fresh_runs"]) == sorted(set(lm["run"]))
 
 
+def test_a_pilot_pairs_own_spread_sizes_its_fresh_seeds_no_lower_than_its_settings_pooled_spread():
+    # DAPE1x3-Kerple against Kerple: two seeds whose differences agree (own σ 0, one degree of freedom), in a setting
+    # whose other methods scatter widely; the σ that sizes the pair's fresh seeds is the setting's pooled one, the
+    # pilot's interval and verdict stay the pair's own
+    two = (0, 1)
+    lm = frame(runs("central", "Kerple", {1: [10.0, 10.5], 2: [11.0, 11.5]}, seeds=two),
+               runs("central", "DAPE1x3-Kerple", {1: [9.0, 9.45], 2: [9.9, 10.35]}, seeds=two),
+               runs("central", "NoPE", {1: [12.0, 15.0], 2: [20.0, 31.0]}, seeds=two),
+               runs("central", "RoPE", {1: [11.0, 9.0], 2: [16.0, 12.0]}, seeds=two))
+    plain, sized = (list(evaluate_claims(lm, claim_ids=["dape1x3_best_within"], fresh=fresh).iloc[0]["numbers"]
+                         .values()) for fresh in (False, True))
+    own, floored = plain[0], sized[0]
+    assert (own["a"], own["b"]) == (floored["a"], floored["b"]) == ("DAPE1x3-Kerple", "Kerple")
+    assert own["unit_sd"] < 1e-9 and floored["unit_sd"] > 0.1  # the floor: the setting's interaction σ
+    assert (floored["verdict"], floored["gain_low"], floored["gain_high"]) == (
+        own["verdict"], own["gain_low"], own["gain_high"]) == (CONFIRMED, own["gain"], own["gain"])
+    assert floored["seeds_needed"] > 3 == seeds_to_decide(
+        Interval(own["gain"], own["gain"], own["gain"], "paired t", 2, 2, unit_sd=1e-4), side=1, confirm=0.005,
+        refute=0.0, fresh=True)[0]
+    # a pair noisier than its setting keeps its own σ
+    assert sized[1]["unit_sd"] >= plain[1]["unit_sd"] and sized[2]["unit_sd"] == plain[2]["unit_sd"]
+
+
 def test_the_cheapest_claims_are_kept_while_the_budget_holds_and_shared_runs_are_paid_once():
     prices = {"a": {"train": 50.0, "evaluate": 10.0}, "b": {"train": 60.0}, "c": {"train": 600.0}}  # CPU-s a seed
     claims = pilot(("first", UNDECIDED, 4, ["a", "b"]), ("second", CONFIRMED, 3, ["a"]),
