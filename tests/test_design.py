@@ -72,6 +72,26 @@ def test_a_pilot_pairs_own_spread_sizes_its_fresh_seeds_no_lower_than_its_settin
     assert sized[1]["unit_sd"] >= plain[1]["unit_sd"] and sized[2]["unit_sd"] == plain[2]["unit_sd"]
 
 
+def test_an_unpaired_pilot_comparison_is_sized_no_lower_than_its_settings_pooled_within_run_spread():
+    # RoPE trained at 32 against at 256, evaluated at 32: two seeds a side that scatter little, in settings whose
+    # NoPE runs scatter widely; the σ that sizes the fresh seeds is floored at the settings' pooled within-run σ,
+    # the pilot's Welch interval and verdict stay the sides' own
+    from test_claims import T
+
+    two = (0, 1)
+    lm = frame(runs(T, "RoPE", {1: [6.0, 6.06]}, train_len=32, seeds=two),
+               runs(T, "RoPE", {0.125: [6.6, 6.666], 1: [5.0, 5.05]}, train_len=256, seeds=two),
+               runs(T, "NoPE", {1: [6.0, 9.0]}, train_len=32, seeds=two),
+               runs(T, "NoPE", {0.125: [12.0, 16.0], 1: [5.0, 8.0]}, train_len=256, seeds=two))
+    plain, sized = ({key.split(": ", 1)[1]: c for key, c in evaluate_claims(
+        lm, claim_ids=["long_training_hurts_short"], fresh=fresh).iloc[0]["numbers"].items()} for fresh in (False, True))
+    rope = next(k for k in plain if "RoPE" in k)
+    own, floored = plain[rope], sized[rope]
+    assert floored["unit_sd"] > 10 * own["unit_sd"] > 0
+    assert (floored["verdict"], floored["gain_low"], floored["gain_high"]) == (
+        own["verdict"], own["gain_low"], own["gain_high"]) and own["verdict"] == CONFIRMED
+
+
 def test_the_cheapest_claims_are_kept_while_the_budget_holds_and_shared_runs_are_paid_once():
     prices = {"a": {"train": 50.0, "evaluate": 10.0}, "b": {"train": 60.0}, "c": {"train": 600.0}}  # CPU-s a seed
     claims = pilot(("first", UNDECIDED, 4, ["a", "b"]), ("second", CONFIRMED, 3, ["a"]),
@@ -323,7 +343,7 @@ def test_a_claim_of_several_checks_is_sized_for_80_percent_power_as_a_claim():
         assert alone == seeds_to_decide(one["_judged"][0][0], **rule)[0]
         four = [check(effect) for _ in range(4)]
         n, text, runs = decide_route(four, every=True)
-        assert n > alone and "towards CONFIRMED" in text and runs == ["run-a", "run-b"]
+        assert n > alone and "towards CONFIRMED" in text and runs == {"run-a": n, "run-b": n}
         against = [check(-effect), check(effect)]
         assert decide_route(against, every=True)[0] == seeds_to_decide(against[0]["_judged"][0][0], **rule)[0]
 
@@ -336,6 +356,37 @@ def test_a_claim_of_several_checks_is_sized_for_80_percent_power_as_a_claim():
 
     assert claim_power(n) >= 0.8 - 0.01  # 4 checks, each at 0.8^(1/4): the claim at ≥ 80 %
     assert claim_power(alone) < 0.6  # 4 checks each at 80 %: the claim at ≈ 0.8^4
+
+
+def test_each_check_sizes_its_own_runs_and_the_design_prices_those_seeds():
+    """A claim of checks on different runs heading to CONFIRMED: each check's runs get the fresh seeds that check
+    needs at the claim's power, a run shared by checks the largest — one hard check does not size the runs of the
+    others —; the design prices and runs those seeds per run (``run_seeds``), and says the range."""
+    import numpy as np
+
+    from dape_core.report.claim_context import record
+    from dape_core.report.claim_costs import claim_power, decide_route
+    from dape_core.report.intervals import _t_interval, decide, sizing_fresh_seeds
+
+    rule = dict(side=1, confirm=0.005, refute=0.0)
+
+    def check(estimate, sd, runs):
+        iv = Interval(estimate, *_t_interval(estimate, sd / np.sqrt(2), 1.0), "paired t", 2, 1, sd)
+        return record(decide(iv, **rule), "gain", iv, rule, runs)
+
+    with sizing_fresh_seeds():
+        checks = [check(0.05, 0.01, ["easy", "shared"]), check(0.012, 0.01, ["hard", "shared"])]
+        n, text, runs = decide_route(checks, every=True)
+        easy, hard = (c["seeds_needed"] for c in claim_power(checks))
+    assert easy < hard == n and text == f"{n} (towards CONFIRMED)"
+    assert runs == {"easy": easy, "hard": hard, "shared": hard}
+    claims = pd.DataFrame([{"claim_id": "dape_ordering_beyond", "verdict": UNDECIDED, "fresh_seeds": n,
+                            "fresh_text": text, "fresh_runs": sorted(runs), "fresh_run_seeds": runs}])
+    prices = {u: {"train": 60.0} for u in runs}
+    out = design.choose(claims, prices, design.DesignSettings(budget_minutes=100, max_seeds=64))
+    assert out["fresh"] == {u: list(range(100, 100 + k)) for u, k in runs.items()}
+    assert out["chosen"][0]["extra_minutes"] == pytest.approx((easy + 2 * hard) * 60 / 2 / 60, abs=0.01)
+    assert f"`dape_ordering_beyond` {easy}–{hard} per method on 3 runs" in "\n".join(design.design_lines(out))
 
 
 def test_attention_maps_are_priced_and_run_only_for_a_claim_that_reads_them():

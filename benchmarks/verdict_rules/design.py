@@ -49,7 +49,7 @@ def design_partial_trial(rng, pilot_n: int, factor: float, law: str) -> tuple[bo
     its own runs: the pilot's checks read jointly (:func:`dape_core.report.claim_context.jointly`'s sizing, REFUTED
     at 1 − 0.05/m), the route of :func:`dape_core.report.claim_costs.decide_route` (REFUTED through the cheapest
     check heading there: fresh seeds on its runs alone; CONFIRMED when every check heads there: on all, each
-    check sized at the claim's power, :func:`~dape_core.report.claim_costs.claim_power`), the
+    check sized at the claim's power, :func:`~dape_core.report.claim_costs.claim_power`, its runs at its own n), the
     design's choice, then the fresh seeds read as `dape report claims` reads them with a design: REFUTED on the
     checks reached at the pilot's level (``min_comparisons``), CONFIRMED only with every check reached and
     CONFIRMED (:func:`dape_core.report.design.annotate`)."""
@@ -75,14 +75,14 @@ def design_partial_trial(rng, pilot_n: int, factor: float, law: str) -> tuple[bo
                        "_size": lambda power, pilot=pilot: seeds_to_decide(pilot, **rule, fresh=True, power=power)})
     n, text, runs = decide_route(checks, every=True)
     claims = pd.DataFrame([{"claim_id": "c", "verdict": UNDECIDED, "fresh_seeds": n, "fresh_text": text,
-                            "fresh_runs": runs}])
+                            "fresh_runs": sorted(runs), "fresh_run_seeds": runs}])
     prices = {run: {"train": 1.0} for c in checks for run in c["runs"]}
     chosen = design.choose(claims, prices, design.DesignSettings(budget_minutes=1e6,
                                                                  max_seeds=DESIGN_MAX_SEEDS))["chosen"]
     if not chosen:
         return False, False
     reached = [k for k in range(m) if set(checks[k]["runs"]) <= set(chosen[0]["runs"])]
-    fresh = [read(chosen[0]["seeds"]) for _ in reached]
+    fresh = [read(chosen[0]["run_seeds"][checks[k]["runs"][0]]) for k in reached]  # each check its own runs' n
     if any(decide(simultaneous(iv, m), **rule) == REFUTED for iv in fresh):
         return True, True
     confirmed = len(reached) == m and all(decide(iv, **rule) == "CONFIRMED" for iv in fresh)

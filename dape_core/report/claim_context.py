@@ -214,13 +214,14 @@ def own_or_borrowed(borrowed: SeedNoise | None, n_seeds: int) -> SeedNoise | Non
 
 
 def sizing_sd(own: float, pooled: float, n_seeds: int) -> float:
-    """The σ that sizes a paired comparison's seeds (never its interval): with one shared seed, its setting's
-    interaction σ pooled over the setting's methods (it has no spread of its own); in a design's pilot
-    (:func:`~dape_core.report.intervals.sizing_fresh_seeds`), the pair's own spread but not below that pooled σ. A
-    pilot of two seeds reads its own spread on one degree of freedom, which falls below half the truth one time
-    in three (P(χ²₁ < 1/4) = 0.38) and then promises a verdict at too few fresh seeds; measured on the default
-    run's pilot against the fresh seeds' own spread of the same 25 pairs, the own σ was below half the fresh one
-    for 6 pairs, the floored one for 2 (docs/verdicts.md, the design stage)."""
+    """The σ that sizes a comparison's seeds (never its interval): with one shared seed, its setting's pooled σ
+    (a pair has no spread of its own); in a design's pilot (:func:`~dape_core.report.intervals.sizing_fresh_seeds`),
+    its own spread (``own``) but not below that pooled σ (``pooled``: a pair's interaction σ pooled over its
+    setting's methods, or an unpaired comparison's two sides' within-run σ pooled over theirs). A pilot of two
+    seeds reads its own spread on one degree of freedom, which falls below half the truth one time in three
+    (P(χ²₁ < 1/4) = 0.38) and then promises a verdict at too few fresh seeds; measured on the default run's pilot
+    against the fresh seeds' own spread of the same 25 pairs, the own σ was below half the fresh one for 6 pairs,
+    the floored one for 2 (docs/verdicts.md, the design stage)."""
     if n_seeds == 1:
         return pooled
     return max(own, pooled) if math.isfinite(own) and math.isfinite(pooled) else own
@@ -260,9 +261,14 @@ def compare(ctx: Context, ra: pd.DataFrame, rb: pd.DataFrame, lengths_a, lengths
         return iv
     units_a = [seed_unit(ctx, [(by_seed_a[s], lengths_a, "loss")]) for s in sorted(sa)]
     units_b = [seed_unit(ctx, [(by_seed_b[s], lengths_b, "loss")]) for s in sorted(sb)]
-    return ctx.difference(units_b, units_a, lambda m: m.mean(axis=1), key,
-                          noise_b=own_or_borrowed(ctx.seed_source.noise(stats[1], False, setting_b, regime_b), len(sb)),
-                          noise_a=own_or_borrowed(ctx.seed_source.noise(stats[0], False, setting_a, regime_a), len(sa)))
+    pooled = [ctx.seed_source.noise(stats[1], False, setting_b, regime_b),
+              ctx.seed_source.noise(stats[0], False, setting_a, regime_a)]
+    iv = ctx.difference(units_b, units_a, lambda m: m.mean(axis=1), key,
+                        noise_b=own_or_borrowed(pooled[0], len(sb)), noise_a=own_or_borrowed(pooled[1], len(sa)))
+    if fresh_sizing() and not ctx.point and min(len(sa), len(sb)) >= 2 and all(p is not None for p in pooled):
+        # a design's pilot: the two sides' own spreads, not below their settings' pooled within-run σ
+        iv = replace(iv, unit_sd=sizing_sd(iv.unit_sd, combine_noise(pooled).sd, min(len(sa), len(sb))))
+    return iv
 
 
 def _by_seed(rows: pd.DataFrame, column: str = "loss") -> dict:

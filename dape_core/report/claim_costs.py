@@ -58,12 +58,14 @@ def claim_power(checks: list[dict]) -> list[dict]:
     return out
 
 
-def decide_route(checks: list[dict], every: bool = False) -> tuple[int | None, str, list[str]]:
+def decide_route(checks: list[dict], every: bool = False) -> tuple[int | None, str, dict[str, int]]:
     """For an UNDECIDED claim: the seeds per method that decide it at the observed effects — REFUTED through its
     cheapest check heading there, or CONFIRMED when every open check heads there (the largest n) — the text, and
-    the runs to retrain. ``every``: every check is open (fresh seeds, of which none is run yet, decide the claim:
-    the design stage, :mod:`dape_core.report.design`), and a claim of k checks heading to CONFIRMED is sized for
-    80 % power as a claim (:func:`claim_power`), since the fresh seeds must decide all of them."""
+    the runs to retrain with the seeds each needs: a check's runs get that check's n (a run of several checks the
+    largest), so that one hard check does not size the runs of the others. ``every``: every check is open (fresh
+    seeds, of which none is run yet, decide the claim: the design stage, :mod:`dape_core.report.design`), and a
+    claim of k checks heading to CONFIRMED is sized for 80 % power as a claim (:func:`claim_power`), since the
+    fresh seeds must decide all of them."""
     open_checks = [c for c in checks if every or c["verdict"] == UNDECIDED]
     refute = [c for c in open_checks if _towards(c) == REFUTED and c.get("seeds_needed")]
     heading = open_checks and all(_towards(c) == CONFIRMED and c.get("seeds_needed") for c in open_checks)
@@ -74,35 +76,40 @@ def decide_route(checks: list[dict], every: bool = False) -> tuple[int | None, s
     options = []
     if refute:
         best = min(refute, key=lambda c: c["seeds_needed"])
-        options.append((best["seeds_needed"], best["seeds_needed_text"], best.get("runs", [])))
+        options.append((best["seeds_needed"], best["seeds_needed_text"],
+                        {r: best["seeds_needed"] for r in best.get("runs", [])}))
     if confirm is not None:
-        runs = sorted({r for c in open_checks for r in c.get("runs", [])})
-        options.append((confirm["seeds_needed"], confirm["seeds_needed_text"], runs))
+        run_seeds: dict[str, int] = {}
+        for c in open_checks:
+            for r in c.get("runs", []):
+                run_seeds[r] = max(run_seeds.get(r, 0), int(c["seeds_needed"]))
+        options.append((confirm["seeds_needed"], confirm["seeds_needed_text"], dict(sorted(run_seeds.items()))))
     if options:
         return min(options, key=lambda o: o[0])
     reasons = sorted({c.get("seeds_needed_text") or "unknown" for c in open_checks if not c.get("seeds_needed")})
-    return None, "; ".join(reasons) or "unknown", []
+    return None, "; ".join(reasons) or "unknown", {}
 
 
 def what_decides(checks: list[dict], costs: dict[str, dict]) -> dict:
-    """seeds_to_decide and the cost of the extra seeds: per run max(0, n − its seeds) more seeds, each a training
-    and an evaluation job (a CHE cell's: one job; no CPU- or GPU-hours are recorded for CHE)."""
+    """seeds_to_decide and the cost of the extra seeds: per run max(0, n − its seeds) more seeds (n: the seeds its
+    checks need, :func:`decide_route`), each a training and an evaluation job (a CHE cell's: one job; no CPU- or
+    GPU-hours are recorded for CHE)."""
     if any(c.get("basis", "").startswith("point (medians") for c in checks if c["verdict"] == UNDECIDED):
         return {"seeds_to_decide": "– (a point rule on timing medians: repeat the timing, not the seeds)"}
     n, text, runs = decide_route(checks)
     if n is None:
         return {"seeds_to_decide": text}
     jobs, cpu, gpu, lm_runs, bounds = 0, 0.0, 0.0, 0, set()
-    for run in runs:
+    for run, needed in runs.items():
         if run in costs:
-            extra = max(0, n - costs[run]["seeds"])
+            extra = max(0, needed - costs[run]["seeds"])
             jobs += 2 * extra
             cpu += extra * costs[run]["cpu_hours"]
             gpu += extra * costs[run]["gpu_hours"]
             bounds.update(b for b in costs[run]["gpu_bound"].split("/") if b and extra)
             lm_runs += 1
         else:  # a CHE cell (one seed each in the grids of this project)
-            jobs += max(0, n - 1)
+            jobs += max(0, needed - 1)
     return {"seeds_to_decide": text, "extra_jobs": jobs,
             "extra_cpu_hours": round(cpu, 3) if lm_runs and np.isfinite(cpu) else None,
             "extra_gpu_hours": float(f"{gpu:.3g}") if lm_runs and np.isfinite(gpu) else None,

@@ -308,7 +308,8 @@ def evaluate_claims(lm: pd.DataFrame | None, timing: pd.DataFrame | None = None,
     ``claims``: the declarations evaluated (:data:`CLAIMS`, the paper's). ``fresh``: a pilot's evaluation (the
     design stage, :mod:`dape_core.report.design`): every claim, decided or not, also gets ``fresh_seeds`` — the
     fresh seeds per method that would decide it alone at the pilot's effects (:func:`sizing_fresh_seeds`) —,
-    ``fresh_text`` and ``fresh_runs`` (the LM runs or CHE cells to run them on). ``min_comparisons``: claim_id →
+    ``fresh_text``, ``fresh_runs`` (the LM runs or CHE cells to run them on) and ``fresh_run_seeds`` (the seeds
+    each of them needs: a check's runs its own n, :func:`~dape_core.report.claim_costs.decide_route`). ``min_comparisons``: claim_id →
     the fewest intervals its REFUTED is read over (the Bonferroni m of :func:`jointly`): a design's reading of its
     fresh seeds passes the pilot's count. Every record gives its own count (``judged_intervals``)."""
     if fresh:
@@ -342,8 +343,8 @@ def evaluate_claims(lm: pd.DataFrame | None, timing: pd.DataFrame | None = None,
         if verdict == UNDECIDED:
             record.update(what_decides(checks, costs))
         if fresh_sizing():
-            n, text, runs = decide_route(checks, every=True) if checks else (None, "no rows for this check", [])
-            record.update(fresh_seeds=n, fresh_text=text, fresh_runs=runs)
+            n, text, runs = decide_route(checks, every=True) if checks else (None, "no rows for this check", {})
+            record.update(fresh_seeds=n, fresh_text=text, fresh_runs=sorted(runs), fresh_run_seeds=runs)
         rows.append(record)
     return pd.DataFrame(rows)
 

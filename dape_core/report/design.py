@@ -4,8 +4,11 @@ A configuration with a ``design`` block runs its families as written (the *pilot
 pilot's per-job results and sizes, per claim, the fresh seeds per method that would decide it alone at the
 pilot's effects and noise (:func:`~dape_core.report.claims.evaluate_claims` with ``fresh``: the seeds-to-decide
 arithmetic of :func:`~dape_core.report.intervals.seeds_to_decide` at 80 % power for the claim — each of the k
-checks that must all be CONFIRMED at 0.8^(1/k), :func:`~dape_core.report.claim_costs.claim_power` —, n from 2 with
-ν = n − 1). Each claim's fresh seeds are priced from the pilot's own measured job-seconds (Snakemake's benchmark
+checks that must all be CONFIRMED at 0.8^(1/k), :func:`~dape_core.report.claim_costs.claim_power` —, n from 3 with
+ν = n − 1, a comparison's σ its own spread floored at its setting's pooled one,
+:func:`~dape_core.report.claim_context.sizing_sd`; each check's runs get the seeds that check needs, a run of
+several checks the largest). Each claim's
+fresh seeds are priced from the pilot's own measured job-seconds (Snakemake's benchmark
 of every training, evaluation, attention-map and CHE job: the median over the pilot's seeds of a run's jobs, × the
 job's threads, spread over ``design.cores``; attention maps only for a claim read on them), and the claims are
 kept cheapest first — the claim whose *extra* cost, given the seeds already chosen for others, is the smallest —
@@ -146,6 +149,7 @@ def choose(pilot: pd.DataFrame, prices: dict[str, dict[str, float]], settings: D
     candidates, left, not_seeded, reads_maps = [], [], _not_seeded(), _reads_maps()
     for order, r in enumerate(pilot.to_dict("records")):
         claim, n, runs = r["claim_id"], r.get("fresh_seeds"), list(r.get("fresh_runs") or [])
+        per_run = r.get("fresh_run_seeds") if isinstance(r.get("fresh_run_seeds"), dict) else {}
         base = {"claim_id": claim, "pilot_verdict": r["verdict"], "fresh_text": r.get("fresh_text") or ""}
         if claim in not_seeded:
             left.append({**base, "why": "not a claim of seeds: read on its own run's interleaved rounds"})
@@ -161,11 +165,14 @@ def choose(pilot: pd.DataFrame, prices: dict[str, dict[str, float]], settings: D
             unpriced = sorted(u for u in runs if u not in prices) or ["its runs"]
             left.append({**base, "seeds": int(n), "why": f"no pilot job-seconds for {', '.join(unpriced)}"})
         else:
-            candidates.append((order, {**base, "seeds": int(n), "runs": sorted(runs), "maps": claim in reads_maps}))
+            run_seeds = {u: int(per_run.get(u, n)) for u in sorted(runs)}
+            candidates.append((order, {**base, "seeds": int(n), "runs": sorted(runs), "run_seeds": run_seeds,
+                                       "maps": claim in reads_maps}))
 
     def extra(c: dict) -> float:
-        jobs = sum(max(0, c["seeds"] - seeds.get(u, 0)) * seed_price(prices, u, False) for u in c["runs"])
-        maps = sum(max(0, c["seeds"] - map_seeds.get(u, 0)) * prices[u].get("attention", 0.0) for u in c["runs"])
+        need = c["run_seeds"]
+        jobs = sum(max(0, need[u] - seeds.get(u, 0)) * seed_price(prices, u, False) for u in c["runs"])
+        maps = sum(max(0, need[u] - map_seeds.get(u, 0)) * prices[u].get("attention", 0.0) for u in c["runs"])
         return jobs + (maps if c["maps"] else 0.0)
 
     chosen, spent = [], 0.0
@@ -176,15 +183,15 @@ def choose(pilot: pd.DataFrame, prices: dict[str, dict[str, float]], settings: D
             break
         candidates.remove((order, best))
         for u in best["runs"]:
-            seeds[u] = max(seeds.get(u, 0), best["seeds"])
+            seeds[u] = max(seeds.get(u, 0), best["run_seeds"][u])
             if best["maps"]:
-                map_seeds[u] = max(map_seeds.get(u, 0), best["seeds"])
+                map_seeds[u] = max(map_seeds.get(u, 0), best["run_seeds"][u])
         spent += cost
         chosen.append({**best, "extra_minutes": round(cost / settings.cores / 60, 2)})
     for _, c in sorted(candidates, key=lambda oc: oc[0]):
-        alone = sum(c["seeds"] * seed_price(prices, u, c["maps"]) for u in c["runs"])
+        alone = sum(c["run_seeds"][u] * seed_price(prices, u, c["maps"]) for u in c["runs"])
         left.append({**c, "minutes": round(alone / settings.cores / 60, 1),
-                     "why": f"over the budget: would need {c['seeds']} fresh seeds per method ≈ "
+                     "why": f"over the budget: would need {seeds_text(c)} fresh seeds per method ≈ "
                             f"{extra(c) / settings.cores / 60:.1f} min more"})
     start = settings.fresh_seeds_from
     fresh = {u: list(range(start, start + n)) for u, n in sorted(seeds.items())}
@@ -229,6 +236,13 @@ def check_descriptions(numbers) -> list[str]:
     return sorted(out)
 
 
+def seeds_text(choice: dict) -> str:
+    """A chosen claim's seeds per method: one number, or the range over its runs where its checks need different
+    numbers (each check's runs get that check's n; a design written before ``run_seeds`` gives one)."""
+    counts = sorted(set((choice.get("run_seeds") or {}).values())) or [choice["seeds"]]
+    return str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+
+
 def design_lines(design: dict) -> list[str]:
     """The design in a few lines (the console, design.md and claims.md)."""
     chosen = design["chosen"]
@@ -237,7 +251,7 @@ def design_lines(design: dict) -> list[str]:
            "the pilot's measured job-seconds; the pilot chose them and decides none (verdicts from the fresh seeds "
            "only)."]
     for c in chosen:
-        out.append(f"- seeds chosen: `{c['claim_id']}` {c['seeds']} per method on {len(c['runs'])} runs "
+        out.append(f"- seeds chosen: `{c['claim_id']}` {seeds_text(c)} per method on {len(c['runs'])} runs "
                    f"(+{c['extra_minutes']:.1f} min; pilot {c['pilot_verdict']}; {c['fresh_text']})")
     for c in design["left"]:
         out.append(f"- left undecided: `{c['claim_id']}`: {c['why']} (pilot {c['pilot_verdict']})")
