@@ -84,7 +84,8 @@ def test_an_unpaired_pilot_comparison_is_sized_no_lower_than_its_settings_pooled
                runs(T, "NoPE", {1: [6.0, 9.0]}, train_len=32, seeds=two),
                runs(T, "NoPE", {0.125: [12.0, 16.0], 1: [5.0, 8.0]}, train_len=256, seeds=two))
     plain, sized = ({key.split(": ", 1)[1]: c for key, c in evaluate_claims(
-        lm, claim_ids=["long_training_hurts_short"], fresh=fresh).iloc[0]["numbers"].items()} for fresh in (False, True))
+        lm, claim_ids=["long_training_hurts_short"], fresh=fresh).iloc[0]["numbers"].items()}
+        for fresh in (False, True))
     rope = next(k for k in plain if "RoPE" in k)
     own, floored = plain[rope], sized[rope]
     assert floored["unit_sd"] > 10 * own["unit_sd"] > 0

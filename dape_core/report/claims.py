@@ -309,9 +309,10 @@ def evaluate_claims(lm: pd.DataFrame | None, timing: pd.DataFrame | None = None,
     design stage, :mod:`dape_core.report.design`): every claim, decided or not, also gets ``fresh_seeds`` — the
     fresh seeds per method that would decide it alone at the pilot's effects (:func:`sizing_fresh_seeds`) —,
     ``fresh_text``, ``fresh_runs`` (the LM runs or CHE cells to run them on) and ``fresh_run_seeds`` (the seeds
-    each of them needs: a check's runs its own n, :func:`~dape_core.report.claim_costs.decide_route`). ``min_comparisons``: claim_id →
-    the fewest intervals its REFUTED is read over (the Bonferroni m of :func:`jointly`): a design's reading of its
-    fresh seeds passes the pilot's count. Every record gives its own count (``judged_intervals``)."""
+    each of them needs: a check's runs its own n, :func:`~dape_core.report.claim_costs.decide_route`).
+    ``min_comparisons``: claim_id → the fewest intervals its REFUTED is read over (the Bonferroni m of
+    :func:`jointly`): a design's reading of its fresh seeds passes the pilot's count. Every record gives its own
+    count (``judged_intervals``)."""
     if fresh:
         with sizing_fresh_seeds():
             return evaluate_claims(lm, timing, che, sink, claim_ids, windows=windows, point=point,

@@ -7,13 +7,12 @@ arithmetic of :func:`~dape_core.report.intervals.seeds_to_decide` at 80 % power 
 checks that must all be CONFIRMED at 0.8^(1/k), :func:`~dape_core.report.claim_costs.claim_power` —, n from 3 with
 ν = n − 1, a comparison's σ its own spread floored at its setting's pooled one,
 :func:`~dape_core.report.claim_context.sizing_sd`; each check's runs get the seeds that check needs, a run of
-several checks the largest). Each claim's
-fresh seeds are priced from the pilot's own measured job-seconds (Snakemake's benchmark
-of every training, evaluation, attention-map and CHE job: the median over the pilot's seeds of a run's jobs, × the
-job's threads, spread over ``design.cores``; attention maps only for a claim read on them), and the claims are
-kept cheapest first — the claim whose *extra* cost, given the seeds already chosen for others, is the smallest —
-while the total fits ``design.budget_minutes``. The chosen
-claims' runs (LM runs or CHE cells) get fresh seeds ``fresh_seeds_from``, ``fresh_seeds_from + 1``, … — the same
+several checks the largest). Each claim's fresh seeds are priced from the pilot's own measured job-seconds
+(Snakemake's benchmark of every training, evaluation, attention-map and CHE job: the median over the pilot's
+seeds of a run's jobs, × the job's threads, spread over ``design.cores``; attention maps only for a claim read on
+them), and the claims are kept cheapest first — the claim whose *extra* cost, given the seeds already chosen for
+others, is the smallest — while the total fits ``design.budget_minutes``. The chosen claims' runs (LM runs or CHE
+cells) get fresh seeds ``fresh_seeds_from``, ``fresh_seeds_from + 1``, … — the same
 numbers on every run, so that runs of one setting pair by seed — and the verdicts come from those fresh seeds
 only (:func:`fresh_only`): no seed both chose a comparison and decides it, so the pilot needs no sequential
 correction. The same pilot results give the same design (nothing random, ties broken by the claims' order).
