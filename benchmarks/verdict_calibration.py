@@ -20,7 +20,9 @@ Bases (those of :mod:`dape_core.report.intervals`, as the claims use them):
 - three regimes: seed noise dominating (interaction SD 2 × the windows' SE of a method's mean, seed main effect
   3 ×), the seed main effect dominating (4 × and 0.5 ×) and window noise dominating (0.5 × and 0.25 ×);
 - ``timing``: the timing rule's ratio-of-medians rise between two sizes, from interleaved rounds of two identical
-  methods (round effects shared by the methods of a round, log-normal noise with 5 % outliers ×3);
+  methods (round effects shared by the methods of a round, log-normal noise with 5 % outliers ×3, and as measured
+  on the default run's CPU: round SD 0.25, method SD 0.2, 15 % outliers ×2), at the round counts the shipped
+  configurations use (5, the fewest the claim reads an interval on, 10, 20, 80);
 - ``sink``: the attention-sink rule as the claim runs it (:func:`dape_core.report.sink_check.sink_stronger` on a
   simulated sink.csv): DAPE1x3-X against DAPE-X for three encodings X, n seeds each, 8 sequences shared by every
   run and 2 layers; log sink mass = encoding × seed effect (shared by the pair) + method × seed interaction +
@@ -93,8 +95,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 # the rules' simulations (names used here, and read by tests/test_verdict_calibration.py through this module)
-from verdict_rules.bases import (basis_cell, level_trial, paired_trial, timing_cell, timing_row,  # noqa: E402,F401
-                                 timing_trial, unpaired_trial)
+from verdict_rules.bases import (TIMING_REGIMES, TIMING_ROUNDS, basis_cell, level_trial, paired_trial,  # noqa: E402,F401
+                                 timing_cell, timing_row, timing_trial, unpaired_trial)
 from verdict_rules.che import CHE_REGIMES, CHE_TASKS, che_claim_trial, che_rows, che_table, che_trial  # noqa: E402,F401
 from verdict_rules.claims import CHE_CLAIM_TASKS, claim_rows, claim_table, claim_trial  # noqa: E402,F401
 from verdict_rules.common import (REGIMES, SEEDS, WINDOW_SE, cell_rng, each_cell, grid, seed_sd,  # noqa: E402,F401
@@ -112,7 +114,7 @@ OUT = ROOT / "benchmarks" / "results" / "verdict_calibration.csv"
 
 
 def calibration(trials: int, seed: int = 0, seeds=SEEDS, regimes=tuple(REGIMES), power: bool = True,
-                timing_rounds=(10, 20), sink_trials: int = 0, che_trials: int = 0, kernel_trials: int = 0,
+                timing_rounds=TIMING_ROUNDS, sink_trials: int = 0, che_trials: int = 0, kernel_trials: int = 0,
                 kernel_power_trials: int = 0, claim_trials: int = 0, claim_power_trials: int = 0,
                 hetero_trials: int = 0, holm_trials: int = 0, jobs: int = 1) -> pd.DataFrame:
     """One row per basis × regime × seed count: false-decision rate and power with their Monte-Carlo SEs; each
@@ -123,7 +125,7 @@ def calibration(trials: int, seed: int = 0, seeds=SEEDS, regimes=tuple(REGIMES),
     cells = [(kind, windows, regime, n, trials, seed, power) for regime in regimes for n in seeds
              for kind in ("paired", "unpaired", "one run", "own spread") if not (kind == "own spread" and n < 2)
              for windows in (True, False)]
-    timings = [(rounds, trials, seed, power) for rounds in timing_rounds]
+    timings = [(rounds, trials, seed, power, regime) for regime in TIMING_REGIMES for rounds in timing_rounds]
     rows = each_cell(basis_cell, cells, jobs) + each_cell(timing_row, timings, jobs)
     if sink_trials:
         rows += sink_che_rows(sink_trials, che_trials or max(1, sink_trials // 5), seed, power=power)
@@ -148,7 +150,8 @@ def sink_che_rows(sink_trials: int, che_trials: int, seed: int, power: bool = Tr
 #: the groups of rows a partial rerun recomputes (``--only``): each a test of a row's basis
 GROUPS = {
     "bases": lambda basis: not basis.startswith(("sink", "CHE", "kernel", "claim", "heterogeneous", "design",
-                                                 "Holm")),
+                                                 "Holm", "timing")),
+    "timing": lambda basis: basis.startswith("timing"),
     "heterogeneity": lambda basis: basis.startswith("heterogeneous"),
     "sink": lambda basis: basis.startswith(("sink", "CHE")),
     "kernel": lambda basis: basis.startswith("kernel"),
@@ -203,8 +206,8 @@ def main(argv=None) -> int:
                    "claim-level rules' power")
     p.add_argument("--holm-trials", type=positive_int, default=4000, help="null families per cell of Holm's "
                    "step-down across the claims (12 or 18 paired claims each)")
-    p.add_argument("--only", choices=sorted(GROUPS), help="recompute one group of rows (bases: the interval bases "
-                   "and the timing rule; sink: the sink and CHE rules; kernel: the kernel-size rule; claims: the "
+    p.add_argument("--only", choices=sorted(GROUPS), help="recompute one group of rows (bases: the interval bases; "
+                   "timing: the timing rule; sink: the sink and CHE rules; kernel: the kernel-size rule; claims: the "
                    "claim-level rules; heterogeneity: the paired comparison under unequal method noise; design: the "
                    "design stage, pilot → fresh seeds; holm: Holm's step-down across the claims) and keep the "
                    "others from --out")
@@ -217,7 +220,11 @@ def main(argv=None) -> int:
                          hetero_trials=args.trials, holm_trials=args.holm_trials, jobs=args.jobs)
     else:
         kept = kept_rows(args.out, args.only)
-        fresh = {"bases": lambda: calibration(args.trials, args.seed, jobs=args.jobs).to_dict("records"),
+        fresh = {"bases": lambda: calibration(args.trials, args.seed, timing_rounds=(),
+                                              jobs=args.jobs).to_dict("records"),
+                 "timing": lambda: each_cell(timing_row, [(rounds, args.trials, args.seed, True, regime)
+                                                          for regime in TIMING_REGIMES for rounds in TIMING_ROUNDS],
+                                             args.jobs),
                  "sink": lambda: sink_che_rows(args.sink_trials, args.che_trials, args.seed),
                  "kernel": lambda: kernel_rows(args.kernel_trials, args.seed,
                                                power_trials=args.kernel_power_trials, jobs=args.jobs),

@@ -223,3 +223,59 @@ def test_fused_compile_reports_the_resources_of_each_kernel_without_a_gpu():
 
 def test_the_device_script_parses():
     assert subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / "fused_device.sh")]).returncode == 0
+
+
+def test_the_design_ceiling_sizes_every_claim_on_every_seed_and_refuses_a_damaged_table(tmp_path):
+    """benchmarks/design_ceiling.py on the committed default run: at each budget the kept claims fit it and grow
+    with it, every claim is kept or says why not; a cut table stops with one line naming it."""
+    import shutil
+
+    import design_ceiling
+
+    run = tmp_path / "reports"
+    run.mkdir()
+    for name in ("lm_results.csv", "lm_windows.csv", "che_results.csv", "sink.csv", "design.json"):
+        for suffix in ("", ".sha256"):
+            shutil.copy(ROOT / "reports" / f"{name}{suffix}", run / f"{name}{suffix}")
+    out = tmp_path / "ceiling.csv"
+    assert design_ceiling.main(["--reports", str(run), "--budget-minutes", "35", "1000", "--max-seeds", "16",
+                                "--out", str(out)]) == 0
+    rows = pd.read_csv(out)
+    claims = set(pd.read_csv(ROOT / "reports" / "claims.csv")["claim_id"])
+    kept = {}
+    for budget, g in rows.groupby("budget_minutes"):
+        assert set(g["claim_id"]) == claims and len(g) == len(claims)
+        assert g.loc[g["kept"], "cumulative_minutes"].max() <= budget
+        assert g.loc[~g["kept"], "why"].str.len().gt(0).all()
+        kept[budget] = set(g.loc[g["kept"], "claim_id"])
+    assert kept[35.0] and kept[35.0] <= kept[1000.0]
+    lm = run / "lm_results.csv"
+    lm.write_text(lm.read_text()[:2000])
+    with pytest.raises(SystemExit) as stop:
+        design_ceiling.main(["--reports", str(run), "--out", str(out)])
+    assert "lm_results.csv" in str(stop.value) and "\n" not in str(stop.value)
+
+
+def test_sizing_noise_measures_the_prior_degrees_of_freedom_of_the_sizing_sigma(tmp_path):
+    """benchmarks/sizing_noise.py on the committed default run: each paired check's pilot σ (own, pooled) against
+    its fresh σ, a finite d₀ near the shipped PRIOR_DF, and the moderated σ erring less than the own σ alone."""
+    import shutil
+
+    import sizing_noise
+
+    from dape_core.report.claim_context import PRIOR_DF
+
+    run = tmp_path / "reports"
+    run.mkdir()
+    for name in ("lm_results.csv", "lm_windows.csv", "che_results.csv", "sink.csv", "design.json"):
+        for suffix in ("", ".sha256"):
+            shutil.copy(ROOT / "reports" / f"{name}{suffix}", run / f"{name}{suffix}")
+    out = tmp_path / "sizing.csv"
+    assert sizing_noise.main(["--reports", str(run), "--out", str(out)]) == 0
+    rows = pd.read_csv(out)
+    assert len(rows) >= 10 and (rows["fresh_seeds"] >= 3).all() and (rows["pilot_seeds"] <= 2).all()
+    d0 = sizing_noise.prior_df(rows)
+    assert abs(d0 - PRIOR_DF) < 1
+    own = sizing_noise.errors(rows, rows["own σ"])
+    mod = sizing_noise.errors(rows, sizing_noise.moderated(rows, PRIOR_DF))
+    assert mod["mean_abs_log_error"] < own["mean_abs_log_error"] and mod["below_half"] < own["below_half"]

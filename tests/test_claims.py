@@ -331,6 +331,19 @@ def test_timing_overhead_shrinks():
     assert verdict(cid) == NOT_RUN
 
 
+def test_the_timing_claim_reads_no_interval_on_fewer_rounds_than_its_calibration_holds_at():
+    """A bootstrap of 2–4 rounds decides identical methods beyond 5 % of the time (the shipped simulation's timing
+    rows): below MIN_ROUNDS the check is UNDECIDED and says why, where the same clear rise on 5 rounds decides."""
+    from dape_core.report.timing_check import MIN_ROUNDS
+
+    cid = "timing_overhead_shrinks"
+    assert verdict(cid, timing=timing(), timing_repeats=repeats(rounds=MIN_ROUNDS)) == CONFIRMED
+    few = evaluate_claims(None, timing=timing(), timing_repeats=repeats(rounds=MIN_ROUNDS - 1), claim_ids=[cid])
+    assert few.iloc[0]["verdict"] == UNDECIDED
+    assert f"fewer than {MIN_ROUNDS}, no interval" in few.iloc[0]["basis"]
+    assert verdict(cid, timing=timing(), timing_repeats=repeats(ratios=(0.7, 0.6, 0.5), rounds=2)) == UNDECIDED
+
+
 # --------------------------------------------------------------------------- §4.8 CHE
 def che(wins=3):
     rows = []

@@ -422,3 +422,19 @@ def test_a_design_of_the_previous_version_reads_as_it_ran(tmp_path):
     io.write_json(tmp_path / "other.json", {**old, "version": 1}, seal=True)
     with pytest.raises(ConfigError, match="design version 1; allowed values: 3"):
         design.read_design(tmp_path / "other.json")
+
+
+def test_the_sizing_sigma_moderates_a_checks_own_spread_by_its_degrees_of_freedom():
+    """One seed: the pool; a two-seed pilot's own spread (ν = 1) counts little, so a pair that happened to agree is
+    sized near its setting's pooled σ; a pair measured on 40 seeds is sized near its own, however noisy the pool;
+    a pair noisier than its pool keeps its own σ."""
+    from dape_core.report.claim_context import PRIOR_DF, sizing_sd
+
+    pooled = 0.03
+    assert sizing_sd(0.001, pooled, 1) == pooled
+    assert 0.94 * pooled < sizing_sd(0.001, pooled, 2) < pooled
+    many = sizing_sd(0.01, pooled, 41)
+    assert many == pytest.approx(((PRIOR_DF * pooled ** 2 + 40 * 0.01 ** 2) / (PRIOR_DF + 40)) ** 0.5)
+    assert 0.01 < many < 0.55 * pooled
+    assert sizing_sd(0.06, pooled, 3) == 0.06
+    assert sizing_sd(0.02, float("nan"), 3) == 0.02

@@ -29,7 +29,7 @@ def rates():
 def test_no_basis_decides_two_identical_methods_more_than_7_percent(rates):
     pooled = rates.groupby(["basis", "regime", "seeds"])["false_decisions"].mean()
     counts = len(vc.SEEDS) * 3 + sum(n >= 2 for n in vc.SEEDS)  # paired, unpaired, one run; own spread from 2
-    assert len(pooled) == 3 * counts + 1  # every basis × regime × seed count, and the timing rule
+    assert len(pooled) == 3 * counts + len(vc.TIMING_REGIMES)  # every basis × regime × seed count, the timing rule's
     assert (pooled <= 0.07).all(), pooled[pooled > 0.07]
 
 
@@ -130,7 +130,9 @@ def test_a_partial_rerun_keeps_the_other_rows_and_refuses_a_missing_or_cut_file(
 
     shipped = ROOT / "benchmarks" / "results" / "verdict_calibration.csv"
     first = {group: set(vc.kept_rows(str(shipped), group)["basis"].str.split().str[0]) for group in vc.GROUPS}
-    assert first["bases"] == {"sink", "CHE", "kernel", "claim", "claim:", "heterogeneous:", "design", "Holm's"}
+    assert first["bases"] == {"sink", "CHE", "kernel", "claim", "claim:", "heterogeneous:", "design", "Holm's",
+                              "timing"}
+    assert "timing" not in first["timing"] and first["timing"] >= {"paired", "one", "own", "sink", "design"}
     assert "Holm's" not in first["holm"] and first["holm"] >= {"paired", "sink", "heterogeneous:", "design"}
     assert "design" not in first["design"] and first["design"] >= {"paired", "sink", "heterogeneous:"}
     assert "heterogeneous:" not in first["heterogeneity"] and first["heterogeneity"] >= {"paired", "sink"}
@@ -162,7 +164,7 @@ def test_a_bad_count_is_refused_with_the_option_and_the_allowed_values(option, v
 
 def test_an_unknown_group_to_recompute_is_refused_with_the_groups(capsys):
     with pytest.raises(SystemExit) as stop:
-        vc.main(["--only", "timing"])
+        vc.main(["--only", "everything"])
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert "argument --only" in err and all(group in err for group in vc.GROUPS)
@@ -329,3 +331,31 @@ def test_holms_step_down_holds_in_the_suite():
 
     row = holm_cell((12, 3, "equal noise", 300, 5))
     assert row["false_decisions"] <= 0.09 and float(row["sigma_from"].rsplit(": ", 1)[1].split()[0]) > 0.3
+
+
+def test_the_timing_rule_is_calibrated_at_every_round_count_a_shipped_configuration_reads_it_on():
+    """Every forward-time cell of a shipped configuration is timed in rounds the timing claim either reads no
+    interval on (fewer than MIN_ROUNDS) or the shipped simulation holds within 5 % + 2 SE at, in each of its timing
+    regimes; and the simulation shows why the claim reads none below MIN_ROUNDS."""
+    import pandas as pd
+    import yaml
+
+    from dape_core.config import families
+    from dape_core.report.timing_check import MIN_ROUNDS
+
+    shipped = pd.read_csv(ROOT / "benchmarks" / "results" / "verdict_calibration.csv")
+    timing = shipped[shipped["basis"].str.startswith("timing")]
+    assert set(timing["regime"]) == set(vc.TIMING_REGIMES)
+    assert (timing["false_decisions"] <= 0.05 + 2 * timing["false_decisions_se"]).all()
+    read = set()
+    for path in [ROOT / "config.yaml", *sorted((ROOT / "configs").glob("*.yaml"))]:
+        plan = families.build_plan(yaml.safe_load(path.read_text()))
+        timed = {m["run"] for m in plan.timing_members
+                 if plan.config["families"][m["family"]].get("role") == "forward_time"}
+        read |= {int(plan.timing_runs[run]["repeats"]) for run in timed}
+    assert 80 in read and min(read) < MIN_ROUNDS  # config.yaml's cell, and the smoke configuration's two rounds
+    for rounds in sorted(r for r in read if r >= MIN_ROUNDS):
+        assert set(timing.loc[timing["seeds"] == rounds, "regime"]) == set(vc.TIMING_REGIMES), rounds
+    rng = np.random.default_rng(5)
+    few = np.mean([vc.timing_trial(rng, MIN_ROUNDS - 2, 0.0) for _ in range(400)])
+    assert few > 0.08, few  # a bootstrap of 3 rounds decides identical methods well beyond 5 %

@@ -213,18 +213,28 @@ def own_or_borrowed(borrowed: SeedNoise | None, n_seeds: int) -> SeedNoise | Non
     return replace(borrowed, plan_only=True) if borrowed is not None else None
 
 
+#: the prior degrees of freedom of a pair's σ² about its setting's pooled σ² (:func:`sizing_sd`): measured 7.9 by
+#: the method of moments on the default run's paired checks, pilot against fresh seeds
+#: (``benchmarks/sizing_noise.py``, benchmarks/results/sizing_noise.csv)
+PRIOR_DF = 8
+
+
 def sizing_sd(own: float, pooled: float, n_seeds: int) -> float:
     """The σ that sizes a comparison's seeds (never its interval): with one shared seed, its setting's pooled σ
     (a pair has no spread of its own); in a design's pilot (:func:`~dape_core.report.intervals.sizing_fresh_seeds`),
-    its own spread (``own``) but not below that pooled σ (``pooled``: a pair's interaction σ pooled over its
-    setting's methods, or an unpaired comparison's two sides' within-run σ pooled over theirs). A pilot of two
-    seeds reads its own spread on one degree of freedom, which falls below half the truth one time in three
-    (P(χ²₁ < 1/4) = 0.38) and then promises a verdict at too few fresh seeds; measured on the default run's pilot
-    against the fresh seeds' own spread of the same 25 pairs, the own σ was below half the fresh one for 6 pairs,
-    the floored one for 2 (docs/verdicts.md, the design stage)."""
+    its own spread (``own``, on ν = n − 1) moderated towards that pooled σ (``pooled``: a pair's interaction σ pooled
+    over its setting's methods, or an unpaired comparison's two sides' within-run σ pooled over theirs) as Smyth's
+    moderated variance (limma, 2004): σ̃² = (d₀·pooled² + ν·own²) / (d₀ + ν), d₀ = :data:`PRIOR_DF`, and never below
+    the own σ. A pilot of two seeds reads its own spread on one degree of freedom, which falls below half the truth
+    one time in three (P(χ²₁ < 1/4) = 0.38) and then promises a verdict at too few fresh seeds; there σ̃ is 0.94 × the
+    pooled σ or more. With many seeds the own spread speaks for itself: a pool that mixes methods of several-fold
+    different noise no longer prices a quiet pair (docs/verdicts.md, the design stage)."""
     if n_seeds == 1:
         return pooled
-    return max(own, pooled) if math.isfinite(own) and math.isfinite(pooled) else own
+    if not (math.isfinite(own) and math.isfinite(pooled)):
+        return own
+    nu = n_seeds - 1
+    return max(own, math.sqrt((PRIOR_DF * pooled ** 2 + nu * own ** 2) / (PRIOR_DF + nu)))
 
 
 def compare(ctx: Context, ra: pd.DataFrame, rb: pd.DataFrame, lengths_a, lengths_b, key: str,
@@ -236,10 +246,10 @@ def compare(ctx: Context, ra: pd.DataFrame, rb: pd.DataFrame, lengths_a, lengths
     seeds scatter more than the grid's pooled σ decides identical methods far beyond 5 % of the time with it,
     ``benchmarks/verdict_calibration.py --only heterogeneity``). With one shared seed the interval's ``unit_sd`` is
     the setting's interaction σ pooled over its methods (of its regime; borrowed where it has one seed), which
-    sizes the seeds a verdict would need (a plan, never a verdict), and in a design's pilot it is the floor of the
-    σ that sizes the fresh seeds (:func:`sizing_sd`); otherwise unpaired over all their seeds (Welch),
-    each side with its own seeds' spread where it has two or more, its setting's within-run σ of the statistics
-    ``stats`` (A's, B's) where it has one (:func:`own_or_borrowed`). None when a side has no complete seed."""
+    sizes the seeds a verdict would need (a plan, never a verdict), and in a design's pilot the pooled σ towards
+    which the σ that sizes the fresh seeds is moderated (:func:`sizing_sd`); otherwise unpaired over all their seeds
+    (Welch), each side with its own seeds' spread where it has two or more, its setting's within-run σ of the
+    statistics ``stats`` (A's, B's) where it has one (:func:`own_or_borrowed`). None when a side has no complete seed."""
     sa, sb = seeds_with(ra, lengths_a), seeds_with(rb, lengths_b)
     if not sa or not sb:
         return None

@@ -5,7 +5,7 @@ pilot's per-job results and sizes, per claim, the fresh seeds per method that wo
 pilot's effects and noise (:func:`~dape_core.report.claims.evaluate_claims` with ``fresh``: the seeds-to-decide
 arithmetic of :func:`~dape_core.report.intervals.seeds_to_decide` at 80 % power for the claim — each of the k
 checks that must all be CONFIRMED at 0.8^(1/k), :func:`~dape_core.report.claim_costs.claim_power` —, n from 3 with
-ν = n − 1, a comparison's σ its own spread floored at its setting's pooled one,
+ν = n − 1, a comparison's σ its own spread moderated towards its setting's pooled one and not below its own,
 :func:`~dape_core.report.claim_context.sizing_sd`; each check's runs get the seeds that check needs, a run of
 several checks the largest). Each claim's fresh seeds are priced from the pilot's own measured job-seconds
 (Snakemake's benchmark of every training, evaluation, attention-map and CHE job: the median over the pilot's
