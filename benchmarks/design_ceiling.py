@@ -25,16 +25,21 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def read_run(reports: Path):
-    """The run's per-seed tables (checked) and its design (checked)."""
+    """The run's per-seed tables (checked) and its design (checked); a damaged or missing file stops with one line
+    naming it."""
     from dape_core import artefacts
+    from dape_core.errors import ArtefactError
     from dape_core.report.design import read_design
 
     def table(name: str) -> pd.DataFrame:
         path = reports / name
         return artefacts.read_csv(path, artefacts.report_table(path))
 
-    return ({name: table(f"{name}.csv") for name in ("lm_results", "lm_windows", "che_results", "sink")},
-            read_design(reports / "design.json"))
+    try:
+        return ({name: table(f"{name}.csv") for name in ("lm_results", "lm_windows", "che_results", "sink")},
+                read_design(reports / "design.json"))
+    except (ArtefactError, OSError) as err:
+        raise SystemExit(str(err).splitlines()[0]) from None
 
 
 def ceiling(tables: dict, design: dict, budgets, caps) -> pd.DataFrame:
@@ -70,12 +75,7 @@ def main(argv=None) -> int:
     p.add_argument("--max-seeds", type=int, nargs="+", default=[16, 100])
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "design_ceiling.csv"))
     args = p.parse_args(argv)
-    from dape_core.errors import ArtefactError
-
-    try:
-        tables, design = read_run(Path(args.reports))
-    except (ArtefactError, OSError) as err:
-        raise SystemExit(str(err).splitlines()[0]) from None
+    tables, design = read_run(Path(args.reports))
     df = ceiling(tables, design, args.budget_minutes, args.max_seeds)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(args.out, index=False)

@@ -117,12 +117,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "sizing_noise.csv"))
     args = p.parse_args(argv)
     from design_ceiling import read_run
-    from dape_core.errors import ArtefactError
 
-    try:
-        tables, design = read_run(Path(args.reports))
-    except (ArtefactError, OSError) as err:
-        raise SystemExit(str(err).splitlines()[0]) from None
+    tables, design = read_run(Path(args.reports))
     df = checks(tables, design["fresh_seeds_from"], args.min_fresh)
     if len(df) < 3:
         raise SystemExit(f"{args.reports}: {len(df)} paired checks with a pilot and {args.min_fresh}+ fresh seeds; "

@@ -225,18 +225,24 @@ def test_the_device_script_parses():
     assert subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / "fused_device.sh")]).returncode == 0
 
 
-def test_the_design_ceiling_sizes_every_claim_on_every_seed_and_refuses_a_damaged_table(tmp_path):
-    """benchmarks/design_ceiling.py on the committed default run: at each budget the kept claims fit it and grow
-    with it, every claim is kept or says why not; a cut table stops with one line naming it."""
+def committed_run(tmp_path: Path) -> Path:
+    """A copy of the committed default run's per-seed tables and design, with their seals."""
     import shutil
-
-    import design_ceiling
 
     run = tmp_path / "reports"
     run.mkdir()
     for name in ("lm_results.csv", "lm_windows.csv", "che_results.csv", "sink.csv", "design.json"):
         for suffix in ("", ".sha256"):
             shutil.copy(ROOT / "reports" / f"{name}{suffix}", run / f"{name}{suffix}")
+    return run
+
+
+def test_the_design_ceiling_sizes_every_claim_on_every_seed_and_refuses_a_damaged_table(tmp_path):
+    """benchmarks/design_ceiling.py on the committed default run: at each budget the kept claims fit it and grow
+    with it, every claim is kept or says why not; a cut table stops with one line naming it."""
+    import design_ceiling
+
+    run = committed_run(tmp_path)
     out = tmp_path / "ceiling.csv"
     assert design_ceiling.main(["--reports", str(run), "--budget-minutes", "35", "1000", "--max-seeds", "16",
                                 "--out", str(out)]) == 0
@@ -259,17 +265,11 @@ def test_the_design_ceiling_sizes_every_claim_on_every_seed_and_refuses_a_damage
 def test_sizing_noise_measures_the_prior_degrees_of_freedom_of_the_sizing_sigma(tmp_path):
     """benchmarks/sizing_noise.py on the committed default run: each paired check's pilot σ (own, pooled) against
     its fresh σ, a finite d₀ near the shipped PRIOR_DF, and the moderated σ erring less than the own σ alone."""
-    import shutil
-
     import sizing_noise
 
     from dape_core.report.claim_context import PRIOR_DF
 
-    run = tmp_path / "reports"
-    run.mkdir()
-    for name in ("lm_results.csv", "lm_windows.csv", "che_results.csv", "sink.csv", "design.json"):
-        for suffix in ("", ".sha256"):
-            shutil.copy(ROOT / "reports" / f"{name}{suffix}", run / f"{name}{suffix}")
+    run = committed_run(tmp_path)
     out = tmp_path / "sizing.csv"
     assert sizing_noise.main(["--reports", str(run), "--out", str(out)]) == 0
     rows = pd.read_csv(out)
