@@ -68,11 +68,25 @@ def ceiling(tables: dict, design: dict, budgets, caps) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def positive(kind, allowed: str):
+    """An argument type: ``kind`` of the text, above zero; otherwise argparse names the option and the allowed
+    values."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = 0
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: allowed values: {allowed}")
+        return value
+    return parse
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--reports", default=str(ROOT / "reports"), help="a design-stage run's reports directory")
-    p.add_argument("--budget-minutes", type=float, nargs="+", default=[35.0, 60.0, 1000.0])
-    p.add_argument("--max-seeds", type=int, nargs="+", default=[16, 100])
+    p.add_argument("--budget-minutes", type=positive(float, "a number > 0"), nargs="+", default=[35.0, 60.0, 1000.0])
+    p.add_argument("--max-seeds", type=positive(int, "a whole number ≥ 1"), nargs="+", default=[16, 100])
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "design_ceiling.csv"))
     args = p.parse_args(argv)
     tables, design = read_run(Path(args.reports))

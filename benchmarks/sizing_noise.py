@@ -109,15 +109,18 @@ def errors(df: pd.DataFrame, sized: pd.Series) -> dict:
 
 
 def main(argv=None) -> int:
+    from design_ceiling import positive, read_run
+
     from dape_core.report.claim_context import PRIOR_DF
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--reports", default=str(ROOT / "reports"), help="a design-stage run's reports directory")
-    p.add_argument("--min-fresh", type=int, default=3, help="the fewest fresh seeds of a check that is compared")
+    p.add_argument("--min-fresh", type=positive(int, "a whole number ≥ 2"), default=3,
+                   help="the fewest fresh seeds of a check that is compared (≥ 2: a σ of its own)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "sizing_noise.csv"))
     args = p.parse_args(argv)
-    from design_ceiling import read_run
-
+    if args.min_fresh < 2:
+        p.error(f"argument --min-fresh: {args.min_fresh!r}: allowed values: a whole number ≥ 2")
     tables, design = read_run(Path(args.reports))
     df = checks(tables, design["fresh_seeds_from"], args.min_fresh)
     if len(df) < 3:

@@ -279,3 +279,18 @@ def test_sizing_noise_measures_the_prior_degrees_of_freedom_of_the_sizing_sigma(
     own = sizing_noise.errors(rows, rows["own σ"])
     mod = sizing_noise.errors(rows, sizing_noise.moderated(rows, PRIOR_DF))
     assert mod["mean_abs_log_error"] < own["mean_abs_log_error"] and mod["below_half"] < own["below_half"]
+
+
+@pytest.mark.parametrize("script, option, value", [("design_ceiling", "--max-seeds", "0"),
+                                                   ("design_ceiling", "--budget-minutes", "-5"),
+                                                   ("design_ceiling", "--max-seeds", "many"),
+                                                   ("sizing_noise", "--min-fresh", "1")])
+def test_the_design_benchmarks_refuse_a_bad_number_naming_the_option_and_the_allowed_values(script, option, value,
+                                                                                            capsys):
+    import importlib
+
+    with pytest.raises(SystemExit) as stop:
+        importlib.import_module(script).main([option, value])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}" in err and "allowed values" in err

@@ -49,7 +49,8 @@ def timing_overhead_shrinks(ctx: Context, t: Mapping) -> list[dict]:
         device, rounds_min = str(k[0]), min(n for *_, n in sizes)
         basis = (f"ratio of medians of {rounds_min}+ interleaved rounds per size on {device} (rounds resampled; "
                  "the paper timed GPUs)")
-        if rounds_min < MIN_ROUNDS:
+        few = rounds_min < MIN_ROUNDS
+        if few:
             basis = (f"{rounds_min} interleaved rounds per size on {device}: fewer than {MIN_ROUNDS}, no interval "
                      "(a bootstrap of so few rounds decides identical methods beyond 5 % of the time)")
         rises, judged = [], []
@@ -57,14 +58,14 @@ def timing_overhead_shrinks(ctx: Context, t: Mapping) -> list[dict]:
         for (s0, r0, d0, _), (s1, r1, d1, n1) in zip(sizes, sizes[1:]):
             iv = percentile(r1 - r0, d1 - d0, basis, n1)
             judged.append((iv, rule))
-            rises.append(f"{s0} → {s1} {r1 - r0:+.3f} [{iv.low:+.3f}, {iv.high:+.3f}]")
-        verdict = combine([decide(iv, **rule) for iv, rule in judged]) if rounds_min >= MIN_ROUNDS else UNDECIDED
+            rises.append(f"{s0} → {s1} {r1 - r0:+.3f}" + ("" if few else f" [{iv.low:+.3f}, {iv.high:+.3f}]"))
+        verdict = UNDECIDED if few else combine([decide(iv, **rule) for iv, rule in judged])
         text = (f"{label}: Kerple / DAPE1x3-Kerple ms by size " + " → ".join(f"{s} {r:.3f}" for s, r, *_ in sizes)
                 + f"; rise {'; '.join(rises)} (claimed ≥ {t['rise']:g} at each step)")
         # each rise is read again among the claim's other rises (claim_context.jointly: REFUTED at Bonferroni's level)
         check = {"verdict": verdict, "text": f"{text} → {verdict}; {basis}", "basis": basis, "device": device,
                  "ratio": {s: round(r, 4) for s, r, *_ in sizes}}
-        if rounds_min >= MIN_ROUNDS:
+        if not few:
             check.update(_judged=judged, _head=text, _scope=f"; {basis}", _show=lambda x: f"{x:+.3f}")
         out.append(check)
     return out
