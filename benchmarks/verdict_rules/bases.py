@@ -52,7 +52,8 @@ ROUND_SD, TIME_SD, OUTLIERS = 0.05, 0.04, 0.05
 #: the timing rule's regimes: (shared round effect SD, each method's SD, share of outliers, their factor), all on
 #: the log scale. "as measured": reports/timing_repeats.csv of the default run on a 2-core CPU — the round effect's
 #: SD 0.16–0.32, each method's SD about it 0.13–0.27, 5–20 % of rounds above 1.5 × the method's median
-TIMING_REGIMES = {"interleaved rounds, 5 % outliers": (ROUND_SD, TIME_SD, OUTLIERS, 3.0),
+SMALL_NOISE = "interleaved rounds, 5 % outliers"  # the first regime, whose rows keep their original random stream
+TIMING_REGIMES = {SMALL_NOISE: (ROUND_SD, TIME_SD, OUTLIERS, 3.0),
                   "as measured on 2 CPU cores: round SD 0.25, method SD 0.2, 15 % outliers × 2": (0.25, 0.2, 0.15, 2.0)}
 #: the round counts the timing claim reads an interval at: its fewest (dape_core.report.timing_check.MIN_ROUNDS; 2–4
 #: rounds decide identical methods 6–33 % of the time, and the claim reads none), the settings' default 10,
@@ -60,8 +61,7 @@ TIMING_REGIMES = {"interleaved rounds, 5 % outliers": (ROUND_SD, TIME_SD, OUTLIE
 TIMING_ROUNDS = (5, 10, 20, 80)
 
 
-def timing_cell(rng, rounds: int, ratio: float = 1.0,
-                regime: str = "interleaved rounds, 5 % outliers") -> tuple[np.ndarray, np.ndarray]:
+def timing_cell(rng, rounds: int, ratio: float = 1.0, regime: str = SMALL_NOISE) -> tuple[np.ndarray, np.ndarray]:
     """ms of two methods over interleaved rounds: a shared round effect, log-normal noise, outliers
     (:data:`TIMING_REGIMES`)."""
     round_sd, time_sd, outliers, factor = TIMING_REGIMES[regime]
@@ -71,7 +71,7 @@ def timing_cell(rng, rounds: int, ratio: float = 1.0,
     return 10.0 * a, 10.0 * b
 
 
-def timing_trial(rng, rounds: int, rise: float, regime: str = "interleaved rounds, 5 % outliers") -> bool:
+def timing_trial(rng, rounds: int, rise: float, regime: str = SMALL_NOISE) -> bool:
     """Decided? The rise of ms(A)/ms(B) between two sizes (independent cells), as the timing claim computes it."""
     (a0, b0), (a1, b1) = timing_cell(rng, rounds, 1.0, regime), timing_cell(rng, rounds, 1.0 + rise, regime)
     d0, d1 = median_ratio_draws(a0, b0, rng, 1000), median_ratio_draws(a1, b1, rng, 1000)
@@ -105,12 +105,9 @@ def basis_cell(task: tuple) -> dict:
 
 
 def timing_row(task: tuple) -> dict:
-    """The timing rule's row at ``rounds`` interleaved rounds per cell, in one of :data:`TIMING_REGIMES` (the first
-    keeps its original random stream)."""
-    rounds, trials, seed, power, *rest = task
-    regime = rest[0] if rest else next(iter(TIMING_REGIMES))
-    key = ("timing", rounds) if regime == next(iter(TIMING_REGIMES)) else ("timing", regime, rounds)
-    rng = cell_rng(seed, *key)
+    """The timing rule's row at ``rounds`` interleaved rounds per cell, in one of :data:`TIMING_REGIMES`."""
+    rounds, trials, seed, power, regime = task
+    rng = cell_rng(seed, "timing", rounds) if regime == SMALL_NOISE else cell_rng(seed, "timing", regime, rounds)
     rate, se = _rate(sum(timing_trial(rng, rounds, 0.0, regime) for _ in range(trials)), trials)
     row = {"basis": "timing (ratio of medians, rounds resampled)", "per_window_data": False,
            "regime": regime, "seeds": rounds, "sigma_from": "bootstrap of rounds",
