@@ -4,7 +4,10 @@ Evaluation windows come from single validation documents long enough for the lon
 scores the same final tokens of each window and only the context grows, so lengths compare like with like.
 The score at length L is the perplexity of the last ``window`` tokens (paper: 256; at L < window, all L — the
 effective window is in each row). A document contributes windows ending at its end, then every ``window``
-tokens earlier, while the longest context still fits; ``max_windows`` caps them (seeded choice).
+tokens earlier, while the longest context still fits; ``max_windows`` caps them (seeded choice). At lengths up to
+the training length, where a window costs least and the windows' part of a comparison's seed noise is largest
+(``benchmarks/window_count.py``), ``max_windows_within`` windows may be scored: the same ``max_windows`` and more
+from the same documents (:func:`more_anchors`), so a statistic over several lengths reads the windows they share.
 
 ΔP (appendix A, eq. 6) = P(M(x[−T_train:]), w) − P(M(x), w) with w = ``delta_p_window`` (default the training
 length): positive when the context beyond the training length helps.
@@ -12,7 +15,8 @@ length): positive when the context beyond the training length helps.
 Per-window losses (``--windows-out``): for every evaluation length, each window's mean NLL over its scored tokens
 (and over the ΔP window, with the full and the local context), keyed by (``document``, ``anchor``): the window's
 validation document and the end of its scored tokens. Windows depend only on the split and the evaluation
-settings (longest length, ``window``, ``max_windows``, ``seed``), never on the model, so two runs evaluated on
+settings (longest length, ``window``, ``max_windows``, ``max_windows_within``, ``seed``) and the training length,
+never on the model, so two runs evaluated on
 the same split with the same settings score the same windows and are compared window by window (the claims'
 paired bootstrap). Every scored window has the same number of tokens, so exp(mean of a length's window losses) is
 its perplexity.
@@ -69,6 +73,18 @@ def window_anchors(doc_lengths: np.ndarray, max_len: int, window: int, max_windo
     return anchors
 
 
+def more_anchors(doc_lengths: np.ndarray, max_len: int, window: int, anchors: list, total: int, seed: int) -> list:
+    """``anchors`` (:func:`window_anchors`) and, up to ``total`` in all, more drawn from the same documents' other
+    windows (seeded choice, a stream of its own: ``anchors`` and their order stay as they are)."""
+    if total <= len(anchors):
+        return anchors
+    taken = set(anchors)
+    pool = [a for a in window_anchors(doc_lengths, max_len, window, None, seed) if a not in taken]
+    rng = np.random.default_rng([seed, 1])
+    extra = np.sort(rng.choice(len(pool), size=min(total - len(anchors), len(pool)), replace=False))
+    return list(anchors) + [pool[i] for i in extra]
+
+
 @torch.no_grad()
 def window_nll(model, inputs: np.ndarray, targets: np.ndarray, last: int, batch_size: int, *,
                seed: int = 0) -> np.ndarray:
@@ -115,6 +131,7 @@ def evaluate_windows(
     delta_p_window: int | None = None,
     min_scored_tokens: int = 1,
     max_windows: int | None = 64,
+    max_windows_within: int | None = None,
     batch_size: int = 8,
     seed: int = 0,
     n_boot: int = 1000,
@@ -141,13 +158,21 @@ def evaluate_windows(
             "min_scored_tokens, or a corpus with longer documents"
         )
     longest = max(eval_lens)
-    seqs = np.stack([np.asarray(split.document(d)[e - longest - 1 : e], dtype=np.int64) for d, e in anchors]) \
-        if anchors else np.zeros((0, longest + 1), dtype=np.int64)
+    within = anchors
+    if max_windows_within is not None and max_windows is not None and any(n <= train_len for n in eval_lens):
+        within = more_anchors(lengths, longest, window, anchors, max_windows_within, seed)
+
+    def sequences(chosen):
+        seqs = np.stack([np.asarray(split.document(d)[e - longest - 1 : e], dtype=np.int64) for d, e in chosen]) \
+            if chosen else np.zeros((0, longest + 1), dtype=np.int64)
+        return (seqs, np.array([d for d, _ in chosen], dtype=np.int64),
+                np.array([e for _, e in chosen], dtype=np.int64))
+
+    every_length, at_most_train_len = sequences(anchors), sequences(within) if within is not anchors else None
     token_bytes = np.asarray(split.token_bytes)
-    documents = np.array([d for d, _ in anchors], dtype=np.int64)
-    ends = np.array([e for _, e in anchors], dtype=np.int64)
     rows, windows = [], []
     for n in eval_lens:
+        seqs, documents, ends = at_most_train_len if (at_most_train_len and n <= train_len) else every_length
         w, wdp = min(window, n), min(delta_p_window, n)
         last = max(w, wdp)
         x, y = seqs[:, -n - 1 : -1], seqs[:, -n:]
@@ -167,7 +192,7 @@ def evaluate_windows(
             ppl_local = ppl_dp  # the whole sequence already fits the training length
             local_window = dp_window
         rows.append({
-            "eval_len": n, "window": w, "n_docs": len({d for d, _ in anchors}), "n_windows": len(anchors),
+            "eval_len": n, "window": w, "n_docs": len(set(documents.tolist())), "n_windows": len(documents),
             "n_tokens": int(main.size), "loss": loss, "ppl": math.exp(loss) if main.size else float("nan"),
             "ppl_ci_low": lo, "ppl_ci_high": hi,
             "bpb": float(main.sum() / (math.log(2) * n_bytes)) if n_bytes else float("nan"),
@@ -240,7 +265,7 @@ def run(args) -> int:
         frame, windows = evaluate_windows(
             model, split, ev.eval_lens, train_len=ts["train_len"], window=ev.window,
             delta_p_window=ev.delta_p_window, min_scored_tokens=ev.min_scored_tokens, max_windows=ev.max_windows,
-            batch_size=ev.batch_size, seed=ev.seed, n_boot=ev.bootstrap)
+            max_windows_within=ev.max_windows_within, batch_size=ev.batch_size, seed=ev.seed, n_boot=ev.bootstrap)
     for key, value in settings.items():
         frame[key] = value
     frame["eval_device"] = device_name(device)

@@ -9,7 +9,7 @@ import torch
 
 from dape_core.cli import main
 from dape_core.data import load_split
-from dape_core.evaluate import evaluate, window_anchors
+from dape_core.evaluate import evaluate, evaluate_windows, more_anchors, window_anchors
 from dape_core.model import GPTConfig
 from dape_core.train import TrainSettings, load_model, train
 
@@ -104,6 +104,37 @@ def test_window_anchors_fit_the_longest_length():
     anchors = window_anchors(lengths, max_len=90, window=50, max_windows=None, seed=0)
     assert anchors == [(1, 100), (2, 250), (2, 200), (2, 150), (2, 100)]
     assert len(window_anchors(lengths, 90, 50, max_windows=2, seed=0)) == 2
+
+
+def test_more_anchors_keep_the_chosen_windows_first_and_add_others_of_the_same_documents():
+    lengths = np.array([10, 400, 700, 1000])
+    pool = window_anchors(lengths, 90, 10, None, seed=3)
+    chosen = window_anchors(lengths, 90, 10, 8, seed=3)
+    more = more_anchors(lengths, 90, 10, chosen, 40, seed=3)
+    assert more[:8] == chosen and len(more) == 40 == len(set(more)) and set(more) <= set(pool)
+    assert more == more_anchors(lengths, 90, 10, chosen, 40, seed=3)  # seeded: the same windows every time
+    assert more_anchors(lengths, 90, 10, chosen, 8, seed=3) is chosen  # no more asked: the same list
+    assert len(more_anchors(lengths, 90, 10, chosen, 10_000, seed=3)) == len(pool)  # at most the pool
+
+
+def test_more_windows_within_the_training_length_leave_every_other_number_as_it_was(trained, tiny_corpus):
+    """``max_windows_within``: lengths up to the training length score more windows, the first of them those of
+    every length with the same losses bit for bit; longer lengths score exactly what they scored without it."""
+    split = load_split(tiny_corpus, "val")
+    model, _ = load_model(trained / "model.pt")
+    options = dict(train_len=32, window=8, max_windows=4, n_boot=0, seed=1)
+    rows, windows = evaluate_windows(model, split, [16, 32, 64], **options)
+    more_rows, more = evaluate_windows(model, split, [16, 32, 64], max_windows_within=12, **options)
+    assert list(more.groupby("eval_len").size()) == [12, 12, 4] and list(more_rows["n_windows"]) == [12, 12, 4]
+    for n in (16, 32, 64):
+        base = windows[windows.eval_len == n].reset_index(drop=True)
+        first = more[more.eval_len == n].head(4).reset_index(drop=True)
+        pd.testing.assert_frame_equal(base, first, check_exact=True)
+    pd.testing.assert_frame_equal(rows[rows.eval_len == 64].reset_index(drop=True),
+                                  more_rows[more_rows.eval_len == 64].reset_index(drop=True), check_exact=True)
+    extra = more[more.eval_len == 32].set_index(["document", "anchor"])
+    assert len(extra.index.unique()) == 12 and not extra.index.isin(
+        windows[windows.eval_len == 64].set_index(["document", "anchor"]).index).all()
 
 
 def test_time_measures_each_length_in_a_fresh_process_with_equal_tokens(tmp_path):

@@ -235,6 +235,25 @@ def test_runs_of_different_batch_streams_are_unpaired():
     assert within.sd > interaction.sd  # the seed's main effect counts unpaired
 
 
+def test_an_unpaired_comparison_reads_only_the_windows_both_sides_scored():
+    """A run that scored more windows at a length (``max_windows_within``: lengths up to its own training length)
+    is compared with a run that did not on the windows both scored: the other windows' difficulty would otherwise
+    move the difference by itself, however many seeds."""
+    from dape_core.report.claim_context import Context, compare, lm_rows
+
+    a, aw = _settings_lm({"RoPE": 0.0}, (0, 1, 2), 32, 32, rng=4, role="equal_tokens")
+    b, bw = _settings_lm({"RoPE": 0.0}, (0, 1, 2), 64, 16, rng=5, role="equal_tokens")
+    extra = bw[bw.eval_len == 64].assign(document=lambda f: f["document"] + 1000, loss=lambda f: f["loss"] + 1.0)
+    lm = pd.concat([a, b], ignore_index=True)
+    ra, rb = (lm_rows(lm, "equal_tokens").query(f"train_len == {t}") for t in (32, 64))
+    plain = compare(Context(lm, windows=pd.concat([aw, bw])), ra, rb, [64], [64], "k")
+    more = compare(Context(lm, windows=pd.concat([aw, bw, extra])), ra, rb, [64], [64], "k")
+    assert plain.basis.startswith("unpaired") and plain.n_rows == 32
+    assert (more.estimate, more.low, more.high, more.n_rows) == (plain.estimate, plain.low, plain.high, 32)
+    lone = compare(Context(lm, windows=pd.concat([bw, extra])), rb, rb, [64], [64], "k")
+    assert lone.n_rows == 64  # one run against itself: every window it scored
+
+
 def test_one_seed_borrows_a_sigma_to_size_its_seeds_never_to_decide():
     """An unpaired side or a run's own statistic with one seed: its setting's σ is borrowed as a plan (named in the
     basis, unit_sd kept for the seeds a verdict needs) and the interval is (−∞, +∞), even for a large effect: a

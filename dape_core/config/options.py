@@ -158,7 +158,8 @@ def attention_map_options(evaluation: dict, attention: dict, heatmap_len: int) -
     sink on ``sink_sequences`` sequences, App. K). The attention block is no LM run setting: it names no run and
     enters no training hash."""
     values = {**evaluation, "eval_lens": [heatmap_len], "min_scored_tokens": 1,
-              "max_windows": attention["max_windows"], "batch_size": 1, "heatmap_len": heatmap_len,
+              "max_windows": attention["max_windows"], "max_windows_within": None, "batch_size": 1,
+              "heatmap_len": heatmap_len,
               "sink_sequences": attention["sink_sequences"]}
     return select(values, (*group("evaluation"), *ATTENTION_MAP_OPTIONS))
 

@@ -168,14 +168,26 @@ def records(rows: pd.DataFrame, column: str = "loss") -> list[tuple]:
                     stands_for))
 
 
-def unit_of(pieces: list) -> np.ndarray:
-    """[rows, k]: the pieces' per-window values on the windows all share (a diverged piece is +∞ on each), or one
-    row of their means when a piece has no per-window data or fewer than two windows are shared."""
+def shared_windows(pieces: list) -> pd.Index | None:
+    """The windows every per-window piece of ``pieces`` holds (None: no piece has per-window data)."""
+    series = [p for p in pieces if isinstance(p, pd.Series)]
+    if not series:
+        return None
+    common = series[0].index
+    for p in series[1:]:
+        common = common.intersection(p.index)
+    return common
+
+
+def unit_of(pieces: list, windows: pd.Index | None = None) -> np.ndarray:
+    """[rows, k]: the pieces' per-window values on the windows all share (and, given ``windows``, only those; a
+    diverged piece is +∞ on each), or one row of their means when a piece has no per-window data or fewer than two
+    windows are shared."""
     series = [p for p in pieces if isinstance(p, pd.Series)]
     if series and all(isinstance(p, pd.Series) or np.isinf(p) for p in pieces):
-        common = series[0].index
-        for p in series[1:]:
-            common = common.intersection(p.index)
+        common = shared_windows(series)
+        if windows is not None:
+            common = common.intersection(windows)
         if len(common) >= 2:
             return np.column_stack([p.reindex(common).to_numpy(dtype=float) if isinstance(p, pd.Series)
                                     else np.full(len(common), p) for p in pieces])
@@ -192,14 +204,19 @@ def seeds_with(rows: pd.DataFrame, lengths, columns=("loss",)) -> set:
     return {seed for seed, lens in have.items() if set(lengths) <= lens}
 
 
-def seed_unit(ctx: Context, parts) -> np.ndarray:
-    """The unit of one seed: ``parts`` lists (rows of one method and seed, evaluation lengths, column); the rows a
-    frame or their :func:`records` for that column."""
+def seed_pieces(ctx: Context, parts) -> list:
+    """The pieces of one seed's unit (:func:`seed_unit`), one per part × length."""
     pieces = []
     for rows, lengths, column in parts:
         rows = records(rows, column) if isinstance(rows, pd.DataFrame) else rows
         pieces += [ctx.piece_of([r for r in rows if r[2] == n], column) for n in lengths]
-    return unit_of(pieces)
+    return pieces
+
+
+def seed_unit(ctx: Context, parts) -> np.ndarray:
+    """The unit of one seed: ``parts`` lists (rows of one method and seed, evaluation lengths, column); the rows a
+    frame or their :func:`records` for that column."""
+    return unit_of(seed_pieces(ctx, parts))
 
 
 def own_or_borrowed(borrowed: SeedNoise | None, n_seeds: int) -> SeedNoise | None:
@@ -249,7 +266,8 @@ def compare(ctx: Context, ra: pd.DataFrame, rb: pd.DataFrame, lengths_a, lengths
     sizes the seeds a verdict would need (a plan, never a verdict), and in a design's pilot the pooled σ towards
     which the σ that sizes the fresh seeds is moderated (:func:`sizing_sd`); otherwise unpaired over all their seeds
     (Welch), each side with its own seeds' spread where it has two or more, its setting's within-run σ of the
-    statistics ``stats`` (A's, B's) where it has one (:func:`own_or_borrowed`). None when a side has no complete seed."""
+    statistics ``stats`` (A's, B's) where it has one (:func:`own_or_borrowed`), both on the windows both sides scored. None
+    when a side has no complete seed."""
     sa, sb = seeds_with(ra, lengths_a), seeds_with(rb, lengths_b)
     if not sa or not sb:
         return None
@@ -269,8 +287,13 @@ def compare(ctx: Context, ra: pd.DataFrame, rb: pd.DataFrame, lengths_a, lengths
             if all(p is not None for p in parts):
                 iv = replace(iv, unit_sd=sizing_sd(iv.unit_sd, combine_noise(parts).sd, len(shared)))
         return iv
-    units_a = [seed_unit(ctx, [(by_seed_a[s], lengths_a, "loss")]) for s in sorted(sa)]
-    units_b = [seed_unit(ctx, [(by_seed_b[s], lengths_b, "loss")]) for s in sorted(sb)]
+    # the windows both sides scored: runs of different training lengths may score more windows at the lengths
+    # within their own (``max_windows_within``), and a mean over other windows would differ by their difficulty
+    pieces_a = [seed_pieces(ctx, [(by_seed_a[s], lengths_a, "loss")]) for s in sorted(sa)]
+    pieces_b = [seed_pieces(ctx, [(by_seed_b[s], lengths_b, "loss")]) for s in sorted(sb)]
+    windows = shared_windows([p for pieces in pieces_a + pieces_b for p in pieces])
+    units_a = [unit_of(pieces, windows) for pieces in pieces_a]
+    units_b = [unit_of(pieces, windows) for pieces in pieces_b]
     pooled = [ctx.seed_source.noise(stats[1], False, setting_b, regime_b),
               ctx.seed_source.noise(stats[0], False, setting_a, regime_a)]
     iv = ctx.difference(units_b, units_a, lambda m: m.mean(axis=1), key,

@@ -18,6 +18,10 @@ class EvalSettings:
     delta_p_window: int | None = setting(None, help="ΔP window of appendix A (default: the training length)")
     min_scored_tokens: int = setting(8192, help="fail below this many scored tokens per length")
     max_windows: int = setting(64, help="windows per length at most (seeded choice)")
+    max_windows_within: int | None = setting(
+        None, help="windows at most at lengths up to the training length, where a window is cheapest and the windows' "
+                   "part of a comparison's seed noise largest: the max_windows of every length and more of the same "
+                   "documents (default: max_windows)")
     batch_size: int = setting(8, help="windows per forward (1 beyond length 1024)")
     query_chunk_size: int = setting(1024, help="exact query-chunked attention beyond this length")
     bootstrap: int = setting(1000, help="bootstrap resamples of the perplexity interval (0: no interval)")
@@ -34,7 +38,7 @@ class EvalSettings:
                      "sink_sequences"):
             require_positive(name, getattr(self, name))
         require_resamples("bootstrap", self.bootstrap)
-        for name in ("delta_p_window", "heatmap_len"):
+        for name in ("delta_p_window", "heatmap_len", "max_windows_within"):
             if getattr(self, name) is not None:
                 require_positive(name, getattr(self, name))
 
