@@ -99,8 +99,8 @@ from verdict_rules.bases import (TIMING_REGIMES, TIMING_ROUNDS, basis_cell, leve
                                  timing_cell, timing_row, timing_trial, unpaired_trial)
 from verdict_rules.che import CHE_REGIMES, CHE_TASKS, che_claim_trial, che_rows, che_table, che_trial  # noqa: E402,F401
 from verdict_rules.claims import CHE_CLAIM_TASKS, claim_rows, claim_table, claim_trial  # noqa: E402,F401
-from verdict_rules.common import (REGIMES, SEEDS, WINDOW_SE, cell_rng, each_cell, grid, seed_sd,  # noqa: E402,F401
-                                  _noise, _rate)
+from verdict_rules.common import (MANY_SEEDS, REGIMES, SEEDS, WINDOW_SE, cell_rng, each_cell,  # noqa: E402,F401
+                                  grid, seed_sd, _noise, _rate)
 from verdict_rules.design import DESIGN_MAX_SEEDS, DESIGN_PILOT_SEEDS, design_cell, design_rows, design_trial  # noqa: E402,F401
 from verdict_rules.heterogeneity import (HETERO_RULES, HETEROGENEITY, LEAK_FACTOR, LEAK_SEEDS,  # noqa: E402,F401
                                          another_kind_cell, hetero_cell, hetero_grid, hetero_rows, hetero_trial,
@@ -113,7 +113,7 @@ from verdict_rules.sink import SINK_REGIMES, SINK_SE, sink_rows, sink_table, sin
 OUT = ROOT / "benchmarks" / "results" / "verdict_calibration.csv"
 
 
-def calibration(trials: int, seed: int = 0, seeds=SEEDS, regimes=tuple(REGIMES), power: bool = True,
+def calibration(trials: int, seed: int = 0, seeds=SEEDS + MANY_SEEDS, regimes=tuple(REGIMES), power: bool = True,
                 timing_rounds=TIMING_ROUNDS, sink_trials: int = 0, che_trials: int = 0, kernel_trials: int = 0,
                 kernel_power_trials: int = 0, claim_trials: int = 0, claim_power_trials: int = 0,
                 hetero_trials: int = 0, holm_trials: int = 0, jobs: int = 1) -> pd.DataFrame:

@@ -264,7 +264,9 @@ def test_the_design_ceiling_sizes_every_claim_on_every_seed_and_refuses_a_damage
 
 def test_sizing_noise_measures_the_prior_degrees_of_freedom_of_the_sizing_sigma(tmp_path):
     """benchmarks/sizing_noise.py on the committed default run: each paired check's pilot σ (own, pooled) against
-    its fresh σ, a finite d₀ near the shipped PRIOR_DF, and the moderated σ erring less than the own σ alone."""
+    its fresh σ, a d₀ no smaller than the shipped PRIOR_DF (7.9 on the `f50a77b` run that set it; unbounded on the
+    run committed now, whose own spreads scatter about the pool no more than sampling does): the design pools no
+    more than the data support, and the moderated σ errs less than the own σ alone."""
     import sizing_noise
 
     from dape_core.report.claim_context import PRIOR_DF
@@ -275,7 +277,7 @@ def test_sizing_noise_measures_the_prior_degrees_of_freedom_of_the_sizing_sigma(
     rows = pd.read_csv(out)
     assert len(rows) >= 10 and (rows["fresh_seeds"] >= 3).all() and (rows["pilot_seeds"] <= 2).all()
     d0 = sizing_noise.prior_df(rows)
-    assert abs(d0 - PRIOR_DF) < 1
+    assert d0 > PRIOR_DF - 1
     own = sizing_noise.errors(rows, rows["own σ"])
     mod = sizing_noise.errors(rows, sizing_noise.moderated(rows, PRIOR_DF))
     assert mod["mean_abs_log_error"] < own["mean_abs_log_error"] and mod["below_half"] < own["below_half"]
@@ -294,3 +296,30 @@ def test_the_design_benchmarks_refuse_a_bad_number_naming_the_option_and_the_all
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert f"argument {option}" in err and "allowed values" in err
+
+
+def test_window_count_measures_the_seed_noise_of_more_windows_and_refuses_a_bad_number(tmp_path, capsys):
+    """benchmarks/window_count.py's measurement: a pair's σ on the first W windows, W = the run's count first (ratio
+    1), and a window count where the pair's window noise averages away needing fewer seeds; a directory that holds
+    no run, and a count below the allowed, stop with one line naming them."""
+    import numpy as np
+    import window_count
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for seed in range(6):
+        shared = rng.normal(0, 0.02)  # what the seed does to both runs
+        for run, sd in (("a", 0.3), ("b", 0.3)):
+            losses = 3 + shared + rng.normal(0, sd, 256)  # window by window: averages away with more windows
+            rows += [{"run": run, "seed": seed, "eval_len": 32, "order": i, "loss": v, "setting": "s"}
+                     for i, v in enumerate(losses)]
+    table = window_count.noise(pd.DataFrame(rows), [16, 256], min_seeds=5)
+    paired = table[table["kind"] == "paired"].set_index("windows")
+    assert paired.loc[16, "seeds_ratio"] == 1.0 and paired.loc[256, "seeds_ratio"] < 0.5
+    assert set(table["kind"]) == {"paired", "one run"} and (table["seeds"] == 6).all()
+    with pytest.raises(SystemExit) as stop:
+        window_count.main(["--workdir", str(tmp_path), "--out", str(tmp_path / "w.csv")])
+    assert str(tmp_path) in str(stop.value) and "\n" not in str(stop.value)
+    with pytest.raises(SystemExit) as stop:
+        window_count.main(["--workdir", str(tmp_path), "--min-seeds", "1"])
+    assert stop.value.code == 2 and "--min-seeds" in capsys.readouterr().err

@@ -25,6 +25,9 @@ REGIMES = {  # (seed main effect SD, interaction SD)
 
 
 SEEDS = (1, 2, 3, 4, 5, 8)
+#: the seed counts of a design's fresh seeds beyond those: a check read on 1024 windows at ×1 gets up to
+#: design.max_seeds (32 in config.yaml) fresh seeds per method; the interval bases are simulated there too
+MANY_SEEDS = (16, 32)
 
 
 def grid(rng: np.random.Generator, n_seeds: int, main_sd: float, inter_sd: float, gamma: np.ndarray,

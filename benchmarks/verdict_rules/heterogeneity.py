@@ -21,15 +21,15 @@ HETEROGENEITY = {  # the interaction SD of method 1 (one of the pair) over the o
 
 HETERO_RULES = {  # rule → seed counts it meets
     "pooled σ": (1, 2, 3, 4, 8),  # the setting's interaction mean square (a borrowed 7 × 2 grid's with 1 seed)
-    "own spread": (2, 3, 4, 8),  # the pair's own per-seed differences, ν = n − 1
+    "own spread": (2, 3, 4, 8, 16, 32),  # the pair's own per-seed differences, ν = n − 1
     "same pair, borrowed from 7 × 2": (1,),  # with 1 seed: the same two methods' differences in a 7 × S grid
     "same pair, borrowed from 7 × 4": (1,),
     # unpaired (two settings, independent seed effects; Welch) and one run's own statistic against its true value
     "unpaired, pooled σ": (1, 2, 3, 4, 8),  # each side its setting's within-run σ (the rule before)
-    "unpaired, own spread": (2, 3, 4, 8),  # each side its own seeds' spread, Welch–Satterthwaite ν
+    "unpaired, own spread": (2, 3, 4, 8, 16, 32),  # each side its own seeds' spread, Welch–Satterthwaite ν
     "unpaired, the rule": (1, 2, 3, 4),  # own spread, or with one seed a borrowed σ as a plan only (own_or_borrowed)
     "one run, pooled σ": (1, 2, 3, 4, 8),
-    "one run, own spread": (2, 3, 4, 8),  # the run's own seeds, ν = n − 1
+    "one run, own spread": (2, 3, 4, 8, 16, 32),  # the run's own seeds, ν = n − 1
     "one run, the rule": (1, 2, 3, 4),
 }
 
