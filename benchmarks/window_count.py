@@ -62,7 +62,9 @@ def rescore(job) -> pd.DataFrame:
     and ``train_len``."""
     import torch
 
+    from dape_core import artefacts
     from dape_core.data import load_split
+    from dape_core.errors import ArtefactError
     from dape_core.evaluate import evaluate_windows
     from dape_core.train import load_model
 
@@ -70,16 +72,20 @@ def rescore(job) -> pd.DataFrame:
     torch.set_num_threads(1)
     folder = workdir / "results" / "lm" / run / f"seed{seed}"
     spec = spec_of(workdir, run, seed)
-    model, ckpt = load_model(folder / "model.pt")
+    try:  # every file checked where it is read (seal, kind, columns): a damaged one stops with one line
+        model, ckpt = load_model(folder / "model.pt")
+        data_dir = artefacts.read_csv(folder / "eval.csv", artefacts.EVAL)["data_dir"].iloc[0]
+        committed = artefacts.read_csv(folder / "windows.csv", artefacts.WINDOWS)
+    except (ArtefactError, OSError) as err:
+        raise SystemExit(str(err).splitlines()[0]) from None
     model.cfg.query_chunk_size = spec["query_chunk_size"]
-    data_dir = pd.read_csv(folder / "eval.csv")["data_dir"].iloc[0]
     train_len = int(ckpt["train_settings"]["train_len"])
     _, windows = evaluate_windows(
         model, load_split(workdir / str(data_dir), "val"), spec["eval_lens"], train_len=train_len,
         window=spec["window"], delta_p_window=spec.get("delta_p_window"), min_scored_tokens=spec["min_scored_tokens"],
         max_windows=spec["max_windows"], max_windows_within=total, batch_size=spec["batch_size"], seed=spec["seed"],
         n_boot=0)
-    committed = pd.read_csv(folder / "windows.csv").set_index(["eval_len", "document", "anchor"])["loss"]
+    committed = committed.set_index(["eval_len", "document", "anchor"])["loss"]
     key = pd.MultiIndex.from_frame(windows[["eval_len", "document", "anchor"]])
     windows = windows.assign(run=run, seed=seed, train_len=train_len, committed=committed.reindex(key).to_numpy(),
                              order=windows.groupby("eval_len").cumcount())

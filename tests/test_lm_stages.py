@@ -115,6 +115,11 @@ def test_more_anchors_keep_the_chosen_windows_first_and_add_others_of_the_same_d
     assert more == more_anchors(lengths, 90, 10, chosen, 40, seed=3)  # seeded: the same windows every time
     assert more_anchors(lengths, 90, 10, chosen, 8, seed=3) is chosen  # no more asked: the same list
     assert len(more_anchors(lengths, 90, 10, chosen, 10_000, seed=3)) == len(pool)  # at most the pool
+    from dape_core.errors import ConfigError
+    from dape_core.settings.evaluation import EvalSettings
+
+    with pytest.raises(ConfigError, match="max_windows_within"):
+        EvalSettings(max_windows_within=0)
 
 
 def test_more_windows_within_the_training_length_leave_every_other_number_as_it_was(trained, tiny_corpus):
