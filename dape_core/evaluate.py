@@ -14,11 +14,10 @@ length): positive when the context beyond the training length helps.
 
 Per-window losses (``--windows-out``): for every evaluation length, each window's mean NLL over its scored tokens
 (and over the ΔP window, with the full and the local context), keyed by (``document``, ``anchor``): the window's
-validation document and the end of its scored tokens. Windows depend only on the split and the evaluation
-settings (longest length, ``window``, ``max_windows``, ``max_windows_within``, ``seed``) and the training length,
-never on the model, so two runs evaluated on
-the same split with the same settings score the same windows and are compared window by window (the claims'
-paired bootstrap). Every scored window has the same number of tokens, so exp(mean of a length's window losses) is
+validation document and the end of its scored tokens. Windows depend only on the split, the evaluation settings
+(longest length, ``window``, ``max_windows``, ``max_windows_within``, ``seed``) and the training length, never on
+the model, so two runs evaluated on the same split with the same settings score the same windows and are compared
+window by window (the claims' paired bootstrap). Every scored window has the same number of tokens, so exp(mean of a length's window losses) is
 its perplexity.
 
 The attention sink (``--sink-out``, App. K) is measured at ``heatmap_len`` on ``sink_sequences`` windows of the
