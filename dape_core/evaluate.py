@@ -171,7 +171,7 @@ def evaluate_windows(
     token_bytes = np.asarray(split.token_bytes)
     rows, windows = [], []
     for n in eval_lens:
-        seqs, documents, ends = at_most_train_len if (at_most_train_len and n <= train_len) else every_length
+        seqs, documents, ends = at_most_train_len if at_most_train_len is not None and n <= train_len else every_length
         w, wdp = min(window, n), min(delta_p_window, n)
         last = max(w, wdp)
         x, y = seqs[:, -n - 1 : -1], seqs[:, -n:]
