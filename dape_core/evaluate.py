@@ -17,8 +17,8 @@ Per-window losses (``--windows-out``): for every evaluation length, each window'
 validation document and the end of its scored tokens. Windows depend only on the split, the evaluation settings
 (longest length, ``window``, ``max_windows``, ``max_windows_within``, ``seed``) and the training length, never on
 the model, so two runs evaluated on the same split with the same settings score the same windows and are compared
-window by window (the claims' paired bootstrap). Every scored window has the same number of tokens, so exp(mean of a length's window losses) is
-its perplexity.
+window by window (the claims' paired bootstrap). Every scored window has the same number of tokens, so exp(mean of
+a length's window losses) is its perplexity.
 
 The attention sink (``--sink-out``, App. K) is measured at ``heatmap_len`` on ``sink_sequences`` windows of the
 validation split, chosen by :func:`dape_core.attention_maps.sink_sequences` from the split, the length and ``seed``
