@@ -19,10 +19,12 @@ Bases (those of :mod:`dape_core.report.intervals`, as the claims use them):
 - each with per-window data (units of W rows) and without (one row: the seed's mean);
 - three regimes: seed noise dominating (interaction SD 2 × the windows' SE of a method's mean, seed main effect
   3 ×), the seed main effect dominating (4 × and 0.5 ×) and window noise dominating (0.5 × and 0.25 ×);
-- ``timing``: the timing rule's ratio-of-medians rise between two sizes, from interleaved rounds of two identical
-  methods (round effects shared by the methods of a round, log-normal noise with 5 % outliers ×3, and as measured
-  on the default run's CPU: round SD 0.25, method SD 0.2, 15 % outliers ×2), at the round counts the shipped
-  configurations use (5, the fewest the claim reads an interval on, 10, 20, 80);
+- ``timing``: the timing rule's rise of the ratio between two sizes, from blocks of fresh worker processes of two
+  identical methods, each block a ratio of medians over 10 interleaved rounds (round effects shared by the methods
+  of a round, log-normal noise with outliers, and each method's process effect drawn once per block; normal at SD
+  0.02, as measured on the default run's CPU — round SD 0.25, method SD 0.2, 15 % outliers ×2, process SD 0.15 —,
+  and t₃-tailed), read by :func:`dape_core.report.timing_check.rise_interval` (Welch over blocks) at the block
+  counts the shipped configurations use (3, the fewest the claim reads an interval on, 4, 8, 16);
 - ``sink``: the attention-sink rule as the claim runs it (:func:`dape_core.report.sink_check.sink_stronger` on a
   simulated sink.csv): DAPE1x3-X against DAPE-X for three encodings X, n seeds each, 8 sequences shared by every
   run and 2 layers; log sink mass = encoding × seed effect (shared by the pair) + method × seed interaction +
@@ -69,7 +71,7 @@ Bases (those of :mod:`dape_core.report.intervals`, as the claims use them):
   that of families with any claim decided (the family-wise error), beside the rate at the claims' own 95 %.
 
 A trial is *decided* when :func:`dape_core.report.intervals.decide` at a zero margin is not UNDECIDED. The CSV holds
-each basis's false-decision rate (effect 0) and power (effect 2 seed-SDs; timing: a rise of 2 SDs of one cell's
+each basis's false-decision rate (effect 0) and power (effect 2 seed-SDs; timing: a rise of 2 SDs of one block's
 ratio), each with its Monte-Carlo SE √(p(1 − p)/trials).
 
 Each rule's simulation is a module of ``benchmarks/verdict_rules/`` (common, bases, sink, che, kernel, claims,
@@ -95,7 +97,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 # the rules' simulations (names used here, and read by tests/test_verdict_calibration.py through this module)
-from verdict_rules.bases import (TIMING_REGIMES, TIMING_ROUNDS, basis_cell, level_trial, paired_trial,  # noqa: E402,F401
+from verdict_rules.bases import (TIMING_REGIMES, TIMING_BLOCKS, basis_cell, level_trial, paired_trial,  # noqa: E402,F401
                                  timing_cell, timing_row, timing_trial, unpaired_trial)
 from verdict_rules.che import CHE_REGIMES, CHE_TASKS, che_claim_trial, che_rows, che_table, che_trial  # noqa: E402,F401
 from verdict_rules.claims import CHE_CLAIM_TASKS, claim_rows, claim_table, claim_trial  # noqa: E402,F401
@@ -114,7 +116,7 @@ OUT = ROOT / "benchmarks" / "results" / "verdict_calibration.csv"
 
 
 def calibration(trials: int, seed: int = 0, seeds=SEEDS + MANY_SEEDS, regimes=tuple(REGIMES), power: bool = True,
-                timing_rounds=TIMING_ROUNDS, sink_trials: int = 0, che_trials: int = 0, kernel_trials: int = 0,
+                timing_blocks=TIMING_BLOCKS, sink_trials: int = 0, che_trials: int = 0, kernel_trials: int = 0,
                 kernel_power_trials: int = 0, claim_trials: int = 0, claim_power_trials: int = 0,
                 hetero_trials: int = 0, holm_trials: int = 0, jobs: int = 1) -> pd.DataFrame:
     """One row per basis × regime × seed count: false-decision rate and power with their Monte-Carlo SEs; each
@@ -125,7 +127,7 @@ def calibration(trials: int, seed: int = 0, seeds=SEEDS + MANY_SEEDS, regimes=tu
     cells = [(kind, windows, regime, n, trials, seed, power) for regime in regimes for n in seeds
              for kind in ("paired", "unpaired", "one run", "own spread") if not (kind == "own spread" and n < 2)
              for windows in (True, False)]
-    timings = [(rounds, trials, seed, power, regime) for regime in TIMING_REGIMES for rounds in timing_rounds]
+    timings = [(blocks, trials, seed, power, regime) for regime in TIMING_REGIMES for blocks in timing_blocks]
     rows = each_cell(basis_cell, cells, jobs) + each_cell(timing_row, timings, jobs)
     if sink_trials:
         rows += sink_che_rows(sink_trials, che_trials or max(1, sink_trials // 5), seed, power=power)
@@ -220,10 +222,10 @@ def main(argv=None) -> int:
                          hetero_trials=args.trials, holm_trials=args.holm_trials, jobs=args.jobs)
     else:
         kept = kept_rows(args.out, args.only)
-        fresh = {"bases": lambda: calibration(args.trials, args.seed, timing_rounds=(),
+        fresh = {"bases": lambda: calibration(args.trials, args.seed, timing_blocks=(),
                                               jobs=args.jobs).to_dict("records"),
-                 "timing": lambda: each_cell(timing_row, [(rounds, args.trials, args.seed, True, regime)
-                                                          for regime in TIMING_REGIMES for rounds in TIMING_ROUNDS],
+                 "timing": lambda: each_cell(timing_row, [(blocks, args.trials, args.seed, True, regime)
+                                                          for regime in TIMING_REGIMES for blocks in TIMING_BLOCKS],
                                              args.jobs),
                  "sink": lambda: sink_che_rows(args.sink_trials, args.che_trials, args.seed),
                  "kernel": lambda: kernel_rows(args.kernel_trials, args.seed,

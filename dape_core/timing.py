@@ -6,9 +6,14 @@ length, batch, mode, precision and thread count. Each method of a cell has its o
 its peak memory is its own (CPU: the process's resident high-water mark; CUDA: ``torch.cuda.max_memory_allocated``
 over its timed runs). A worker builds its model and runs ``warmup`` untimed runs (discarded); then the parent runs
 ``repeats`` rounds, asking every worker in turn for one timed run, the order rotated by one method each round so
-that no method always goes first; one worker computes at a time. Every repeat's time is kept (``--repeats-out``:
-one row per method × round, the units of an interval for a ratio of medians) beside the summary (``--out``: one row
-per method × length, median and min over the repeats). The process runs on CUDA when a GPU is present and on the
+that no method always goes first; one worker computes at a time. That is one *block*; ``blocks`` blocks run one
+after another, each with fresh worker processes (the order in which they build rotated too): a process's own
+speed — where its threads run, how its memory lies — is shared by all its rounds, and on a 2-core CPU it moves a
+method's median between processes by more than its rounds scatter (benchmarks/timing_protocol.py), so an interval
+reads blocks, not rounds. Every repeat's time is kept (``--repeats-out``: one row per method × block × round) beside
+the summary (``--out``: one row per method × length, median and min over every block's repeats). A worker computes
+on ``compute_threads`` torch threads (default: the job's ``threads``): fewer than the job holds leaves the rest to
+the parent, the workflow and the operating system. The process runs on CUDA when a GPU is present and on the
 CPU otherwise (:func:`timing_device`); on CUDA every timed region is bracketed by ``torch.cuda.synchronize``, and
 in a cell of several methods a worker frees its model between its turns (the cell's models need not fit the GPU
 together), builds it again on the GPU (same seed) and runs it once untimed before each timed run. Each row names its
@@ -100,7 +105,8 @@ class TimedCase:
     together, and is built again on the GPU (same seed) and run once untimed before each timed run."""
 
     def __init__(self, case: dict, park: bool | None = None):
-        torch.set_num_threads(case["threads"])
+        threads = case.get("compute_threads") or case["threads"]
+        torch.set_num_threads(threads)
         self.case, self.device = case, timing_device()
         self.park = park if park is not None else self.device.type == "cuda" and case.get("cell_size", 1) > 1
         precision = case.get("precision", TimingSettings.precision)
@@ -116,7 +122,7 @@ class TimedCase:
             "d_model": cfg.d_model, "n_head": cfg.n_head, "vocab_size": cfg.vocab_size, "seq_len": case["seq_len"],
             "batch_size": case["batch_size"], "mode": case["mode"], "repeats": case["repeats"],
             "warmup": case["warmup"], "device": device_name(self.device), "device_type": self.device.type,
-            "cpu_model": cpu_model(), "threads": case["threads"], "attention_impl": cfg.attention_impl,
+            "cpu_model": cpu_model(), "threads": threads, "blocks": case.get("blocks", 1), "attention_impl": cfg.attention_impl,
             "attention_path": resolve_attention_impl(cfg.attention_impl, self.device), "dape_dtype": cfg.dape_dtype,
             "precision": precision,
         }
@@ -333,47 +339,57 @@ def rotation(methods: int, round_index: int) -> list[int]:
 
 
 def time_cell(cell: list[dict]) -> tuple[list[dict], list[dict]]:
-    """Time the methods of one cell in interleaved rounds (one worker per method, each warmed up first): their
-    summary rows and one repeat row per method × round (``round``, ``position`` in the round, ``ms``)."""
-    workers: list[Worker] = []
-    try:
-        for case in cell:  # the processes start together (importing torch computes nothing that is timed) …
-            workers.append(Worker(case))
-        for worker in workers:  # … and build one after another: one worker computes at a time
-            worker.ask({"build": worker.case})
-        repeats = []
-        for round_index in range(cell[0]["repeats"]):
-            live = [w for w in workers if w.status == "ok"]
-            for position, i in enumerate(rotation(len(live), round_index)):
-                reply = live[i].ask({"time": True})
-                if reply["status"] == "ok":
-                    repeats.append({"run": live[i].case["run"], "round": round_index, "position": position,
-                                    "ms": reply["ms"]})
-        rows, repeat_rows = [], []
-        for worker in workers:
-            case = worker.case
-            if worker.status == "ok":
-                done = worker.ask({"finish": True})
-                row = {"run": case["run"], "cell": case["cell"], **done["row"]}
-                times = [r["ms"] for r in repeats if r["run"] == case["run"]]
-                rows.append(summary_row(row, times, done["peak_mem_mb"], done["baseline_mb"]))
-                repeat_rows += [{**{k: row[k] for k in REPEAT_SETTINGS}, **r} for r in repeats
-                                if r["run"] == case["run"]]
-            else:
-                rows.append(out_of_memory_row({"run": case["run"], "cell": case["cell"], **_failed_row(case)}))
-        repeat_rows.sort(key=lambda r: (r["round"], r["position"]))
-        return rows, repeat_rows
-    finally:
-        for worker in workers:
-            worker.close()
+    """Time the methods of one cell in ``blocks`` blocks of interleaved rounds, each block with fresh worker
+    processes (one per method, each warmed up first): their summary rows (over every block) and one repeat row per
+    method × block × round (``block``, ``round`` counted across the blocks, ``position`` in the round, ``ms``)."""
+    repeats, done, failed = [], {}, set()
+    rounds = cell[0]["repeats"]
+    for block in range(cell[0].get("blocks", 1)):
+        workers: list[Worker] = []
+        try:
+            for case in cell:  # the processes start together (importing torch computes nothing that is timed) …
+                workers.append(Worker(case))
+            for i in rotation(len(workers), block):  # … and build one after another: one worker computes at a time
+                workers[i].ask({"build": workers[i].case})
+            for round_index in range(block * rounds, (block + 1) * rounds):
+                live = [w for w in workers if w.status == "ok"]
+                for position, i in enumerate(rotation(len(live), round_index)):
+                    reply = live[i].ask({"time": True})
+                    if reply["status"] == "ok":
+                        repeats.append({"run": live[i].case["run"], "block": block, "round": round_index,
+                                        "position": position, "ms": reply["ms"]})
+            for worker in workers:
+                run = worker.case["run"]
+                if worker.status != "ok":
+                    failed.add(run)
+                elif run not in failed:
+                    finish = worker.ask({"finish": True})
+                    first = done.setdefault(run, finish)
+                    first["peak_mem_mb"] = max(first["peak_mem_mb"], finish["peak_mem_mb"])
+        finally:
+            for worker in workers:
+                worker.close()
+    rows, repeat_rows = [], []
+    for case in cell:
+        run = case["run"]
+        if run in done and run not in failed:
+            row = {"run": run, "cell": case["cell"], **done[run]["row"]}
+            times = [r["ms"] for r in repeats if r["run"] == run]
+            rows.append(summary_row(row, times, done[run]["peak_mem_mb"], done[run]["baseline_mb"]))
+            repeat_rows += [{**{k: row[k] for k in REPEAT_SETTINGS}, **r} for r in repeats if r["run"] == run]
+        else:
+            rows.append(out_of_memory_row({"run": run, "cell": case["cell"], **_failed_row(case)}))
+    repeat_rows.sort(key=lambda r: (r["round"], r["position"]))
+    return rows, repeat_rows
 
 
-#: per-repeat rows (``--repeats-out``, one per method × length × round): these settings of the method's summary row,
-#: then ``round``, ``position`` (its place in the round's order) and ``ms``
+#: per-repeat rows (``--repeats-out``, one per method × length × block × round): these settings of the method's summary
+#: row, then ``block`` (its worker processes), ``round`` (counted across the blocks), ``position`` (its place in the
+#: round's order) and ``ms``
 REPEAT_SETTINGS = ("run", "method", "encoding", "processor", "kernel_size", "dape_width", "size", "n_layer",
                    "d_model", "seq_len", "batch_size", "mode", "precision", "attention_impl", "attention_path",
                    "dape_dtype", "device", "device_type", "cpu_model", "threads", "warmup", "cell")
-REPEAT_COLUMNS = (*REPEAT_SETTINGS, "round", "position", "ms")
+REPEAT_COLUMNS = (*REPEAT_SETTINGS, "block", "round", "position", "ms")
 
 
 # ----------------------------------------------------------------------------------------------- a job
@@ -456,7 +472,7 @@ def run(args) -> int:
     io.write_csv(args.out, pd.DataFrame(rows), seal=True)
     for row in rows:
         print(f"{row['run']}: {row['method']} {row['mode']} T={row['seq_len']} B={row['batch_size']} on "
-              f"{row['device']}: " + (f"{row['median_ms']:.1f} ms (median of {row['repeats']} interleaved), "
+              f"{row['device']}: " + (f"{row['median_ms']:.1f} ms (median of {row['blocks']} × {row['repeats']} interleaved), "
                                       f"{row['peak_mem_mb']:.0f} MB" if row["status"] == "ok" else row["status"]),
               file=sys.stderr)
     return 0

@@ -301,18 +301,22 @@ def timing(ratios=(0.5, 0.6, 0.7), mode="forward"):
     return pd.DataFrame(rows)
 
 
-def repeats(ratios=(0.5, 0.6, 0.7), mode="forward", rounds=10, noise=0.01, seed=0):
-    """timing_repeats.csv: interleaved rounds, each method's ms with a shared round effect and its own noise."""
+def repeats(ratios=(0.5, 0.6, 0.7), mode="forward", rounds=10, noise=0.01, seed=0, blocks=4, process=0.01):
+    """timing_repeats.csv: ``blocks`` blocks of fresh worker processes (each method's own process effect, SD
+    ``process``), each of interleaved rounds: each method's ms with a shared round effect and its own noise."""
     rng = np.random.default_rng(seed)
     rows = []
     for (size, n_layer, d_model), ratio in zip([("tiny", 2, 64), ("small", 4, 128), ("base", 6, 256)], ratios):
-        for r in range(rounds):
-            shared = rng.normal(0, 0.05)
-            for position, (method, ms) in enumerate([("DAPE1x3-Kerple", 100.0), ("Kerple", 100.0 * ratio)]):
-                rows.append({"run": f"{size}-{method}", "method": method, "size": size, "n_layer": n_layer,
-                             "d_model": d_model, "seq_len": 256, "batch_size": 1, "mode": mode, "precision": "fp32",
-                             "device": "cpu", "threads": 2, "cell": f"cell-{size}", "round": r,
-                             "position": (position + r) % 2, "ms": ms * np.exp(shared + rng.normal(0, noise))})
+        for block in range(blocks):
+            effect = rng.normal(0, process, 2)
+            for r in range(block * rounds, (block + 1) * rounds):
+                shared = rng.normal(0, 0.05)
+                for position, (method, ms) in enumerate([("DAPE1x3-Kerple", 100.0), ("Kerple", 100.0 * ratio)]):
+                    rows.append({"run": f"{size}-{method}", "method": method, "size": size, "n_layer": n_layer,
+                                 "d_model": d_model, "seq_len": 256, "batch_size": 1, "mode": mode,
+                                 "precision": "fp32", "device": "cpu", "threads": 2, "cell": f"cell-{size}",
+                                 "block": block, "round": r, "position": (position + r) % 2,
+                                 "ms": ms * np.exp(shared + effect[position] + rng.normal(0, noise))})
     return pd.DataFrame(rows)
 
 
@@ -328,20 +332,33 @@ def test_timing_overhead_shrinks():
     assert old["verdict"] == UNDECIDED and old["basis"].startswith("no per-repeat times")
     record = evaluate_claims(None, timing=timing(), timing_repeats=repeats(), claim_ids=[cid]).iloc[0]
     assert "on cpu" in record["basis"] and "the paper timed GPUs" in record["basis"]
+    assert "Welch t over 4+ blocks" in record["basis"]
     assert verdict(cid) == NOT_RUN
 
 
-def test_the_timing_claim_reads_no_interval_on_fewer_rounds_than_its_calibration_holds_at():
-    """A bootstrap of 2–4 rounds decides identical methods beyond 5 % of the time (the shipped simulation's timing
-    rows): below MIN_ROUNDS the check is UNDECIDED and says why, where the same clear rise on 5 rounds decides."""
-    from dape_core.report.timing_check import MIN_ROUNDS
+def test_the_timing_interval_reads_blocks_of_worker_processes_not_rounds():
+    """A process's own speed is shared by all its rounds: with process effects larger than the rounds' noise, a
+    rise that many quiet rounds would seem to settle stays UNDECIDED on few blocks and is decided on enough (the
+    interval's units are blocks); fewer than MIN_BLOCKS blocks — a table of one process per method, as files
+    before blocks — read no interval and say why."""
+    from dape_core.report.timing_check import MIN_BLOCKS, block_ratios
 
     cid = "timing_overhead_shrinks"
-    assert verdict(cid, timing=timing(), timing_repeats=repeats(rounds=MIN_ROUNDS)) == CONFIRMED
-    few = evaluate_claims(None, timing=timing(), timing_repeats=repeats(rounds=MIN_ROUNDS - 1), claim_ids=[cid])
+    wobbly = dict(ratios=(0.5, 0.55, 0.6), rounds=40, noise=0.005, process=0.06)
+    assert verdict(cid, timing=timing(), timing_repeats=repeats(blocks=3, seed=1, **wobbly)) == UNDECIDED
+    assert verdict(cid, timing=timing(), timing_repeats=repeats(blocks=3, seed=1, **{**wobbly, "process": 0.0})) \
+        == CONFIRMED
+    assert verdict(cid, timing=timing(), timing_repeats=repeats(blocks=MIN_BLOCKS)) == CONFIRMED
+    few = evaluate_claims(None, timing=timing(), timing_repeats=repeats(blocks=MIN_BLOCKS - 1), claim_ids=[cid])
     assert few.iloc[0]["verdict"] == UNDECIDED
-    assert f"fewer than {MIN_ROUNDS}, no interval" in few.iloc[0]["basis"]
-    assert verdict(cid, timing=timing(), timing_repeats=repeats(ratios=(0.7, 0.6, 0.5), rounds=2)) == UNDECIDED
+    assert f"fewer than {MIN_BLOCKS}, no interval" in few.iloc[0]["basis"]
+    one = repeats(rounds=40).drop(columns="block")  # a file of one process per method: one block
+    assert verdict(cid, timing=timing(), timing_repeats=one) == UNDECIDED
+    table = repeats(blocks=3)
+    small = table[table["size"] == "small"]
+    expected = [np.median(g.loc[g.method == "Kerple", "ms"]) / np.median(g.loc[g.method == "DAPE1x3-Kerple", "ms"])
+                for _, g in small.groupby("block")]
+    assert block_ratios(small) == pytest.approx(expected)
 
 
 # --------------------------------------------------------------------------- §4.8 CHE

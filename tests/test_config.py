@@ -136,7 +136,7 @@ def test_shipped_configurations_expand(path):
 
 def test_default_config_holds_every_family_and_the_central_comparison_at_its_documented_scale():
     """config.yaml is the design-stage configuration: its families, the pilot, cover every claim at 600 steps × 16
-    with two seeds of the central comparison, and its design block spends the fresh seeds."""
+    with three seeds of the central comparison, and its design block spends the fresh seeds."""
     plan = grid.build_plan(grid.load_yaml(REPO / "config.yaml"))
     families = set(plan.families)
     assert {"baselines", "dape_every_encoding", "naive_dape", "kernel_sizes", "hidden_width", "equal_tokens",
@@ -150,7 +150,7 @@ def test_default_config_holds_every_family_and_the_central_comparison_at_its_doc
         assert runs, label
         run = plan.lm_runs[runs[0]]
         s = run["settings"]
-        assert run["seeds"] == [0, 1], label
+        assert run["seeds"] == [0, 1, 2], label
         assert (s["size"], s["train_len"], s["batch_size"], s["steps"]) == ("small", 32, 16, 600), label
         assert max(run["eval"]["eval_lens"]) == 16 * s["train_len"], label
     assert plan.families["baselines"]["delta_p"] and plan.attention_jobs()

@@ -86,6 +86,42 @@ def test_the_per_repeat_table_has_the_contract_columns(timed_job, tmp_path):
         aggregate.timing_repeats(plan, [str(damaged)], table)
 
 
+def test_blocks_time_each_method_in_fresh_worker_processes_and_count_rounds_across_them(tmp_path):
+    """``blocks`` 2 × ``repeats`` 2: each block starts fresh workers (their process ids differ between blocks), its
+    rounds follow the last block's, and the summary is over every block; the workers compute on
+    ``compute_threads`` (1) of the job's 2 threads, which every row records."""
+    out = tmp_path / "forward-tiny-B1.csv"
+    spawned = []
+    original = timing.Worker.__init__
+
+    def spy(self, case):
+        original(self, case)
+        spawned.append((case["run"], self.process.pid))
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(timing.Worker, "__init__", spy)
+        code = main(["time", "--size", "tiny", "--vocab-size", "64", "--seq-lens", "16", "--repeats", "2",
+                     "--blocks", "2", "--compute-threads", "1", "--warmup", "0", "--threads", "2", "--methods",
+                     json.dumps(METHODS), "--out", str(out)])
+    assert code == 0
+    summary, repeats = pd.read_csv(out), pd.read_csv(timing.repeats_path(str(out)))
+    assert len(spawned) == 4 and len({pid for _, pid in spawned}) == 4  # 2 methods × 2 blocks, each its own process
+    assert (summary["blocks"] == 2).all() and (summary["repeats"] == 2).all() and set(summary["threads"]) == {1}
+    assert set(repeats["threads"]) == {1} and len(repeats) == 2 * 2 * 2
+    for run, rows in repeats.groupby("run"):
+        assert list(rows.sort_values("round")["block"]) == [0, 0, 1, 1] and sorted(rows["round"]) == [0, 1, 2, 3]
+    for row in summary.itertuples():
+        assert row.median_ms == pytest.approx(repeats.loc[repeats["run"] == row.run, "ms"].median())
+    plan = {"families": {"t": {"role": "forward_time"}},
+            "timing_members": [{"family": "t", "run": run} for run in METHODS]}
+    table = aggregate.timing_results(plan, [str(out)])
+    assert len(aggregate.timing_repeats(plan, [timing.repeats_path(str(out))], table)) == 8  # repeats × blocks
+    with pytest.raises(ConfigError, match=r"compute_threads: 3 is more than the job's threads \(2\); allowed values"):
+        timing.TimingSettings(compute_threads=3, threads=2)
+    with pytest.raises(ConfigError, match="blocks"):
+        timing.TimingSettings(blocks=0)
+
+
 # --------------------------------------------------------------------------------------------- failures
 def _cell(**case):
     return [{**timing.cases(timing.TimingSettings(size="tiny", vocab_size=64, seq_lens=[16], repeats=2, warmup=0,

@@ -24,7 +24,7 @@ TRIALS = 500  # per window variant: 1000 per basis × seeds × regime (Monte-Car
 
 @pytest.fixture(scope="module")
 def rates():
-    return vc.calibration(TRIALS, seed=3, power=False, timing_rounds=(10,))
+    return vc.calibration(TRIALS, seed=3, power=False, timing_blocks=(8,))
 
 
 def test_no_basis_decides_two_identical_methods_more_than_7_percent(rates):
@@ -382,15 +382,17 @@ def test_holms_step_down_holds_in_the_suite():
     assert row["false_decisions"] <= 0.09 and float(row["sigma_from"].rsplit(": ", 1)[1].split()[0]) > 0.3
 
 
-def test_the_timing_rule_is_calibrated_at_every_round_count_a_shipped_configuration_reads_it_on():
-    """Every forward-time cell of a shipped configuration is timed in rounds the timing claim either reads no
-    interval on (fewer than MIN_ROUNDS) or the shipped simulation holds within 5 % + 2 SE at, in each of its timing
-    regimes; and the simulation shows why the claim reads none below MIN_ROUNDS."""
+def test_the_timing_rule_is_calibrated_at_every_block_count_a_shipped_configuration_reads_it_on():
+    """Every forward-time cell of a shipped configuration is timed in blocks the timing claim either reads no
+    interval on (fewer than MIN_BLOCKS) or the shipped simulation holds within 5 % + 2 SE at, in each of its timing
+    regimes; and the simulation shows why the interval reads blocks: the same rounds read as independent units
+    decide identical methods far beyond 5 % of the time once each process has a speed of its own."""
     import pandas as pd
     import yaml
 
     from dape_core.config import families
-    from dape_core.report.timing_check import MIN_ROUNDS
+    from dape_core.report.intervals import UNDECIDED, decide, difference
+    from dape_core.report.timing_check import MIN_BLOCKS
 
     shipped = pd.read_csv(ROOT / "benchmarks" / "results" / "verdict_calibration.csv")
     timing = shipped[shipped["basis"].str.startswith("timing")]
@@ -401,10 +403,24 @@ def test_the_timing_rule_is_calibrated_at_every_round_count_a_shipped_configurat
         plan = families.build_plan(yaml.safe_load(path.read_text()))
         timed = {m["run"] for m in plan.timing_members
                  if plan.config["families"][m["family"]].get("role") == "forward_time"}
-        read |= {int(plan.timing_runs[run]["repeats"]) for run in timed}
-    assert 80 in read and min(read) < MIN_ROUNDS  # config.yaml's cell, and the smoke configuration's two rounds
-    for rounds in sorted(r for r in read if r >= MIN_ROUNDS):
-        assert set(timing.loc[timing["seeds"] == rounds, "regime"]) == set(vc.TIMING_REGIMES), rounds
+        read |= {int(plan.timing_runs[run]["blocks"]) for run in timed}
+    assert 16 in read and min(read) < MIN_BLOCKS  # config.yaml's cell, and the smoke configuration's one block
+    for blocks in sorted(b for b in read if b >= MIN_BLOCKS):
+        assert set(timing.loc[timing["seeds"] == blocks, "regime"]) == set(vc.TIMING_REGIMES), blocks
+
     rng = np.random.default_rng(5)
-    few = np.mean([vc.timing_trial(rng, MIN_ROUNDS - 2, 0.0) for _ in range(400)])
-    assert few > 0.08, few  # a bootstrap of 3 rounds decides identical methods well beyond 5 %
+    regime = next(r for r in vc.TIMING_REGIMES if r.startswith("as measured"))
+    round_sd, time_sd, _, _, process_sd, _ = vc.TIMING_REGIMES[regime]
+
+    def rounds_as_units() -> bool:  # one process per method and size, its 40 rounds read as independent units
+        cells = []
+        for _ in range(2):
+            process, shared = rng.normal(0.0, process_sd, 2), rng.normal(0.0, round_sd, 40)
+            a = np.exp(shared + process[0] + rng.normal(0.0, time_sd, 40))
+            b = np.exp(shared + process[1] + rng.normal(0.0, time_sd, 40))
+            cells.append([np.array([v]) for v in a / b])
+        iv = difference(cells[1], cells[0], lambda m: m[:, 0])
+        return decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
+
+    assert np.mean([rounds_as_units() for _ in range(400)]) > 0.2
+    assert np.mean([vc.timing_trial(rng, MIN_BLOCKS, 0.0, regime) for _ in range(400)]) < 0.08

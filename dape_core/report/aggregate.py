@@ -246,8 +246,7 @@ def _by_run(plan: dict, paths: list[str], kind: artefacts.Kind) -> pd.DataFrame:
 
 
 #: the per-repeat table's columns (``dape time --repeats-out``), each row one timed run of a method in its cell
-REPEAT_COLUMNS = ("run", "method", "size", "n_layer", "d_model", "seq_len", "batch_size", "mode", "precision",
-                  "device", "threads", "cell", "round", "position", "ms")
+REPEAT_COLUMNS = artefacts.REPEATS.columns
 
 
 def timing_repeats(plan: dict, repeat_paths: list[str], timing: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -263,9 +262,11 @@ def timing_repeats(plan: dict, repeat_paths: list[str], timing: pd.DataFrame | N
         counts = df.groupby(["run", "cell"]).size() if len(df) else pd.Series(dtype=int)
         for row in timing[timing["status"] == "ok"].itertuples():
             found = int(counts.get((row.run, row.cell), 0))
-            if found != row.repeats:
+            blocks = getattr(row, "blocks", 1)
+            expected = int(row.repeats) * (1 if pd.isna(blocks) else int(blocks))
+            if found != expected:
                 raise ConfigError(f"{row.source_file}: run {row.run} in cell {row.cell} has {found} repeat rows in "
-                                  f"its .repeats.csv, expected {row.repeats}; redo it with `snakemake --forcerun "
+                                  f"its .repeats.csv, expected {expected}; redo it with `snakemake --forcerun "
                                   f"{row.source_file}`")
     lead = ["run", "families", "roles", *REPEAT_COLUMNS[1:]]
     return df[[c for c in lead if c in df] + [c for c in df if c not in lead]].reset_index(drop=True)

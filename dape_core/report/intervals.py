@@ -41,9 +41,9 @@ seeds)", "unpaired t, …", "t on the seeds' own spread", "1 seed (seed noise no
 paper's printed numbers)" for the paper's own numbers (one value each; the interval is the point). An interval
 also carries ``unit_sd``, the σ of one seed, which :func:`seeds_to_decide` turns into the seeds a decision needs.
 
-Timings are not seeds: :func:`median_ratio_draws` resamples the interleaved rounds of a timing cell (percentile
-bootstrap of the ratio of medians, Efron & Tibshirani 1993, ch. 13), with its own calibration in the same
-simulation.
+Timings are not seeds: a timing cell's units are its blocks of fresh worker processes, each a ratio of medians over
+its interleaved rounds, compared between sizes with Welch's t (:func:`difference`;
+:mod:`dape_core.report.timing_check`), with its own calibration in the same simulation.
 """
 
 from __future__ import annotations
@@ -64,7 +64,6 @@ VERDICTS = (CONFIRMED, REFUTED, UNDECIDED, NOT_RUN)
 MARKS = {CONFIRMED: "✓", REFUTED: "✗", UNDECIDED: "?"}
 LEVEL = 0.95
 POWER = 0.8
-RESAMPLES = 2000
 SEED = 0
 POINT = "point (the paper's printed numbers)"
 NO_SEED_NOISE = "1 seed (seed noise not estimated: no setting has several seeds)"
@@ -286,15 +285,6 @@ def combine_noise(parts: Sequence[SeedNoise]) -> SeedNoise | None:
         return None
     sources = list(dict.fromkeys(p.source for p in parts))
     return SeedNoise(math.sqrt(sum(p.sd ** 2 for p in parts)), min(p.df for p in parts), "; ".join(sources))
-
-
-def median_ratio_draws(a: np.ndarray, b: np.ndarray, rng: np.random.Generator,
-                       resamples: int = RESAMPLES) -> np.ndarray:
-    """Bootstrap draws of median(a) / median(b) over the rounds of an interleaved timing cell: rounds resampled
-    with replacement, both methods' times of a drawn round kept together (paired by round)."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    pick = rng.integers(0, len(a), size=(resamples, len(a)))
-    return np.median(a[pick], axis=1) / np.median(b[pick], axis=1)
 
 
 def percentile(estimate: float, draws: np.ndarray, label: str, n: int, n_rows: int = 1,

@@ -25,18 +25,28 @@ class TimingSettings(AttentionSettings):
     batch_size: int | None = setting(1, help="sequences per forward (replaced by equal_tokens / seq_len)")
     equal_tokens: int | None = setting(None, help="batch = EQUAL_TOKENS / seq_len (§4.2)")
     mode: str = setting("forward", choices=MODES, help="forward, or a training step (forward, backward, AdamW)")
-    repeats: int = setting(10, help="timed runs per method and length, interleaved (the median is reported)")
+    repeats: int = setting(10, help="timed runs per method and length in each block, interleaved (the median over "
+                                    "every block's is reported)")
+    blocks: int = setting(1, help="blocks per length, each of fresh worker processes timing `repeats` interleaved "
+                                  "rounds: a process's own speed is shared by all its rounds, so an interval "
+                                  "reads blocks, not rounds")
     warmup: int = setting(2, help="untimed runs first (discarded)")
     query_chunk_size: int | None = setting(None, help="exact query-chunked attention beyond this many rows")
     precision: str = setting("fp32", choices=PRECISIONS,
                              help="fp32, or bf16 / fp16 autocast (the paper timed fp16, appendix I Table 8)")
-    threads: int = setting(2, help="CPU threads")
+    threads: int = setting(2, help="CPU threads the job holds")
+    compute_threads: int | None = setting(None, help="torch threads of each timed worker (default: threads); fewer "
+                                                     "than the job holds leaves the rest to the host")
 
     def __post_init__(self):
         super().__post_init__()
         fields.check_choices(self, TimingSettings)
-        for name in ("repeats", "threads", *(("n_layer",) if self.n_layer is not None else ())):
+        for name in ("repeats", "blocks", "threads", *(("n_layer",) if self.n_layer is not None else ()),
+                     *(("compute_threads",) if self.compute_threads is not None else ())):
             require_positive(name, getattr(self, name))
+        if self.compute_threads is not None and self.compute_threads > self.threads:
+            raise ConfigError(f"compute_threads: {self.compute_threads} is more than the job's threads "
+                              f"({self.threads}); allowed values: 1 … {self.threads}")
         for n in self.seq_lens:
             require_positive("seq_lens", n)
         if self.equal_tokens is not None:
