@@ -122,7 +122,8 @@ class TimedCase:
             "d_model": cfg.d_model, "n_head": cfg.n_head, "vocab_size": cfg.vocab_size, "seq_len": case["seq_len"],
             "batch_size": case["batch_size"], "mode": case["mode"], "repeats": case["repeats"],
             "warmup": case["warmup"], "device": device_name(self.device), "device_type": self.device.type,
-            "cpu_model": cpu_model(), "threads": threads, "blocks": case.get("blocks", 1), "attention_impl": cfg.attention_impl,
+            "cpu_model": cpu_model(), "threads": threads, "blocks": case.get("blocks", 1),
+            "attention_impl": cfg.attention_impl,
             "attention_path": resolve_attention_impl(cfg.attention_impl, self.device), "dape_dtype": cfg.dape_dtype,
             "precision": precision,
         }
@@ -383,9 +384,9 @@ def time_cell(cell: list[dict]) -> tuple[list[dict], list[dict]]:
     return rows, repeat_rows
 
 
-#: per-repeat rows (``--repeats-out``, one per method × length × block × round): these settings of the method's summary
-#: row, then ``block`` (its worker processes), ``round`` (counted across the blocks), ``position`` (its place in the
-#: round's order) and ``ms``
+#: per-repeat rows (``--repeats-out``, one per method × length × block × round): these settings of the method's
+#: summary row, then ``block`` (its worker processes), ``round`` (counted across the blocks), ``position`` (its place
+#: in the round's order) and ``ms``
 REPEAT_SETTINGS = ("run", "method", "encoding", "processor", "kernel_size", "dape_width", "size", "n_layer",
                    "d_model", "seq_len", "batch_size", "mode", "precision", "attention_impl", "attention_path",
                    "dape_dtype", "device", "device_type", "cpu_model", "threads", "warmup", "cell")
@@ -472,7 +473,8 @@ def run(args) -> int:
     io.write_csv(args.out, pd.DataFrame(rows), seal=True)
     for row in rows:
         print(f"{row['run']}: {row['method']} {row['mode']} T={row['seq_len']} B={row['batch_size']} on "
-              f"{row['device']}: " + (f"{row['median_ms']:.1f} ms (median of {row['blocks']} × {row['repeats']} interleaved), "
+              f"{row['device']}: " + (f"{row['median_ms']:.1f} ms (median of {row['blocks']} × {row['repeats']} "
+                                      "interleaved), "
                                       f"{row['peak_mem_mb']:.0f} MB" if row["status"] == "ok" else row["status"]),
               file=sys.stderr)
     return 0
