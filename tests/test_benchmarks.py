@@ -1,6 +1,8 @@
 """benchmarks/bench_dape.py runs end to end on its quick suite and writes one row per method; a compiled variant
 that cannot compile (here: no working C++ compiler) is left out with its reason, the other methods still timed."""
 
+import json
+import math
 import os
 import subprocess
 import sys
@@ -266,7 +268,10 @@ def test_sizing_noise_measures_the_prior_degrees_of_freedom_of_the_sizing_sigma(
     """benchmarks/sizing_noise.py on the committed default run: each paired check's pilot σ (own, pooled) against
     its fresh σ, a d₀ no smaller than the shipped PRIOR_DF (7.9 on the `f50a77b` run that set it; unbounded on the
     run committed now, whose own spreads scatter about the pool no more than sampling does): the design pools no
-    more than the data support, and the moderated σ errs less than the own σ alone."""
+    more than the data support. The moderated σ puts fewer checks below half the fresh σ than the own σ alone (the
+    error that spends a claim's seeds and leaves it UNDECIDED) and errs less than the pool as a floor. Its mean
+    error against the own σ's depends on the pilot: less with two seeds (`8c95d6b`: 0.43 against 0.54), level with
+    three (the run committed now: 0.60 against 0.58), so it is not asserted."""
     import sizing_noise
 
     from dape_core.report.claim_context import PRIOR_DF
@@ -275,12 +280,18 @@ def test_sizing_noise_measures_the_prior_degrees_of_freedom_of_the_sizing_sigma(
     out = tmp_path / "sizing.csv"
     assert sizing_noise.main(["--reports", str(run), "--out", str(out)]) == 0
     rows = pd.read_csv(out)
-    assert len(rows) >= 10 and (rows["fresh_seeds"] >= 3).all() and (rows["pilot_seeds"] <= 2).all()
+    seeds = pd.to_numeric(pd.read_csv(run / "lm_results.csv")["seed"])
+    fresh_from = json.loads((run / "design.json").read_text())["fresh_seeds_from"]
+    pilot_seeds = seeds[seeds < fresh_from].nunique()
+    assert len(rows) >= 10 and (rows["fresh_seeds"] >= 3).all()
+    assert rows["pilot_seeds"].between(1, pilot_seeds).all() and (rows["pilot_seeds"] == pilot_seeds).any()
     d0 = sizing_noise.prior_df(rows)
     assert d0 > PRIOR_DF - 1
     own = sizing_noise.errors(rows, rows["own σ"])
+    floor = sizing_noise.errors(rows, sizing_noise.moderated(rows, math.inf))
     mod = sizing_noise.errors(rows, sizing_noise.moderated(rows, PRIOR_DF))
-    assert mod["mean_abs_log_error"] < own["mean_abs_log_error"] and mod["below_half"] < own["below_half"]
+    assert mod["below_half"] < own["below_half"]
+    assert mod["mean_abs_log_error"] < floor["mean_abs_log_error"]
 
 
 @pytest.mark.parametrize("script, option, value", [("design_ceiling", "--max-seeds", "0"),
