@@ -1,9 +1,11 @@
-"""Compiles the fused kernel's three Triton kernels ahead of time for a CUDA target without a GPU (Triton's own
-ptxas), and prints each one's registers, spills, shared memory and the share of tensor-core instructions in its
-SASS: what a change to the tile sizes costs in resources, read at no device time.
+"""Compiles the fused kernel's three Triton kernels (and the Triton feature map's three, ``--kernels feature``)
+ahead of time for a CUDA target without a GPU (Triton's own ptxas), and prints each one's registers, spills, shared
+memory and the share of tensor-core instructions in its SASS: what a change to the tile sizes costs in resources,
+read at no device time.
 
     python benchmarks/fused_compile.py                      # sm_90, DAPE1x3-Kerple at the shipped tiles
     python benchmarks/fused_compile.py --block-rows 32 --key-tile 64 --dtype bf16 --warps 8
+    python benchmarks/fused_compile.py --kernels feature --feature-tiles 2.64.4 4.64.8
 
 Needs only Triton (no torch, no GPU): the kernel module is imported by path.
 """
@@ -23,13 +25,14 @@ from triton.backends.compiler import GPUTarget
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL_FILE = ROOT / "dape_core" / "implementations" / "fused_kernel.py"
-FP32_POINTERS = {"LSE", "DELTA", "W1A", "W1B", "B1", "W2", "B2", "SCR", "PART", "DBIAS", "bias_ptr"}
-TENSOR_POINTERS = {"Q", "Kp", "V", "O", "DO", "DQ", "DK", "DV"}
+FEATURE_KERNEL_FILE = ROOT / "dape_core" / "implementations" / "feature_map_kernel.py"
+FP32_POINTERS = {"LSE", "DELTA", "W1A", "W1B", "W1", "B1", "W2", "B2", "SCR", "PART", "DBIAS", "bias_ptr"}
+TENSOR_POINTERS = {"Q", "Kp", "V", "O", "DO", "DQ", "DK", "DV", "X", "F", "DF", "DPRE", "DX"}
 FLOATS = {"scale"}
 
 
-def kernel_module():
-    spec = importlib.util.spec_from_file_location("fused_kernel", KERNEL_FILE)
+def kernel_module(path: Path = KERNEL_FILE):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -83,17 +86,22 @@ def main(argv=None) -> int:
     parser.add_argument("--stages", type=int, default=None)
     parser.add_argument("--maxnreg", type=int, default=None, help="Triton's maxnreg (ptxas's register ceiling)")
     parser.add_argument("--bias", type=int, default=1, help="0 none, 1 table, 2 tensor")
-    parser.add_argument("--kernels", nargs="+", default=("forward", "backward_kv", "backward_q"))
+    parser.add_argument("--kernels", nargs="+", default=("forward", "backward_kv", "backward_q"),
+                        choices=("forward", "backward_kv", "backward_q", "backward_dq", "backward_weights", "feature"),
+                        help="the fused kernel's; feature: the Triton feature map's three at each --feature-tiles")
+    parser.add_argument("--channels", type=int, default=32, help="the feature map's CP, input channels padded (2H)")
+    parser.add_argument("--feature-tiles", nargs="+", default=["2.64.4"], metavar="ROWS.KEYS.WARPS",
+                        help="the feature map's tiles (rows × keys per tile, warps)")
     args = parser.parse_args(argv)
 
     kt = kernel_module()
     tl = kt.tl
     dot = {"bf16": tl.bfloat16, "fp16": tl.float16, "fp32": tl.float32}[args.dtype]
+    precision = "ieee" if args.dtype == "fp32" else "tf32"
     k = args.kernel_size
     wide = max(args.key_tile, 1 << (4 * (k - 1) + 8 - 1).bit_length())
     common = dict(HP=args.heads, DP=args.width, DHP=args.head_dim, BM=args.block_rows, W=wide, K=k, LEFT=(k - 1) // 2,
-                  TRIL=True, CAUSAL=True, BIAS=args.bias, DOT=dot,
-                  PRECISION="ieee" if args.dtype == "fp32" else "tf32")
+                  TRIL=True, CAUSAL=True, BIAS=args.bias, DOT=dot, PRECISION=precision)
     extent = 1 << (args.block_rows + wide - 1 - 1).bit_length()
     kernels = {"forward": (kt.dape_forward_kernel, {}),
                "backward_kv": (kt.dape_backward_kv_kernel, {}),
@@ -103,21 +111,34 @@ def main(argv=None) -> int:
                                                                WEIGHT_GRADS=False)),
                "backward_weights": (kt.dape_backward_q_kernel, dict(E=extent, BIAS_GRAD=False, Q_GRAD=False,
                                                                     WEIGHT_GRADS=True))}
-    target = GPUTarget("cuda", args.arch, 32)
-    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     options = dict(num_warps=args.warps)
     if args.stages is not None:
         options["num_stages"] = args.stages
     if args.maxnreg is not None:
         options["maxnreg"] = args.maxnreg
-    print(f"triton {triton.__version__}, sm_{args.arch}, {args.dtype}, HP {args.heads} DP {args.width} "
-          f"DHP {args.head_dim} k {k} BM {args.block_rows} W {wide} warps {args.warps}")
+    jobs = [(name, *kernels[name], common, options) for name in args.kernels if name != "feature"]
+    if jobs:
+        print(f"triton {triton.__version__}, sm_{args.arch}, {args.dtype}, HP {args.heads} DP {args.width} "
+              f"DHP {args.head_dim} k {k} BM {args.block_rows} W {wide} warps {args.warps}")
+    if "feature" in args.kernels:
+        fk = kernel_module(FEATURE_KERNEL_FILE)
+        for spec in args.feature_tiles:
+            rows, keys, warps = (int(v) for v in spec.split("."))
+            constants = dict(RB=rows, BJ=keys, CP=args.channels, DP=args.width, HP=args.heads, K=k,
+                             LEFT=(k - 1) // 2, DOT=dot, PRECISION=precision)
+            feature_options = {**options, "num_warps": warps}
+            jobs += [(f"feature {name} {spec}", fn, {}, constants, feature_options) for name, fn in (
+                ("forward", fk.feature_map_forward_kernel), ("backward_hidden", fk.feature_map_backward_hidden_kernel),
+                ("backward_input", fk.feature_map_backward_input_kernel))]
+        print(f"triton {triton.__version__}, sm_{args.arch}, {args.dtype}, feature map CP {args.channels} "
+              f"DP {args.width} HP {args.heads} k {k}")
+    target = GPUTarget("cuda", args.arch, 32)
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     failed = 0
-    for name in args.kernels:
-        fn, extra = kernels[name]
-        sig, const = signature(fn, args.dtype, {**common, **extra})
+    for name, fn, extra, constants, opts in jobs:
+        sig, const = signature(fn, args.dtype, {**constants, **extra})
         try:
-            compiled = triton.compile(triton.compiler.ASTSource(fn, sig, const), target=target, options=options)
+            compiled = triton.compile(triton.compiler.ASTSource(fn, sig, const), target=target, options=opts)
         except Exception as err:  # report every kernel, then fail
             failed += 1
             while err.__cause__ is not None:  # the innermost error names the line that failed

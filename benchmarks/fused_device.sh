@@ -6,8 +6,10 @@
 #      error row (fused_layer.csv);
 #   3. training steps of NoPE, Kerple and DAPE1x3-Kerple on the paths of IMPLS (gpu_step.csv);
 #   4. evaluation's forward pass of a 350M DAPE1x3-Kerple at T 8192 (fused_eval.csv);
-#   5. profile: each kernel's device time per tile setting, and the layer's forward-only pass (fused_profile.csv).
-# STEPS picks among check, layer, step, eval, profile (default: all but profile); LAYER_ROWS the layer's rows,
+#   5. profile: each kernel's device time per tile setting, and the layer's forward-only pass (fused_profile.csv);
+#   6. feature: the feature map alone, the convolutions against the Triton feature map's kernels at each of
+#      FEATURE_TILES (benchmarks/feature_map.py, feature_map.csv; run first, before the other timings).
+# STEPS picks among check, feature, layer, step, eval, profile (default: all but profile); LAYER_ROWS the layer's rows,
 # LAYER_PROFILE those of them whose kernels step 2 also profiles, METHODS and IMPLS the training steps' cases.
 # Each step runs under its own time limit, so that one that fails or hangs leaves the others' results.
 #
@@ -19,12 +21,13 @@ mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
 TILES=${TILES-"16.16.8.16.8 16.16.4.16.4"}  # set empty: the default tiles only
-LAYER_ROWS=${LAYER_ROWS:-"sdpa sdpa-bias materialized paper-compiled compiled compiled-keep fused"}
+LAYER_ROWS=${LAYER_ROWS:-"sdpa sdpa-bias materialized paper-compiled compiled compiled-keep fused materialized-triton compiled-triton compiled-triton-keep"}
+FEATURE_TILES=${FEATURE_TILES:-"2.64.8 4.32.8 1.64.4 2.32.4"}
 IMPLS=${IMPLS:-"materialized compiled fused"}
 METHODS=${METHODS:-"NoPE Kerple DAPE1x3-Kerple"}
 LAYER_PROFILE=${LAYER_PROFILE:-}
 PROFILE_TILES=${PROFILE_TILES:-"16.32.16.16.8 16.32.16.16.8+uncapped 16.32.16.32.8 16.32.16.16.4 16.32.16.32.16"}
-STEPS=" ${STEPS:-check layer step eval} "
+STEPS=" ${STEPS:-check feature layer step eval} "
 has() { [[ "$STEPS" == *" $1 "* ]]; }
 if [ "${SMOKE:-0}" = 1 ]; then
     export TRITON_INTERPRET=1
@@ -34,12 +37,15 @@ if [ "${SMOKE:-0}" = 1 ]; then
     LENGTHS=${LENGTHS:-32}
     EVAL="--device cpu --shapes --eval-size tiny --eval-length 48 --vocab-size 512 --rounds 2 --warmup 1"
     PROFILE="--device cpu --shape 2x40 --heads 4 --head-dim 8 --dape-width 6 --reps 1"
+    FEATURE="--device cpu --shapes 1x24 --heads 4 --dape-width 6 --rounds 2 --warmup 1"
+    FEATURE_TILES="2.8.4"
     LIMIT=600
     CASES=${CASES:-"kerple:v2-causal nope:v1"}  # fp32: the interpreter's bf16 loads are wrong
 else
     CASES=${CASES:-"kerple:v2-causal:bf16 nope:v1:bf16 fire:v2-same-no-tril:bf16 alibi:v2-k5:bf16"}
     CHECK="" LAYER="--rounds 10" STEP="--rounds 5 --warmup 2" EVAL="--shapes --eval-size 350M --rounds 5"
     PROFILE="--reps 5"
+    FEATURE="--rounds 10"
     LIMIT=${LIMIT:-240}
 fi
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw \
@@ -82,6 +88,11 @@ EOF
 fi
 echo "checks and compilation: $(( $(date +%s) - start )) s"
 
+if has feature; then
+    timeout $LIMIT $PY benchmarks/feature_map.py $FEATURE --tiles $FEATURE_TILES --out "$OUT/feature_map.csv" \
+        || echo "feature map timing failed (exit $?)"
+    echo "feature map timing done: $(( $(date +%s) - start )) s"
+fi
 if has profile; then
     timeout $LIMIT $PY benchmarks/fused_profile.py $PROFILE --tiles $PROFILE_TILES --forward-only \
         --out "$OUT/fused_profile.csv" || echo "profile failed (exit $?)"

@@ -11,13 +11,15 @@ Rows (q, k, v, Kerple's r1, r2 and both convolutions learnable; bf16 autocast on
 * ``compiled``: the ``compiled`` path (the materialized path's chunks under ``torch.compile``, recompute on),
   ``compiled-keep`` (recompute off);
 * ``fused``: the fused Triton kernel (``attention_impl: fused``) at its default tiles; ``--fused-tiles`` adds a row
-  per tile setting, ``fused-BM.W.warps.Wb.warpsb`` (block rows, the forward's key tile and warps, the backward's).
+  per tile setting, ``fused-BM.W.warps.Wb.warpsb`` (block rows, the forward's key tile and warps, the backward's);
+* ``materialized-triton``, ``compiled-triton``, ``compiled-triton-keep``: those paths with ``feature_map="triton"``
+  (the convolutions replaced by the Triton feature map's kernels, :mod:`dape_core.implementations.feature_map`).
 
 Each case is built once and warmed up, then the cases take turns, one timed forward + backward each per round; on
 CUDA each is bracketed by ``torch.cuda.synchronize`` and its peak memory is ``torch.cuda.max_memory_allocated``
 above what the inputs hold. ``--check`` adds the error rows: the fused path (and the compiled and materialized
-paths, each where its rows run) in the benchmark's dtype against the plain path in fp32 on the same inputs (output and
-q, k, v gradients, max |difference| / max |reference|).
+paths and their ``-triton`` forms, each where its rows run) in the benchmark's dtype against the plain path in fp32
+on the same inputs (output and q, k, v gradients, max |difference| / max |reference|).
 
 ``--profile`` adds, per shape, where each named row's device time goes: its kernels under ``torch.profiler``
 (``--profile-reps`` steps after the timed rounds), the largest ``--profile-top`` by device time per step, the rest
@@ -48,7 +50,9 @@ from harness import machine_info, write_rows  # noqa: E402
 from dape_core.attention import attend  # noqa: E402
 from dape_core.dape import build_processor  # noqa: E402
 from dape_core.encodings import build_encoding  # noqa: E402
+from dape_core.implementations.compiled import attend_compiled  # noqa: E402
 from dape_core.implementations.fused import FusedTiles, attend_fused  # noqa: E402
+from dape_core.implementations.materialized import attend_materialized  # noqa: E402
 from dape_core.methods import parse_method  # noqa: E402
 from dape_core.model import GPT, GPTConfig  # noqa: E402
 from dape_core.settings import AttentionSettings  # noqa: E402
@@ -56,7 +60,7 @@ from dape_core.settings import AttentionSettings  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "fused_layer.csv"
 ROWS = ("sdpa", "sdpa-bias", "materialized", "materialized-keep", "paper", "paper-compiled", "compiled",
-        "compiled-keep", "fused")
+        "compiled-keep", "fused", "materialized-triton", "compiled-triton", "compiled-triton-keep")
 
 
 def floors(batch: int, n: int, heads: int, head_dim: int, width: int, kernel_size: int, itemsize: int = 2) -> dict:
@@ -97,16 +101,25 @@ class Layer:
             out = attend_fused(q, k, v, encoding=self.encoding, processor=self.processor, positions=self.positions,
                                causal=True, tiles=parse_tiles(row))
         else:
-            impl = {"sdpa-bias": "materialized", "paper": "plain"}.get(row, row.removesuffix("-keep"))
-            out = attend(q, k, v, encoding=self.encoding, processor=None if row == "sdpa-bias" else self.processor,
-                         positions=self.positions, causal=True, attention_impl=impl,
-                         recompute_scores=False if row.endswith("-keep") else None)
+            out = path_call(row, q, k, v, self.encoding, self.processor, self.positions)
         out.float().square().mean().backward()
         return out
 
     def paper_function(self):
         return lambda q, k, v: attend(q, k, v, encoding=self.encoding, processor=self.processor,
                                       positions=self.positions, causal=True, attention_impl="plain")
+
+
+def path_call(row: str, q, k, v, encoding, processor, positions):
+    """The attention of a path's row (its name, ``-keep``: recompute off, ``-triton``: the Triton feature map)."""
+    keep = row.endswith("-keep")
+    name = row.removesuffix("-keep")
+    options = dict(encoding=encoding, positions=positions, causal=True, recompute_scores=False if keep else None)
+    if name.endswith("-triton"):
+        path = attend_compiled if name.startswith("compiled") else attend_materialized
+        return path(q, k, v, processor=processor, feature_map="triton", **options)
+    impl = {"sdpa-bias": "materialized", "paper": "plain"}.get(name, name)
+    return attend(q, k, v, processor=None if row == "sdpa-bias" else processor, attention_impl=impl, **options)
 
 
 def parse_tiles(row: str) -> FusedTiles:
@@ -136,10 +149,8 @@ def error_row(layer: Layer, device, impl: str = "fused") -> dict:
         for t in layer.qkv:
             t.grad = None
         q, k, v = (t.detach().to(dtype).requires_grad_() for t in layer.qkv)
-        encoding, processor = layer.encoding, layer.processor
         with autocast(device) if cast else torch.autocast(device.type, enabled=False):
-            out = attend(q, k, v, encoding=encoding, processor=processor, positions=layer.positions, causal=True,
-                         attention_impl=impl)
+            out = path_call(impl, q, k, v, layer.encoding, layer.processor, layer.positions)
         out.float().square().mean().backward()
         return [out.detach().float(), *(t.grad.float() for t in (q, k, v))]
 
@@ -208,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--fused-tiles", nargs="+", default=[], metavar="BM.W.WARPS.WB.WARPSB",
                         help="a fused row per tile setting (block rows, forward key tile and warps, backward's)")
-    parser.add_argument("--check", action="store_true", help="add the timed fused, compiled and materialized paths' errors against fp32 plain")
+    parser.add_argument("--check", action="store_true",
+                        help="add the timed fused, compiled and materialized paths' errors against fp32 plain")
     parser.add_argument("--profile", nargs="+", choices=ROWS, default=[], metavar="ROW",
                         help="add each named row's kernels and their device time per step (torch.profiler)")
     parser.add_argument("--profile-reps", type=int, default=3)
@@ -268,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{'–' if ratio is None else format(ratio, '.2f')}", flush=True)
         print(f"floors B{batch} T{n}: forward {floor['forward_gflop']:.1f} GFLOP / {floor['forward_mb']:.0f} MB, "
               f"backward {floor['backward_gflop']:.1f} GFLOP / {floor['backward_mb']:.0f} MB")
-        for impl in ("fused", "compiled", "materialized") if args.check else ():
+        checked = ("fused", "compiled", "materialized", "compiled-triton", "materialized-triton")
+        for impl in checked if args.check else ():
             if impl in args.rows or (impl == "fused" and any(row.startswith("fused-") for row in args.rows)):
                 errors = error_row(layer, device, impl)
                 rows.append({**info, "batch": batch, "train_len": n, "row": f"{impl}-error",

@@ -139,22 +139,23 @@ def test_fused_layer_benchmark_times_every_row_and_states_the_fused_error(tmp_pa
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fused_layer.py"), "--device", "cpu",
                              "--shapes", "2x20", "--heads", "2", "--head-dim", "8", "--dape-width", "4", "--rounds",
                              "1", "--warmup", "0", "--rows", "sdpa", "sdpa-bias", "materialized", "paper", "fused",
-                             "--fused-tiles", "16.16.4.16.4+uncapped", "--check", "--profile", "materialized",
+                             "materialized-triton", "--fused-tiles", "16.16.4.16.4+uncapped", "--check", "--profile", "materialized",
                              "--profile-top", "3", "--eval-size", "tiny",
                              "--eval-length", "24", "--vocab-size", "64", "--out",
                              str(out)], capture_output=True, text=True, timeout=600,
                             env=_interpreted_env())
     assert result.returncode == 0, result.stderr[-2000:]
     rows = pd.read_csv(out).set_index("row")
-    assert list(rows.index) == ["sdpa", "sdpa-bias", "materialized", "paper", "fused", "fused-16.16.4.16.4+uncapped",
-                                "fused-error", "materialized-error", *["profile-materialized"] * 4,
+    assert list(rows.index) == ["sdpa", "sdpa-bias", "materialized", "paper", "fused", "materialized-triton",
+                                "fused-16.16.4.16.4+uncapped", "fused-error", "materialized-error",
+                                "materialized-triton-error", *["profile-materialized"] * 4,
                                 "eval-tiny-materialized", "eval-tiny-fused"]
     profile = rows.loc["profile-materialized"]  # the three largest kernels, then the rest; shares of one total
     assert list(profile["kernel"])[-1] == "(other)" and profile["share"].sum() == pytest.approx(1.0)
     assert list(profile["ms"][:3]) == sorted(profile["ms"][:3], reverse=True)
     assert rows.loc["eval-tiny-materialized", "x_materialized"] == 1.0 and rows.loc["eval-tiny-fused", "ms"] > 0
     assert rows.loc["sdpa-bias", "x_sdpa_bias"] == 1.0
-    for path in ("fused", "materialized"):
+    for path in ("fused", "materialized", "materialized-triton"):
         errors = rows.loc[f"{path}-error", ["error_output", "error_grad_q", "error_grad_k", "error_grad_v"]]
         assert (errors < 1e-5).all()  # fp32 on the CPU: each path equals the reference to rounding
     assert rows.loc["fused", "forward_gflop"] > 0 and rows.loc["fused", "backward_gflop"] > rows.loc["fused",
@@ -221,6 +222,41 @@ def test_fused_compile_reports_the_resources_of_each_kernel_without_a_gpu():
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     line = next(line for line in result.stdout.splitlines() if line.startswith("forward:"))
     assert "registers" in line and "stack" in line and "hmma" in line
+
+
+def test_feature_map_benchmark_times_the_convolutions_beside_each_tile_setting(tmp_path):
+    """benchmarks/feature_map.py in the interpreter: per shape and mode a row for the convolutions and one per
+    tile setting, each with its error against fp32 (rounding, in fp32 on the CPU) and the floor's bandwidth; a tile
+    setting that is not three powers of two is refused, naming --tiles and the allowed values."""
+    out = tmp_path / "feature_map.csv"
+    command = [sys.executable, str(ROOT / "benchmarks" / "feature_map.py"), "--device", "cpu", "--shapes", "1x12",
+               "--heads", "2", "--dape-width", "4", "--rounds", "1", "--warmup", "0", "--out", str(out)]
+    result = subprocess.run([*command, "--tiles", "2.8.4", "1.16.4"], capture_output=True, text=True, timeout=600,
+                            env=_interpreted_env())
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = pd.read_csv(out)
+    assert list(zip(rows["mode"], rows["row"])) == [(mode, row) for mode in ("train", "forward")
+                                                    for row in ("conv", "triton-2.8.4", "triton-1.16.4")]
+    assert (rows["error"] < 1e-5).all() and (rows.loc[rows["row"] == "conv", "x_conv"] == 1.0).all()
+    floor = rows.groupby("mode")["floor_gb"].first()
+    assert floor["train"] > floor["forward"] > 0
+    assert rows["gb_per_s"].to_numpy() == pytest.approx((rows["floor_gb"] / (rows["ms"] / 1000)).to_numpy())
+    bad = subprocess.run([*command, "--tiles", "2.12.4"], capture_output=True, text=True, timeout=600,
+                         env=_interpreted_env())
+    assert bad.returncode == 2 and "--tiles" in bad.stderr and "allowed values: powers of two" in bad.stderr
+
+
+def test_fused_compile_reports_the_feature_map_kernels_at_each_tile_setting():
+    pytest.importorskip("triton.backends.nvidia")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fused_compile.py"), "--heads", "16",
+                             "--width", "16", "--channels", "16", "--kernels", "feature", "--feature-tiles",
+                             "1.16.4"], capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    lines = [line for line in result.stdout.splitlines() if line.startswith("feature ")]
+    assert [line.split(":")[0] for line in lines] == [f"feature {name} 1.16.4" for name in
+                                                      ("forward", "backward_hidden", "backward_input")]
+    assert all("registers" in line and "stack" in line and "hgmma" in line for line in lines)
 
 
 def test_the_device_script_parses():

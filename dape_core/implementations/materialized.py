@@ -56,8 +56,12 @@ from torch.utils.checkpoint import checkpoint
 
 from dape_core.dape import NEGATIVE_SLOPE, ScoreProcessor
 from dape_core.encodings import PositionalEncoding
+from dape_core.errors import require_choice
 
 DEFAULT_CHUNK_BYTES = 2**30  # one chunk's temporaries (module docstring: the bound and the 350M figure)
+# how f is computed: ``conv`` the layer's own convolutions (cuDNN on a GPU); ``triton`` the kernels of
+# dape_core.implementations.feature_map (one streaming pass each way, same function, proven equal by the tests)
+FEATURE_MAPS = ("conv", "triton")
 
 
 def feature_columns(processor: ScoreProcessor, keys: int) -> int:
@@ -98,12 +102,14 @@ def attend_materialized(
     row_offset: int = 0,
     recompute_scores: bool | None = None,
     chunk_fn=None,
+    feature_map: str = "conv",
 ) -> torch.Tensor:
     """softmax(mask(A + B + f(tril([A; B])))) · V (eq. 5) for q [batch, H, Tq, d_head] and k, v [batch, H, Tk,
     d_head] (already rotated; query row r is key ``row_offset`` + r, ``positions`` are the keys'), in chunks of
     ``chunk`` query rows (default: :func:`chunk_rows`); ``recompute_scores`` (default: whenever gradients are
     recorded) recomputes each chunk in the backward pass; ``chunk_fn``: the function of one chunk, with the arguments
-    of :func:`chunk_attention` (default: it). Returns [batch, H, Tq, d_head]."""
+    of :func:`chunk_attention` (default: it); ``feature_map``: how f is computed (:data:`FEATURE_MAPS`). Returns
+    [batch, H, Tq, d_head]."""
     device_type, n, n_keys = q.device.type, q.shape[2], k.shape[2]
     chunk_fn = chunk_fn or chunk_attention
     feature_dtype = dape_dtype or autocast_dtype(device_type)
@@ -114,8 +120,9 @@ def attend_materialized(
     recompute_scores = recompute_scores and torch.is_grad_enabled()
     outputs = {}
     q_s, k_s = q.to(score_dtype), k.to(score_dtype)
+    require_choice("feature_map", feature_map, FEATURE_MAPS)
     options = dict(encoding=encoding, processor=processor, causal=causal, dropout_p=dropout_p,
-                   feature_dtype=feature_dtype)
+                   feature_dtype=feature_dtype, feature_map=feature_map)
     halo = processor.needed_halo()
     for r0 in reversed(range(0, n, chunk)):  # largest chunk first: later chunks reuse its memory
         rows_end = min(n, r0 + chunk)
@@ -138,7 +145,7 @@ def feature_itemsize(q: torch.Tensor, dape_dtype: torch.dtype | None = None) -> 
 
 
 def chunk_attention(q_rows, k_read, v_kept, *, q_positions, k_positions, first, encoding, processor, causal,
-                    dropout_p, feature_dtype):
+                    dropout_p, feature_dtype, feature_map="conv"):
     """One chunk of eq. 5: query rows ``first`` … (as keys; q_rows [batch, H, rows, d_head] in the scores' dtype)
     against the keys they read (k_read [batch, H, K, d_head]: under the causal mask those ≤ the last row plus the
     convolutions' halo) and keep (v_kept [batch, H, K_kept, d_head]): A, B, the processor, the causal mask,
@@ -149,7 +156,7 @@ def chunk_attention(q_rows, k_read, v_kept, *, q_positions, k_positions, first, 
         if encoding.has_bias:
             bias = encoding.bias(q_rows, k_read, scores, q_positions, k_positions)  # B
         scores = materialized_scores(processor, scores, bias, first, causal=causal, keys_out=v_kept.shape[2],
-                                     compute_dtype=feature_dtype)
+                                     compute_dtype=feature_dtype, feature_map=feature_map)
         probs = torch.softmax(scores, dim=-1)
         if dropout_p > 0:
             probs = F.dropout(probs, p=dropout_p)
@@ -165,9 +172,11 @@ def materialized_scores(
     causal: bool = False,
     keys_out: int | None = None,
     compute_dtype: torch.dtype | None = None,
+    feature_map: str = "conv",
 ) -> torch.Tensor:
     """Equals ``processor(scores, bias, row_offset)`` (eq. 5, ``ScoreProcessor.forward``) for the first
-    ``keys_out`` keys, in the scores' dtype; the feature map runs in ``compute_dtype`` (default: the scores').
+    ``keys_out`` keys, in the scores' dtype; the feature map runs in ``compute_dtype`` (default: the scores'), by
+    ``feature_map`` (:data:`FEATURE_MAPS`).
 
     With ``causal=True`` the causal mask is applied too (−inf right of each query row), exact where kept provided
     ``scores`` holds the keys up to the last row + ``needed_halo()``; without it every position is exact.
@@ -191,8 +200,13 @@ def materialized_scores(
         x[..., i * heads:(i + 1) * heads].copy_(source.expand(batch, heads, rows, keys).permute(0, 2, 3, 1))
     if processor.tril:
         x = x.masked_fill_(future[..., None], 0)
-    with _feature_precision(scores.device.type, dtype):
-        feature = padded_feature_map(processor, x.permute(0, 3, 1, 2))
+    if feature_map == "triton":  # the kernels take x in its dtype; their products accumulate in fp32
+        from dape_core.implementations.feature_map import triton_feature_map
+
+        feature = triton_feature_map(processor, x.permute(0, 3, 1, 2))
+    else:
+        with _feature_precision(scores.device.type, dtype):
+            feature = padded_feature_map(processor, x.permute(0, 3, 1, 2))
     del x
     if processor.bias_channels:  # A + B + f in the scores' dtype, one new tensor
         out = (scores[..., :kout] + bias[..., :kout]).add_(feature[..., :kout])

@@ -1,0 +1,168 @@
+"""Triton kernels of DAPE's feature map on a channels-last map (``feature_map="triton"`` of the materialized and
+compiled paths): f = Conv2(LeakyReLU(Conv1(x))) with 1×k kernels along the keys (paper eq. 5, appendix L; DAPE V1's
+MLP is k = 1), each output pixel a few small channel products, streamed over the map in one pass; the Python side is
+:mod:`dape_core.implementations.feature_map`.
+
+x is [rows, keys, C] (every query row of every batch element one row: the convolutions never mix rows), f is
+[rows, keys, H], both contiguous. A program takes ``RB`` rows × ``BJ`` keys as one tile of M = RB·BJ pixels. A
+convolution's shift along the keys is a load at shifted key offsets (from global memory, through the caches), so
+nothing moves between registers and scratch:
+
+* forward: for each of Conv2's k taps (offset o₂ = t₂ − left), Conv1's output at the shifted keys,
+  pre = b1 + Σ_{t₁} x[j + o₂ + t₁ − left] · W1[t₁] ([M, C] × [C, D] products), LeakyReLU, zero outside the keys
+  (Conv2's zero padding), then f += hidden · W2[t₂] ([M, D] × [D, H]). Conv1 is recomputed k times: its arithmetic
+  is small, and the hidden map is never stored.
+* backward, pass 1 (``feature_map_backward_hidden_kernel``): Conv1's output at the tile's own keys, dHidden =
+  Σ_{t₂} df[j − o₂] · W2[t₂]ᵀ, dPre = dHidden ⊙ LeakyReLU′(pre) (stored, [rows, keys, D]); the program's partial
+  sums of dW2[t₂] = Σ hidden[j]ᵀ · df[j − o₂] and db2.
+* backward, pass 2 (``feature_map_backward_input_kernel``): dx = Σ_{t₁} dPre[j − o₁] · W1[t₁]ᵀ and the partial sums
+  of dW1[t₁] = Σ x[j + o₁]ᵀ · dPre[j] and db1.
+
+Programs are persistent (``NPROG`` of them loop over the tiles); each adds its weight gradients to its own slot of
+``PART``, which the caller sums (deterministic: no atomics). Channel counts are padded (C to CP, D_DAPE to DP, H to
+HP: powers of two, at least 16, what ``tl.dot`` needs) with zero weights by the caller.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+NEGATIVE_SLOPE = tl.constexpr(0.01)  # LeakyReLU of appendix L (dape_core.dape's); Triton reads globals as constexprs
+
+
+@triton.jit
+def _pixels(ptr, r0, j0, shift, n_rows, n_keys, CH, RB: tl.constexpr, BJ: tl.constexpr, CHP: tl.constexpr):
+    """[RB·BJ, CHP] of a contiguous [rows, keys, CH] map: rows r0 …, keys j0 + shift … (zero outside)."""
+    r = (r0 + tl.arange(0, RB))[:, None, None].to(tl.int64)
+    j = (j0 + shift + tl.arange(0, BJ))[None, :, None]
+    c = tl.arange(0, CHP)[None, None, :]
+    mask = (r < n_rows) & (j >= 0) & (j < n_keys) & (c < CH)
+    x = tl.load(ptr + (r * n_keys + j) * CH + c, mask=mask, other=0.0)
+    return tl.reshape(x, (RB * BJ, CHP))
+
+
+@triton.jit
+def _inside(r0, j0, shift, n_rows, n_keys, RB: tl.constexpr, BJ: tl.constexpr):
+    """[RB·BJ, 1]: whether pixel (r, j + shift) of the tile lies in the map."""
+    r = (r0 + tl.arange(0, RB))[:, None]
+    j = (j0 + shift + tl.arange(0, BJ))[None, :]
+    return tl.reshape((r < n_rows) & (j >= 0) & (j < n_keys), (RB * BJ, 1))
+
+
+@triton.jit
+def _store_pixels(ptr, x, r0, j0, n_rows, n_keys, CH, RB: tl.constexpr, BJ: tl.constexpr, CHP: tl.constexpr):
+    """Writes x [RB·BJ, CHP] to a contiguous [rows, keys, CH] map (inside the map and the CH channels only)."""
+    x = tl.reshape(x, (RB, BJ, CHP))
+    r = (r0 + tl.arange(0, RB))[:, None, None].to(tl.int64)
+    j = (j0 + tl.arange(0, BJ))[None, :, None]
+    c = tl.arange(0, CHP)[None, None, :]
+    tl.store(ptr + (r * n_keys + j) * CH + c, x.to(ptr.dtype.element_ty), mask=(r < n_rows) & (j < n_keys) & (c < CH))
+
+
+@triton.jit
+def _tap(ptr, t, M: tl.constexpr, N: tl.constexpr):
+    """Tap t of a contiguous [k, M, N] weight as [M, N]."""
+    return tl.load(ptr + t * M * N + tl.arange(0, M)[:, None] * N + tl.arange(0, N)[None, :])
+
+
+@triton.jit
+def _tap_transposed(ptr, t, M: tl.constexpr, N: tl.constexpr):
+    """Tap t of a contiguous [k, M, N] weight, transposed: [N, M]."""
+    return tl.load(ptr + t * M * N + tl.arange(0, M)[None, :] * N + tl.arange(0, N)[:, None])
+
+
+@triton.jit
+def _add_to(ptr, x, M: tl.constexpr, N: tl.constexpr):
+    """ptr[M, N] += x: the program's own partial sum (no other program writes it)."""
+    offs = tl.arange(0, M)[:, None] * N + tl.arange(0, N)[None, :]
+    tl.store(ptr + offs, tl.load(ptr + offs) + x)
+
+
+@triton.jit
+def _conv1(X, W1, b1, r0, j0, shift, n_rows, n_keys, C, RB: tl.constexpr, BJ: tl.constexpr, CP: tl.constexpr,
+           DP: tl.constexpr, K: tl.constexpr, LEFT: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr):
+    """Conv1's output before LeakyReLU at keys j0 + shift … (eq. 5): b1 + Σ_t x[j + t − left] · W1[t], [M, DP]."""
+    pre = tl.zeros((RB * BJ, DP), tl.float32) + b1[None, :]
+    for t in tl.static_range(K):
+        x = _pixels(X, r0, j0, shift + t - LEFT, n_rows, n_keys, C, RB, BJ, CP)
+        pre += tl.dot(x.to(DOT), _tap(W1, t, CP, DP).to(DOT), input_precision=PRECISION)
+    return pre
+
+
+@triton.jit
+def feature_map_forward_kernel(X, F, W1, B1, W2, B2, n_rows, n_keys, C, H, NPROG,
+                               RB: tl.constexpr, BJ: tl.constexpr, CP: tl.constexpr, DP: tl.constexpr,
+                               HP: tl.constexpr, K: tl.constexpr, LEFT: tl.constexpr, DOT: tl.constexpr,
+                               PRECISION: tl.constexpr):
+    """f = b2 + Σ_{t₂} LeakyReLU(Conv1(x))[j + t₂ − left] · W2[t₂] (eq. 5) for every pixel, tile by tile."""
+    pid = tl.program_id(0)
+    n_key_tiles = tl.cdiv(n_keys, BJ)
+    b1 = tl.load(B1 + tl.arange(0, DP))
+    b2 = tl.load(B2 + tl.arange(0, HP))
+    for item in range(pid, tl.cdiv(n_rows, RB) * n_key_tiles, NPROG):
+        r0 = (item // n_key_tiles) * RB
+        j0 = (item % n_key_tiles) * BJ
+        f = tl.zeros((RB * BJ, HP), tl.float32) + b2[None, :]
+        for t2 in tl.static_range(K):
+            shift = t2 - LEFT
+            pre = _conv1(X, W1, b1, r0, j0, shift, n_rows, n_keys, C, RB, BJ, CP, DP, K, LEFT, DOT, PRECISION)
+            hidden = tl.where(pre > 0, pre, NEGATIVE_SLOPE * pre)
+            hidden = tl.where(_inside(r0, j0, shift, n_rows, n_keys, RB, BJ), hidden, 0.0)  # Conv2's zero padding
+            f += tl.dot(hidden.to(DOT), _tap(W2, t2, DP, HP).to(DOT), input_precision=PRECISION)
+        _store_pixels(F, f, r0, j0, n_rows, n_keys, H, RB, BJ, HP)
+
+
+@triton.jit
+def feature_map_backward_hidden_kernel(X, DF, DPRE, W1, B1, W2, PART, n_rows, n_keys, C, H, D, NPROG,
+                                       RB: tl.constexpr, BJ: tl.constexpr, CP: tl.constexpr, DP: tl.constexpr,
+                                       HP: tl.constexpr, K: tl.constexpr, LEFT: tl.constexpr, DOT: tl.constexpr,
+                                       PRECISION: tl.constexpr):
+    """dPre = (Σ_{t₂} df[j − t₂ + left] · W2[t₂]ᵀ) ⊙ LeakyReLU′(pre) at every pixel (stored in DPRE), and the
+    program's partial sums at PART + pid·(k·DP·HP + HP): dW2[t₂] = Σ hidden[j]ᵀ · df[j − t₂ + left], then db2."""
+    pid = tl.program_id(0)
+    part = PART + pid * (K * DP * HP + HP)
+    n_key_tiles = tl.cdiv(n_keys, BJ)
+    b1 = tl.load(B1 + tl.arange(0, DP))
+    for item in range(pid, tl.cdiv(n_rows, RB) * n_key_tiles, NPROG):
+        r0 = (item // n_key_tiles) * RB
+        j0 = (item % n_key_tiles) * BJ
+        inside = _inside(r0, j0, 0, n_rows, n_keys, RB, BJ)
+        pre = _conv1(X, W1, b1, r0, j0, 0, n_rows, n_keys, C, RB, BJ, CP, DP, K, LEFT, DOT, PRECISION)
+        hidden = tl.where(inside, tl.where(pre > 0, pre, NEGATIVE_SLOPE * pre), 0.0)
+        d_hidden = tl.zeros((RB * BJ, DP), tl.float32)
+        for t2 in tl.static_range(K):
+            df = _pixels(DF, r0, j0, LEFT - t2, n_rows, n_keys, H, RB, BJ, HP)
+            d_hidden += tl.dot(df.to(DOT), _tap_transposed(W2, t2, DP, HP).to(DOT), input_precision=PRECISION)
+            _add_to(part + t2 * DP * HP, tl.dot(tl.trans(hidden).to(DOT), df.to(DOT), input_precision=PRECISION),
+                    DP, HP)
+        d_pre = tl.where(inside, d_hidden * tl.where(pre > 0, 1.0, NEGATIVE_SLOPE), 0.0)
+        _store_pixels(DPRE, d_pre, r0, j0, n_rows, n_keys, D, RB, BJ, DP)
+        df_own = _pixels(DF, r0, j0, 0, n_rows, n_keys, H, RB, BJ, HP).to(tl.float32)
+        _add_to(part + K * DP * HP, tl.sum(df_own, 0)[None, :], 1, HP)
+
+
+@triton.jit
+def feature_map_backward_input_kernel(X, DPRE, DX, W1, PART, n_rows, n_keys, C, D, NPROG,
+                                      RB: tl.constexpr, BJ: tl.constexpr, CP: tl.constexpr, DP: tl.constexpr,
+                                      K: tl.constexpr, LEFT: tl.constexpr, DOT: tl.constexpr,
+                                      PRECISION: tl.constexpr):
+    """dx = Σ_{t₁} dPre[j − t₁ + left] · W1[t₁]ᵀ at every pixel, and the program's partial sums at
+    PART + pid·(k·CP·DP + DP): dW1[t₁] = Σ x[j + t₁ − left]ᵀ · dPre[j], then db1."""
+    pid = tl.program_id(0)
+    part = PART + pid * (K * CP * DP + DP)
+    n_key_tiles = tl.cdiv(n_keys, BJ)
+    for item in range(pid, tl.cdiv(n_rows, RB) * n_key_tiles, NPROG):
+        r0 = (item // n_key_tiles) * RB
+        j0 = (item % n_key_tiles) * BJ
+        dx = tl.zeros((RB * BJ, CP), tl.float32)
+        for t1 in tl.static_range(K):
+            d_pre = _pixels(DPRE, r0, j0, LEFT - t1, n_rows, n_keys, D, RB, BJ, DP)
+            dx += tl.dot(d_pre.to(DOT), _tap_transposed(W1, t1, CP, DP).to(DOT), input_precision=PRECISION)
+        _store_pixels(DX, dx, r0, j0, n_rows, n_keys, C, RB, BJ, CP)
+        d_pre = _pixels(DPRE, r0, j0, 0, n_rows, n_keys, D, RB, BJ, DP)
+        for t1 in tl.static_range(K):
+            x = _pixels(X, r0, j0, t1 - LEFT, n_rows, n_keys, C, RB, BJ, CP)
+            _add_to(part + t1 * CP * DP, tl.dot(tl.trans(x).to(DOT), d_pre.to(DOT), input_precision=PRECISION),
+                    CP, DP)
+        _add_to(part + K * CP * DP, tl.sum(d_pre.to(tl.float32), 0)[None, :], 1, DP)
