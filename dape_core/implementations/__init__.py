@@ -26,6 +26,11 @@ gradients, which the tests prove (``tests/test_performance_paths.py``, ``tests/t
   interpreter in the tests. ``auto`` picks it where it measured faster, for gradient-free passes on CUDA
   (``benchmarks/fused_layer.py``, ``benchmarks/fused_profile.py``, ``docs/performance.md``).
 
+The materialized and compiled paths compute f with the layer's own convolutions (cuDNN on a GPU) or, with
+``feature_map="triton"``, with the kernels of :mod:`dape_core.implementations.feature_map` (one streaming pass each
+way over the channels-last map, proven equal by the tests); no setting selects the kernels yet: they wait for a GPU
+measurement against the convolutions (``benchmarks/feature_map.py``, docs/performance.md).
+
 Where the fused path is asked for but cannot run the case, ``dape_core.attention`` says what runs instead: with
 attention dropout or without a processor the materialized path, under a host model's key mask the plain path.
 
