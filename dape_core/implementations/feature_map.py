@@ -28,9 +28,7 @@ import torch.nn.functional as F
 from dape_core.dape import ScoreProcessor
 from dape_core.errors import ConfigError
 from dape_core.implementations.blocked import gemm_weights
-
-MIN_DOT = 16  # the smallest dimension tl.dot takes: channel counts are padded to it
-DOT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+from dape_core.implementations.fused import DOT_DTYPES, MIN_DOT, dot_size, kernels_run_on
 
 
 @dataclass(frozen=True)
@@ -69,10 +67,6 @@ class FeatureTiles:
         return cls(*map(int, values))
 
 
-def _padded(n: int) -> int:
-    return max(MIN_DOT, 1 << max(0, (n - 1).bit_length()))
-
-
 @functools.lru_cache(maxsize=1)
 def _triton():
     """The kernel module, imported on first use (Triton is the ``gpu`` extra)."""
@@ -90,7 +84,7 @@ def feature_weights(processor: ScoreProcessor):
     k, width, heads = processor.kernel_size, processor.dape_width, processor.n_head
     w1, b1, w2, b2 = gemm_weights(processor)  # W1 [D, k·C] (tap, channel); W2 [k·H, D] (tap, head)
     channels = w1.shape[1] // k
-    cp, dp, hp = _padded(channels), _padded(width), _padded(heads)
+    cp, dp, hp = dot_size(channels), dot_size(width), dot_size(heads)
     w1 = F.pad(w1.float().reshape(width, k, channels).permute(1, 2, 0), (0, dp - width, 0, cp - channels))
     w2 = F.pad(w2.float().reshape(k, heads, width).permute(0, 2, 1), (0, hp - heads, 0, dp - width))
     return w1, F.pad(b1.float(), (0, dp - width)), w2, F.pad(b2.float(), (0, hp - heads))
@@ -99,14 +93,7 @@ def feature_weights(processor: ScoreProcessor):
 def feature_map_runs_on(device: torch.device | str) -> bool:
     """Whether the kernels can run on ``device``: CUDA with Triton importable, or the CPU under Triton's
     interpreter."""
-    from dape_core.implementations.fused import interpreted
-
-    kind = torch.device(device).type
-    try:
-        _triton()
-    except ConfigError:
-        return False
-    return kind == "cuda" or (kind == "cpu" and interpreted())
+    return kernels_run_on(device, _triton)
 
 
 def triton_feature_map(processor: ScoreProcessor, x: torch.Tensor, tiles: FeatureTiles | None = None) -> torch.Tensor:

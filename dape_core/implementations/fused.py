@@ -77,7 +77,8 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def _padded(n: int) -> int:
+def dot_size(n: int) -> int:
+    """n padded to what tl.dot takes: a power of two, at least MIN_DOT."""
     return max(MIN_DOT, _pow2(n))
 
 
@@ -97,15 +98,20 @@ def interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def fused_runs_on(device: torch.device | str) -> bool:
-    """Whether the fused kernel can run on ``device``: CUDA with Triton importable, or any device's tensors on the
-    CPU under Triton's interpreter."""
+def kernels_run_on(device: torch.device | str, load) -> bool:
+    """Whether Triton kernels (their module imported by ``load``, which raises ConfigError without Triton) can run on
+    ``device``: CUDA with Triton importable, or the CPU under Triton's interpreter."""
     kind = torch.device(device).type
     try:
-        _triton()
+        load()
     except ConfigError:
         return False
     return kind == "cuda" or (kind == "cpu" and interpreted())
+
+
+def fused_runs_on(device: torch.device | str) -> bool:
+    """Whether the fused kernel can run on ``device`` (:func:`kernels_run_on`)."""
+    return kernels_run_on(device, _triton)
 
 
 def bias_form(encoding: PositionalEncoding, processor: ScoreProcessor, positions: torch.Tensor) -> str:
@@ -171,7 +177,7 @@ def attend_fused(
     form = bias_form(encoding, processor, positions)
     with autocast_off(q.device.type):  # B in fp32 under bf16 autocast, as on the other paths
         bias = _kernel_bias(form, encoding, q, k, positions, row_offset)
-    heads_padded, width_padded = _padded(processor.n_head), _padded(processor.dape_width)
+    heads_padded, width_padded = dot_size(processor.n_head), dot_size(processor.dape_width)
     w1a, w1b, b1, w2, b2 = kernel_weights(processor, heads_padded, width_padded)
     plan = _Plan(form=form, kernel_size=processor.kernel_size, left=processor.left_padding, tril=processor.tril,
                  causal=causal, row_offset=row_offset, heads_padded=heads_padded, width_padded=width_padded,
@@ -261,7 +267,7 @@ def _launch_settings(plan: _Plan, q: torch.Tensor, backward: bool = False):
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
     warps = plan.tiles.backward_warps if backward else plan.tiles.warps
     bias_code = {"none": kt.BIAS_NONE, "table": kt.BIAS_TABLE, "tensor": kt.BIAS_FULL}[plan.form]
-    return dict(HP=plan.heads_padded, DP=plan.width_padded, DHP=_padded(q.shape[-1]), BM=plan.tiles.block_rows,
+    return dict(HP=plan.heads_padded, DP=plan.width_padded, DHP=dot_size(q.shape[-1]), BM=plan.tiles.block_rows,
                 W=plan.tiles.wide_tile(plan.kernel_size, backward), K=plan.kernel_size, LEFT=plan.left,
                 TRIL=plan.tril, CAUSAL=plan.causal, BIAS=bias_code, DOT=dot, PRECISION=precision,
                 num_warps=warps, **({"maxnreg": register_ceiling(warps)} if plan.tiles.cap_registers else {}))
