@@ -10,7 +10,9 @@ since the case's last reset. A case that does not fit is recorded ``out_of_memor
 median step ms, its ratio to NoPE's at the same length and mode (the issue's "× NoPE"), DAPE's ratio to Kerple's,
 and the peak GiB. ``--dape-impls`` times each DAPE method on each named ``attention_impl`` (default on CUDA:
 ``materialized``, ``compiled`` and ``fused``), as the row ``DAPE1x3-Kerple (fused)``; an impl ending in ``-keep``
-(``compiled-keep``) runs that path with ``recompute_scores: false``.
+(``compiled-keep``) runs that path with ``recompute_scores: false``, one with ``-triton`` (``compiled-triton``,
+``compiled-triton-keep``, ``materialized-triton``) with the Triton feature map (``feature_map="triton"``, which no
+setting selects: its steps run with the paths' entry points bound to it).
 
     python benchmarks/gpu_step.py                                   # on a GPU: the full table
     python benchmarks/gpu_step.py --device cpu --size tiny --vocab-size 512 --tokens 1024 --lengths 64 128 \\
@@ -20,6 +22,8 @@ and the peak GiB. ``--dape-impls`` times each DAPE method on each named ``attent
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import statistics
 import sys
 import time
@@ -30,6 +34,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import machine_info, write_rows  # noqa: E402
 
+import dape_core.attention as attention  # noqa: E402
 from dape_core.methods import parse_method  # noqa: E402
 from dape_core.model import GPT, GPTConfig  # noqa: E402
 
@@ -40,18 +45,40 @@ METHODS = ("NoPE", "RoPE", "ALiBi", "T5", "Kerple", "FIRE", "DAPE-Kerple", "DAPE
 
 def build_case(method: str, size: str, length: int, vocab_size: int, device: torch.device, compiled: bool):
     """(model, optimizer, step function) of one case: a fresh model of ``method`` on ``device`` (``method
-    (impl)``: on ``attention_impl`` impl; ``impl-keep``: that path without recomputation)."""
+    (impl)``: on ``attention_impl`` impl; ``impl-keep``: that path without recomputation; ``impl-triton``: with the
+    Triton feature map); the step function runs the model under its feature map (:func:`feature_map`)."""
     method, _, impl = method.partition(" (")
     settings = parse_method(method)
+    impl = impl.rstrip(")")
+    if impl.endswith("-keep"):
+        settings["recompute_scores"] = False
+    path = impl.removesuffix("-keep")
+    kernels = "triton" if path.endswith("-triton") else "conv"
     if impl:
-        impl = impl.rstrip(")")
-        settings["attention_impl"] = impl.removesuffix("-keep")
-        if impl.endswith("-keep"):
-            settings["recompute_scores"] = False
+        settings["attention_impl"] = path.removesuffix("-triton")
     model = GPT(GPTConfig(size=size, vocab_size=vocab_size, train_len=length, **settings)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
-    forward = torch.compile(model) if compiled else model
+    compiled_model = torch.compile(model) if compiled else model
+
+    def forward(*args):
+        with feature_map(kernels):
+            return compiled_model(*args)
     return model, optimizer, forward
+
+
+@contextlib.contextmanager
+def feature_map(name: str):
+    """The materialized and compiled paths' ``feature_map`` for the calls inside (``conv``: as they are)."""
+    if name == "conv":
+        yield
+        return
+    kept = attention.attend_materialized, attention.attend_compiled
+    attention.attend_materialized = functools.partial(kept[0], feature_map=name)
+    attention.attend_compiled = functools.partial(kept[1], feature_map=name)
+    try:
+        yield
+    finally:
+        attention.attend_materialized, attention.attend_compiled = kept
 
 
 def one_step(forward, optimizer, idx, precision: str, device: torch.device) -> None:

@@ -123,15 +123,38 @@ def test_gpu_step_times_dape_on_each_named_path(tmp_path):
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_step.py"), "--device", "cpu", "--size",
                              "tiny", "--vocab-size", "64", "--tokens", "32", "--lengths", "16", "--rounds", "1",
                              "--warmup", "1", "--modes", "eager", "--methods", "Kerple", "DAPE1x3-Kerple",
-                             "--dape-impls", "fast", "fused", "materialized-keep", "--out", str(out)],
+                             "--dape-impls", "fast", "fused", "materialized-keep", "materialized-triton", "--out",
+                             str(out)],
                             capture_output=True, text=True, timeout=600, env=_interpreted_env())
     assert result.returncode == 0, result.stderr[-2000:]
     rows = pd.read_csv(out).set_index("method")
     assert list(rows.index) == ["Kerple", "DAPE1x3-Kerple (fast)", "DAPE1x3-Kerple (fused)",
-                                "DAPE1x3-Kerple (materialized-keep)"]
+                                "DAPE1x3-Kerple (materialized-keep)", "DAPE1x3-Kerple (materialized-triton)"]
     assert (rows["status"] == "ok").all()
     fused = rows.loc["DAPE1x3-Kerple (fused)"]
     assert fused["x_kerple"] == pytest.approx(fused["step_ms"] / rows.loc["Kerple", "step_ms"])
+
+
+def test_gpu_step_runs_a_triton_case_with_the_triton_feature_map_and_the_others_without(monkeypatch):
+    """``impl-triton``: the case's steps (and no other case's) compute f with the Triton kernels, and the paths'
+    entry points are themselves again after each step."""
+    _interpreted_env()
+    import gpu_step
+
+    import dape_core.attention as attention
+    import dape_core.implementations.feature_map as feature_map
+
+    calls = []
+    original = feature_map.triton_feature_map
+    monkeypatch.setattr(feature_map, "triton_feature_map", lambda *a, **kw: calls.append(1) or original(*a, **kw))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    entry = attention.attend_materialized
+    idx = torch.randint(0, 64, (2, 16))
+    for impl, expected in (("materialized", 0), ("materialized-triton", 4)):  # two layers, each recomputed
+        calls.clear()
+        _, _, forward = gpu_step.build_case(f"DAPE1x3-Kerple ({impl})", "tiny", 16, 64, torch.device("cpu"), False)
+        forward(idx, idx)[1].backward()
+        assert len(calls) == expected and attention.attend_materialized is entry
 
 
 def test_fused_layer_benchmark_times_every_row_and_states_the_fused_error(tmp_path):
