@@ -110,6 +110,7 @@ def attend_materialized(
     recorded) recomputes each chunk in the backward pass; ``chunk_fn``: the function of one chunk, with the arguments
     of :func:`chunk_attention` (default: it); ``feature_map``: how f is computed (:data:`FEATURE_MAPS`). Returns
     [batch, H, Tq, d_head]."""
+    require_choice("feature_map", feature_map, FEATURE_MAPS)
     device_type, n, n_keys = q.device.type, q.shape[2], k.shape[2]
     chunk_fn = chunk_fn or chunk_attention
     feature_dtype = dape_dtype or autocast_dtype(device_type)
@@ -120,7 +121,6 @@ def attend_materialized(
     recompute_scores = recompute_scores and torch.is_grad_enabled()
     outputs = {}
     q_s, k_s = q.to(score_dtype), k.to(score_dtype)
-    require_choice("feature_map", feature_map, FEATURE_MAPS)
     options = dict(encoding=encoding, processor=processor, causal=causal, dropout_p=dropout_p,
                    feature_dtype=feature_dtype, feature_map=feature_map)
     halo = processor.needed_halo()
