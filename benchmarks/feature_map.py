@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heads", type=int, default=12)
     parser.add_argument("--dape-width", type=int, default=32)
     parser.add_argument("--kernel-size", type=int, default=3)
-    parser.add_argument("--tiles", nargs="+", default=[FeatureTiles().spec(), "4.32.8", "1.64.4", "2.32.4"],
+    parser.add_argument("--tiles", nargs="+", default=[FeatureTiles().spec(), "2.64.8", "1.64.4", "2.32.4"],
                         metavar="ROWS.KEYS.WARPS", help="a Triton row per tile setting")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=10)

@@ -90,7 +90,7 @@ def main(argv=None) -> int:
                         choices=("forward", "backward_kv", "backward_q", "backward_dq", "backward_weights", "feature"),
                         help="the fused kernel's; feature: the Triton feature map's three at each --feature-tiles")
     parser.add_argument("--channels", type=int, default=32, help="the feature map's CP, input channels padded (2H)")
-    parser.add_argument("--feature-tiles", nargs="+", default=["2.64.4"], metavar="ROWS.KEYS.WARPS",
+    parser.add_argument("--feature-tiles", nargs="+", default=["4.32.8"], metavar="ROWS.KEYS.WARPS",
                         help="the feature map's tiles (rows × keys per tile, warps)")
     args = parser.parse_args(argv)
 

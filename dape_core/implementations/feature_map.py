@@ -37,11 +37,11 @@ class FeatureTiles:
     [rows·keys, channels] × [channels, channels]), ``warps`` per program (Triton's ``num_warps``), ``programs``
     persistent programs (None: four per streaming multiprocessor on CUDA, at most 8 elsewhere). The defaults are
     the largest tile of the settings compiled for an H200 (sm_90, bf16, the 125M shape) whose three kernels spill no
-    registers (``benchmarks/fused_compile.py --kernels feature``; docs/performance.md); their speed is not yet
-    measured on a GPU (``benchmarks/feature_map.py`` times them against the convolutions)."""
+    registers under Triton 3.6 and 3.9 (``benchmarks/fused_compile.py --kernels feature``; docs/performance.md);
+    their speed is not yet measured on a GPU (``benchmarks/feature_map.py`` times them against the convolutions)."""
 
-    rows: int = 2
-    keys: int = 64
+    rows: int = 4
+    keys: int = 32
     warps: int = 8
     programs: int | None = None
 
