@@ -161,10 +161,11 @@ def _(x, w1, b1, w2, b2, heads, left, rows, keys, warps, programs):
 
 @torch.library.custom_op("dape::feature_map_backward", mutates_args=())
 def _feature_map_backward(grad: torch.Tensor, x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,
-                          width: int, left: int, rows: int, keys: int, warps: int,
+                          left: int, rows: int, keys: int, warps: int,
                           programs: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
                                                   torch.Tensor]:
-    """(dx, dW1, db1, dW2, db2) of f given df = ``grad`` (the two backward kernels; dPre kept between them)."""
+    """(dx, dW1, db1, dW2, db2) of f given df = ``grad`` (the two backward kernels; dPre kept between them, its
+    DP channels padded like the weights: a padded channel's dPre is zero)."""
     kt = _triton()
     x, grad = x.contiguous(), grad.contiguous().to(x.dtype)
     n_rows, n_keys, channels = x.shape
@@ -174,21 +175,21 @@ def _feature_map_backward(grad: torch.Tensor, x: torch.Tensor, w1: torch.Tensor,
     w1, b1, w2 = w1.contiguous(), b1.contiguous(), w2.contiguous()
     nprog = _launch(x.device, n_rows, n_keys, rows, keys, programs)
     settings = dict(RB=rows, BJ=keys, CP=cp, DP=dp, K=k, LEFT=left, num_warps=warps, **_dot_settings(x.dtype))
-    d_pre = torch.empty((n_rows, n_keys, width), device=x.device, dtype=x.dtype)
+    d_pre = torch.empty((n_rows, n_keys, dp), device=x.device, dtype=x.dtype)
     part2 = torch.zeros((nprog, k * dp * hp + hp), device=x.device, dtype=torch.float32)
     kt.feature_map_backward_hidden_kernel[(nprog,)](
-        x, grad, d_pre, w1, b1, w2, part2, n_rows, n_keys, channels, heads, width, nprog, HP=hp, **settings)
+        x, grad, d_pre, w1, b1, w2, part2, n_rows, n_keys, channels, heads, dp, nprog, HP=hp, **settings)
     dx = torch.empty_like(x)
     part1 = torch.zeros((nprog, k * cp * dp + dp), device=x.device, dtype=torch.float32)
     kt.feature_map_backward_input_kernel[(nprog,)](
-        x, d_pre, dx, w1, part1, n_rows, n_keys, channels, width, nprog, **settings)
+        x, d_pre, dx, w1, part1, n_rows, n_keys, channels, dp, nprog, **settings)
     sums1, sums2 = part1.sum(0), part2.sum(0)  # outputs of a custom operator may not alias: each its own tensor
     return (dx, sums1[:k * cp * dp].view(k, cp, dp).clone(), sums1[k * cp * dp:].clone(),
             sums2[:k * dp * hp].view(k, dp, hp).clone(), sums2[k * dp * hp:].clone())
 
 
 @_feature_map_backward.register_fake
-def _(grad, x, w1, b1, w2, width, left, rows, keys, warps, programs):
+def _(grad, x, w1, b1, w2, left, rows, keys, warps, programs):
     return (torch.empty_like(x), torch.empty_like(w1), torch.empty_like(b1), torch.empty_like(w2),
             w2.new_empty(w2.shape[2]))
 
@@ -202,8 +203,7 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, grad):
     x, w1, b1, w2 = ctx.saved_tensors
     left, rows, keys, warps, programs = ctx.settings
-    width = b1.shape[0]  # padded: the padded channels' dPre is zero (their weights are)
-    dx, dw1, db1, dw2, db2 = _feature_map_backward(grad, x, w1, b1, w2, width, left, rows, keys, warps, programs)
+    dx, dw1, db1, dw2, db2 = _feature_map_backward(grad, x, w1, b1, w2, left, rows, keys, warps, programs)
     return dx, dw1, db1, dw2, db2, None, None, None, None, None, None
 
 
