@@ -3,7 +3,11 @@
 autocast dtype, as the materialized and compiled paths run them) against the Triton kernels (``triton_feature_map``)
 at each tile setting, forward + backward and forward alone, round robin, medians; with each one's error against the
 convolutions in fp32 on the same inputs and the bytes each pass must move at least (x, f and their gradients once,
-dPre written and read once), so that a time reads as a bandwidth.
+dPre written and read once, over the pixels the decoder needs), so that a time reads as a bandwidth.
+
+The map is a causal decoder's, as the training path's chunk holds it: df is zero right of the diagonal (the causal
+mask drops those scores) and the kernels get the diagonal (``first`` 0), so they skip the tiles right of it; the
+convolutions compute the whole map, as they do in the path. ``--two-sided``: the encoder's map, every pixel needed.
 
 Rows: ``conv``, ``triton-ROWS.KEYS.WARPS`` per ``--tiles`` (the first is the default's); ``mode`` ``train``
 (forward + backward, df a fixed random map) or ``forward`` (no gradients).
@@ -37,18 +41,31 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "feature_map.csv"
 
 
+def needed_pixels(batch: int, n: int, two_sided: bool) -> int:
+    """Pixels of a [batch, ·, n, n] map that the attention reads: all of them two-sided, the causal half (with the
+    diagonal) in a decoder."""
+    return batch * (n * n if two_sided else n * (n + 1) // 2)
+
+
 def floor_bytes(pixels: int, channels: int, width: int, heads: int, itemsize: int) -> dict:
     """Bytes a pass moves at least: forward x in, f out; backward x and df in, dPre out and in, dx out."""
     return dict(forward_gb=pixels * (channels + heads) * itemsize / 1e9,
                 backward_gb=pixels * (2 * channels + heads + 2 * width) * itemsize / 1e9)
 
 
-def function(case: str):
-    """The feature map of a row: the convolutions, or the kernels at the row's tiles."""
+def function(case: str, two_sided: bool = False):
+    """The feature map of a row: the convolutions, or the kernels at the row's tiles (given the diagonal unless
+    ``two_sided``)."""
     if case == "conv":
         return padded_feature_map
     tiles = FeatureTiles.parse(case.removeprefix("triton-"))
-    return lambda processor, x: triton_feature_map(processor, x, tiles)
+    first = None if two_sided else 0
+    return lambda processor, x: triton_feature_map(processor, x, tiles, first=first)
+
+
+def decoder_mask(n: int, device) -> torch.Tensor:
+    """[n, n]: True right of the diagonal, where a decoder's scores are masked."""
+    return torch.ones(n, n, dtype=torch.bool, device=device).triu_(1)
 
 
 def run(fn, processor, x, grad, device, dtype, train: bool):
@@ -62,19 +79,23 @@ def run(fn, processor, x, grad, device, dtype, train: bool):
     return f
 
 
-def errors(processor, x, grad, device, dtype, cases) -> dict:
-    """Per row: max |difference| / max |reference| of f, dx and every weight's gradient, against the
-    convolutions in fp32 on the same inputs."""
+def errors(processor, x, grad, device, dtype, cases, two_sided: bool) -> dict:
+    """Per row: max |difference| / max |reference| of f (where the attention reads it), dx and every weight's
+    gradient, against the convolutions in fp32 on the same inputs."""
+    future = None if two_sided else decoder_mask(x.shape[-1], device)
+
     def outputs(fn, proc, x_in, dt):
         proc = copy.deepcopy(proc).to(torch.float32)
         x_in = x_in.detach().to(dt).requires_grad_()
-        f = run(fn, proc, x_in, grad.to(dt), device, dt, True)
-        return [f.detach().float(), x_in.grad.float(), *(p.grad.float() for p in proc.parameters())]
+        f = run(fn, proc, x_in, grad.to(dt), device, dt, True).detach().float()
+        if future is not None:
+            f = f.masked_fill(future, 0.0)
+        return [f, x_in.grad.float(), *(p.grad.float() for p in proc.parameters())]
 
     reference = outputs(padded_feature_map, processor, x, torch.float32)
     out = {}
     for case in cases:
-        result = outputs(function(case), processor, x, dtype)
+        result = outputs(function(case, two_sided), processor, x, dtype)
         out[case] = max(float((a - b).abs().max() / b.abs().max().clamp_min(1e-30)) for a, b in zip(result, reference))
     return out
 
@@ -86,8 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heads", type=int, default=12)
     parser.add_argument("--dape-width", type=int, default=32)
     parser.add_argument("--kernel-size", type=int, default=3)
-    parser.add_argument("--tiles", nargs="+", default=[FeatureTiles().spec(), "2.64.8", "1.64.4", "2.32.4"],
+    parser.add_argument("--tiles", nargs="+", default=[FeatureTiles().spec(), "4.32.8", "2.64.8", "2.32.4"],
                         metavar="ROWS.KEYS.WARPS", help="a Triton row per tile setting")
+    parser.add_argument("--two-sided", action="store_true",
+                        help="the encoder's map (every pixel needed; default: a causal decoder's)")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -115,8 +138,11 @@ def main(argv: list[str] | None = None) -> int:
         channels = 2 * args.heads
         x = torch.randn(batch, n, n, channels, device=device, dtype=dtype).permute(0, 3, 1, 2).requires_grad_()
         grad = torch.randn(batch, n, n, args.heads, device=device, dtype=dtype).permute(0, 3, 1, 2)
-        floor = floor_bytes(batch * n * n, channels, args.dape_width, args.heads, torch.finfo(dtype).bits // 8)
-        error = errors(processor, x, grad, device, dtype, cases)
+        if not args.two_sided:  # the causal mask drops the scores right of the diagonal: no gradient there
+            grad = grad.masked_fill(decoder_mask(n, device), 0.0)
+        floor = floor_bytes(needed_pixels(batch, n, args.two_sided), channels, args.dape_width, args.heads,
+                            torch.finfo(dtype).bits // 8)
+        error = errors(processor, x, grad, device, dtype, cases, args.two_sided)
         for train in (True, False):
             times = {case: [] for case in cases}
             for round_ in range(args.warmup + args.rounds):
@@ -126,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
                     if device.type == "cuda":
                         torch.cuda.synchronize(device)
                     start = time.perf_counter()
-                    run(function(case), processor, x, grad, device, dtype, train)
+                    run(function(case, args.two_sided), processor, x, grad, device, dtype, train)
                     if device.type == "cuda":
                         torch.cuda.synchronize(device)
                     if round_ >= args.warmup:
@@ -137,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                 ms = statistics.median(times[case])
                 rows.append({**info, "batch": batch, "train_len": n, "heads": args.heads, "dape_width": args.dape_width,
                              "kernel_size": args.kernel_size, "dtype": str(dtype).removeprefix("torch."),
+                             "map": "two-sided" if args.two_sided else "causal",
                              "mode": "train" if train else "forward", "row": case, "ms": ms, "x_conv": ms / conv,
                              "floor_gb": moved, "gb_per_s": moved / (ms / 1000), "error": error[case],
                              "rounds": len(times[case])})

@@ -90,8 +90,10 @@ def main(argv=None) -> int:
                         choices=("forward", "backward_kv", "backward_q", "backward_dq", "backward_weights", "feature"),
                         help="the fused kernel's; feature: the Triton feature map's three at each --feature-tiles")
     parser.add_argument("--channels", type=int, default=32, help="the feature map's CP, input channels padded (2H)")
-    parser.add_argument("--feature-tiles", nargs="+", default=["4.32.8"], metavar="ROWS.KEYS.WARPS",
+    parser.add_argument("--feature-tiles", nargs="+", default=["8.16.8"], metavar="ROWS.KEYS.WARPS",
                         help="the feature map's tiles (rows × keys per tile, warps)")
+    parser.add_argument("--two-sided", action="store_true",
+                        help="the feature map without a diagonal (the encoder's; default: the causal decoder's)")
     args = parser.parse_args(argv)
 
     kt = kernel_module()
@@ -125,13 +127,13 @@ def main(argv=None) -> int:
         for spec in args.feature_tiles:
             rows, keys, warps = (int(v) for v in spec.split("."))
             constants = dict(RB=rows, BJ=keys, CP=args.channels, DP=args.width, HP=args.heads, K=k,
-                             LEFT=(k - 1) // 2, DOT=dot, PRECISION=precision)
+                             LEFT=(k - 1) // 2, CAUSAL=not args.two_sided, DOT=dot, PRECISION=precision)
             feature_options = {**options, "num_warps": warps}
             jobs += [(f"feature {name} {spec}", fn, {}, constants, feature_options) for name, fn in (
                 ("forward", fk.feature_map_forward_kernel), ("backward_hidden", fk.feature_map_backward_hidden_kernel),
                 ("backward_input", fk.feature_map_backward_input_kernel))]
         print(f"triton {triton.__version__}, sm_{args.arch}, {args.dtype}, feature map CP {args.channels} "
-              f"DP {args.width} HP {args.heads} k {k}")
+              f"DP {args.width} HP {args.heads} k {k} {'two-sided' if args.two_sided else 'causal'}")
     target = GPUTarget("cuda", args.arch, 32)
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     failed = 0

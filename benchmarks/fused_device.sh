@@ -22,7 +22,7 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
 TILES=${TILES-"16.16.8.16.8 16.16.4.16.4"}  # set empty: the default tiles only
 LAYER_ROWS=${LAYER_ROWS:-"sdpa sdpa-bias materialized paper-compiled compiled compiled-keep fused materialized-triton compiled-triton compiled-triton-keep"}
-FEATURE_TILES=${FEATURE_TILES:-"4.32.8 2.64.8 1.64.4 2.32.4"}
+FEATURE_TILES=${FEATURE_TILES:-"8.16.8 4.32.8 2.64.8 2.32.4"}
 IMPLS=${IMPLS:-"materialized compiled fused"}
 METHODS=${METHODS:-"NoPE Kerple DAPE1x3-Kerple"}
 LAYER_PROFILE=${LAYER_PROFILE:-}

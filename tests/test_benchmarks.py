@@ -249,8 +249,9 @@ def test_fused_compile_reports_the_resources_of_each_kernel_without_a_gpu():
 
 def test_feature_map_benchmark_times_the_convolutions_beside_each_tile_setting(tmp_path):
     """benchmarks/feature_map.py in the interpreter: per shape and mode a row for the convolutions and one per
-    tile setting, each with its error against fp32 (rounding, in fp32 on the CPU) and the floor's bandwidth; a tile
-    setting that is not three powers of two is refused, naming --tiles and the allowed values."""
+    tile setting, each with its error against fp32 (rounding, in fp32 on the CPU) and the floor's bandwidth, on a
+    decoder's causal map (the floor counts its half) and with --two-sided on every pixel; a tile setting that is not
+    three powers of two is refused, naming --tiles and the allowed values."""
     out = tmp_path / "feature_map.csv"
     command = [sys.executable, str(ROOT / "benchmarks" / "feature_map.py"), "--device", "cpu", "--shapes", "1x12",
                "--heads", "2", "--dape-width", "4", "--rounds", "1", "--warmup", "0", "--out", str(out)]
@@ -264,6 +265,13 @@ def test_feature_map_benchmark_times_the_convolutions_beside_each_tile_setting(t
     floor = rows.groupby("mode")["floor_gb"].first()
     assert floor["train"] > floor["forward"] > 0
     assert rows["gb_per_s"].to_numpy() == pytest.approx((rows["floor_gb"] / (rows["ms"] / 1000)).to_numpy())
+    assert (rows["map"] == "causal").all()
+    result = subprocess.run([*command, "--tiles", "2.8.4", "--two-sided"], capture_output=True, text=True,
+                            timeout=600, env=_interpreted_env())
+    assert result.returncode == 0, result.stderr[-2000:]
+    two_sided = pd.read_csv(out)
+    assert (two_sided["map"] == "two-sided").all() and (two_sided["error"] < 1e-5).all()
+    assert two_sided.groupby("mode")["floor_gb"].first()["train"] == pytest.approx(floor["train"] * 144 / 78)
     bad = subprocess.run([*command, "--tiles", "2.12.4"], capture_output=True, text=True, timeout=600,
                          env=_interpreted_env())
     assert bad.returncode == 2 and "--tiles" in bad.stderr and "allowed values: powers of two" in bad.stderr
@@ -280,6 +288,7 @@ def test_fused_compile_reports_the_feature_map_kernels_at_each_tile_setting():
     assert [line.split(":")[0] for line in lines] == [f"feature {name} 1.16.4" for name in
                                                       ("forward", "backward_hidden", "backward_input")]
     assert all("registers" in line and "stack" in line and "hgmma" in line for line in lines)
+    assert "k 3 causal" in result.stdout  # the decoder's kernels by default (--two-sided: the encoder's)
 
 
 def test_the_device_script_parses():

@@ -71,6 +71,44 @@ def test_the_triton_feature_map_equals_the_convolutions(proc, kernel_size, paddi
         assert_all_close(result, reference, exact)
 
 
+def causal_feature_map(fn, first):
+    """f ⊙ [key ≤ query] of the feature map ``fn`` on a causal map whose row r is the query at key first + r."""
+    def masked(processor, x):
+        rows, keys = x.shape[2], x.shape[3]
+        f = fn(processor, x)[..., :keys]
+        future = torch.arange(keys)[None, :] > first + torch.arange(rows)[:, None]
+        return f.masked_fill(future, 0.0)
+    return masked
+
+
+@pytest.mark.parametrize("proc,kernel_size,padding", FEATURE_CASES)
+def test_with_a_diagonal_the_kernels_compute_the_causal_part_and_its_exact_gradient(proc, kernel_size, padding):
+    """With ``first`` the kernels return f zeroed right of each row's diagonal and the gradient of exactly that
+    (df right of the diagonal does not reach x or the weights), skipping the tiles wholly right of it: 2 batch
+    elements of 5 rows (the row tiles straddle them), diagonals from key 0 to beyond the last key, a weight that is
+    non-zero everywhere."""
+    torch.manual_seed(2)
+    heads = 3
+    processor = build_processor(heads, AttentionSettings(processor=proc, kernel_size=kernel_size, dape_width=5,
+                                                         padding=padding, tril=False), bias_channels=True)
+    with torch.no_grad():
+        for p in processor.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    for keys, first in ((25, 0), (25, 3), (17, 12), (9, 30)):
+        x = torch.randn(2, 5, keys, 2 * heads).permute(0, 3, 1, 2)
+        weight = torch.randn(2, heads, 5, keys)
+        conv = causal_feature_map(padded_feature_map, first)
+        reference = feature_and_gradients(conv, processor, x, weight)
+        exact = feature_and_gradients(conv, copy.deepcopy(processor).double(), x.double(), weight.double())
+        kernels = functools.partial(triton_feature_map, tiles=SMALL, first=first)
+        result = feature_and_gradients(kernels, processor, x, weight)
+        assert_all_close(result, reference, exact)
+        if first == 0:  # f right of the diagonal is zero, not f: without the diagonal the kernels return all of f
+            assert result["f"][..., 0, 1:].abs().max() == 0
+            whole = feature_and_gradients(functools.partial(triton_feature_map, tiles=SMALL), processor, x, weight)
+            assert whole["f"][..., 0, 1:].abs().max() > 0
+
+
 def test_the_kernels_repeat_bit_for_bit_and_take_x_in_any_layout():
     """Deterministic (per-program partial sums, no atomics) and the same on a contiguous NCHW x."""
     torch.manual_seed(1)
@@ -94,7 +132,7 @@ def triton_paths(monkeypatch):
                                                                         feature_map="triton"))
     original = feature_map.triton_feature_map
     monkeypatch.setattr(feature_map, "triton_feature_map",
-                        lambda processor, x, tiles=None: original(processor, x, tiles or PATH_TILES))
+                        lambda processor, x, tiles=None, **kw: original(processor, x, tiles or PATH_TILES, **kw))
 
 
 # the feature map sees x alone: its channels (an encoding with a bias, a bias tensor, none), the processor, the

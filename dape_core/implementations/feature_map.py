@@ -8,7 +8,9 @@ their backward took about half of the compiled path's layer (4.97 of 9.72 ms at 
 at about 26 TFLOP/s on 24 → 32 → 12 channels. Here each pass streams the map once: a pixel's convolutions are small
 channel products on the tensor cores, a shift along the keys is a shifted load, LeakyReLU and its derivative and
 Conv2's zero padding are applied in registers; the backward stores one map, dPre ([rows, keys, D_DAPE], in x's
-dtype), and the weights' gradients are per-program partial sums reduced here (deterministic).
+dtype), and the weights' gradients are per-program partial sums reduced here (deterministic). Given the diagonal
+of a causal map (``first``), the kernels compute f left of it only, where the causal mask keeps the scores, and
+skip the tiles right of it: about half of a decoder's T × T map.
 
 Same function as :func:`padded_feature_map` on its first K key columns (``same`` and ``causal`` padding; tril and
 the causal mask are the caller's, applied to x before and to f after), outputs and the gradients of x and of both
@@ -37,11 +39,12 @@ class FeatureTiles:
     [rows·keys, channels] × [channels, channels]), ``warps`` per program (Triton's ``num_warps``), ``programs``
     persistent programs (None: four per streaming multiprocessor on CUDA, at most 8 elsewhere). The defaults are
     the largest tile of the settings compiled for an H200 (sm_90, bf16, the 125M shape) whose three kernels spill no
-    registers under Triton 3.6 and 3.9 (``benchmarks/fused_compile.py --kernels feature``; docs/performance.md);
-    their speed is not yet measured on a GPU (``benchmarks/feature_map.py`` times them against the convolutions)."""
+    registers under Triton 3.6 and 3.9, with and without a diagonal (``benchmarks/fused_compile.py --kernels
+    feature``; docs/performance.md); their speed is not yet measured on a GPU (``benchmarks/feature_map.py`` times
+    them against the convolutions)."""
 
-    rows: int = 4
-    keys: int = 32
+    rows: int = 8
+    keys: int = 16
     warps: int = 8
     programs: int | None = None
 
@@ -96,17 +99,22 @@ def feature_map_runs_on(device: torch.device | str) -> bool:
     return kernels_run_on(device, _triton)
 
 
-def triton_feature_map(processor: ScoreProcessor, x: torch.Tensor, tiles: FeatureTiles | None = None) -> torch.Tensor:
+def triton_feature_map(processor: ScoreProcessor, x: torch.Tensor, tiles: FeatureTiles | None = None, *,
+                       first: int | None = None) -> torch.Tensor:
     """f of :func:`~dape_core.implementations.materialized.padded_feature_map` (eq. 5) on its first K key columns:
     x [batch, C, rows, K] (best channels-last, as the materialized path writes it) → [batch, H, rows, K], a
-    channels-last view, in x's dtype."""
+    channels-last view, in x's dtype. With ``first`` (a causal map: row r is the query at key position first + r)
+    f is zero right of each row's diagonal (j > first + r), where the causal mask drops it, and so is its
+    gradient; the kernels then skip the tiles wholly right of it."""
     tiles = tiles or FeatureTiles()
     batch, channels, rows, keys = x.shape
+    if first is not None and first < 0:
+        raise ConfigError(f"first: {first} is not allowed; allowed values: a key position ≥ 0, or None")
     w1, b1, w2, b2 = feature_weights(processor)
     pixels = x.permute(0, 2, 3, 1).reshape(batch * rows, keys, channels)  # a view where x is channels-last
     programs = tiles.programs or 0
-    f = torch.ops.dape.feature_map(pixels, w1, b1, w2, b2, processor.n_head, processor.left_padding, tiles.rows,
-                                   tiles.keys, tiles.warps, programs)
+    f = torch.ops.dape.feature_map(pixels, w1, b1, w2, b2, processor.n_head, processor.left_padding,
+                                   -1 if first is None else first, rows, tiles.rows, tiles.keys, tiles.warps, programs)
     return f.view(batch, rows, keys, processor.n_head).permute(0, 3, 1, 2)
 
 
@@ -130,6 +138,11 @@ def _launch(device: torch.device, n_rows: int, n_keys: int, rows: int, keys: int
     return max(1, min(tiles, programs))
 
 
+def _causal_settings(first: int, map_rows: int) -> dict:
+    """The kernels' causal arguments: FIRST, ROWS and CAUSAL (``first`` −1: no diagonal)."""
+    return dict(FIRST=max(first, 0), ROWS=map_rows, CAUSAL=first >= 0)
+
+
 def _dot_settings(dtype: torch.dtype) -> dict:
     tl = _triton().tl
     dot = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}[dtype]
@@ -138,8 +151,10 @@ def _dot_settings(dtype: torch.dtype) -> dict:
 
 @torch.library.custom_op("dape::feature_map", mutates_args=())
 def _feature_map(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor,
-                 heads: int, left: int, rows: int, keys: int, warps: int, programs: int) -> torch.Tensor:
-    """f [pixel rows, keys, H] of x [pixel rows, keys, C] (the forward kernel)."""
+                 heads: int, left: int, first: int, map_rows: int, rows: int, keys: int, warps: int,
+                 programs: int) -> torch.Tensor:
+    """f [pixel rows, keys, H] of x [pixel rows, keys, C] (the forward kernel); with ``first`` ≥ 0 zero right of
+    the diagonal of the causal maps of ``map_rows`` rows each (:func:`triton_feature_map`)."""
     check_input(x)
     kt = _triton()
     x = x.contiguous()
@@ -150,18 +165,18 @@ def _feature_map(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.
     kt.feature_map_forward_kernel[(nprog,)](
         x, f, w1.contiguous(), b1.contiguous(), w2.contiguous(), b2.contiguous(), n_rows, n_keys, channels, heads,
         nprog, RB=rows, BJ=keys, CP=cp, DP=dp, HP=w2.shape[2], K=k, LEFT=left, num_warps=warps,
-        **_dot_settings(x.dtype))
+        **_causal_settings(first, map_rows), **_dot_settings(x.dtype))
     return f
 
 
 @_feature_map.register_fake
-def _(x, w1, b1, w2, b2, heads, left, rows, keys, warps, programs):
+def _(x, w1, b1, w2, b2, heads, left, first, map_rows, rows, keys, warps, programs):
     return x.new_empty((*x.shape[:-1], heads))
 
 
 @torch.library.custom_op("dape::feature_map_backward", mutates_args=())
 def _feature_map_backward(grad: torch.Tensor, x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,
-                          left: int, rows: int, keys: int, warps: int,
+                          left: int, first: int, map_rows: int, rows: int, keys: int, warps: int,
                           programs: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
                                                   torch.Tensor]:
     """(dx, dW1, db1, dW2, db2) of f given df = ``grad`` (the two backward kernels; dPre kept between them, its
@@ -174,7 +189,8 @@ def _feature_map_backward(grad: torch.Tensor, x: torch.Tensor, w1: torch.Tensor,
     hp = w2.shape[2]
     w1, b1, w2 = w1.contiguous(), b1.contiguous(), w2.contiguous()
     nprog = _launch(x.device, n_rows, n_keys, rows, keys, programs)
-    settings = dict(RB=rows, BJ=keys, CP=cp, DP=dp, K=k, LEFT=left, num_warps=warps, **_dot_settings(x.dtype))
+    settings = dict(RB=rows, BJ=keys, CP=cp, DP=dp, K=k, LEFT=left, num_warps=warps,
+                    **_causal_settings(first, map_rows), **_dot_settings(x.dtype))
     d_pre = torch.empty((n_rows, n_keys, dp), device=x.device, dtype=x.dtype)
     part2 = torch.zeros((nprog, k * dp * hp + hp), device=x.device, dtype=torch.float32)
     kt.feature_map_backward_hidden_kernel[(nprog,)](
@@ -189,22 +205,21 @@ def _feature_map_backward(grad: torch.Tensor, x: torch.Tensor, w1: torch.Tensor,
 
 
 @_feature_map_backward.register_fake
-def _(grad, x, w1, b1, w2, left, rows, keys, warps, programs):
+def _(grad, x, w1, b1, w2, left, first, map_rows, rows, keys, warps, programs):
     return (torch.empty_like(x), torch.empty_like(w1), torch.empty_like(b1), torch.empty_like(w2),
             w2.new_empty(w2.shape[2]))
 
 
 def _setup_context(ctx, inputs, output):
-    x, w1, b1, w2, b2, heads, left, rows, keys, warps, programs = inputs
+    x, w1, b1, w2, b2, heads, left, first, map_rows, rows, keys, warps, programs = inputs
     ctx.save_for_backward(x, w1, b1, w2)
-    ctx.settings = (left, rows, keys, warps, programs)
+    ctx.settings = (left, first, map_rows, rows, keys, warps, programs)
 
 
 def _backward(ctx, grad):
     x, w1, b1, w2 = ctx.saved_tensors
-    left, rows, keys, warps, programs = ctx.settings
-    dx, dw1, db1, dw2, db2 = _feature_map_backward(grad, x, w1, b1, w2, left, rows, keys, warps, programs)
-    return dx, dw1, db1, dw2, db2, None, None, None, None, None, None
+    dx, dw1, db1, dw2, db2 = _feature_map_backward(grad, x, w1, b1, w2, *ctx.settings)
+    return dx, dw1, db1, dw2, db2, *[None] * 8
 
 
 _feature_map.register_autograd(_backward, setup_context=_setup_context)

@@ -203,7 +203,8 @@ def materialized_scores(
     if feature_map == "triton":  # the kernels take x in its dtype; their products accumulate in fp32
         from dape_core.implementations.feature_map import triton_feature_map
 
-        feature = triton_feature_map(processor, x.permute(0, 3, 1, 2))
+        # under the causal mask f is needed left of the diagonal only: the kernels skip the tiles right of it
+        feature = triton_feature_map(processor, x.permute(0, 3, 1, 2), first=row_offset if causal else None)
     else:
         with _feature_precision(scores.device.type, dtype):
             feature = padded_feature_map(processor, x.permute(0, 3, 1, 2))
