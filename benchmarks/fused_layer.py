@@ -26,7 +26,8 @@ on the same inputs (output and q, k, v gradients, max |difference| / max |refere
 summed (rows ``profile-ROW``, one per kernel, with ``kernel``, ``ms`` per step and ``share`` of the row's total).
 
 ``--eval-size`` adds evaluation's forward pass (no gradients, bf16 autocast on CUDA) of a whole DAPE1x3-Kerple model
-at ``--eval-length``, batch 1, on the ``materialized`` and ``fused`` paths, round robin (the rows ``eval-…``).
+at ``--eval-length``, batch 1, on the ``materialized`` path, that path with the Triton feature map
+(``materialized-triton``) and the ``fused`` path, round robin (the rows ``eval-…``).
 
     python benchmarks/fused_layer.py --eval-size 350M       # on a GPU: the layer rows and evaluation at T 8192
     TRITON_INTERPRET=1 python benchmarks/fused_layer.py --device cpu --shapes 2x40 --heads 4 --head-dim 8 \\
@@ -45,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import machine_info, write_rows  # noqa: E402
+from harness import feature_map, machine_info, write_rows  # noqa: E402
 
 from dape_core.attention import attend  # noqa: E402
 from dape_core.dape import build_processor  # noqa: E402
@@ -166,13 +167,13 @@ def evaluation_rows(size: str, length: int, vocab_size: int, device, warmup: int
     model = GPT(GPTConfig(size=size, vocab_size=vocab_size, train_len=length, **parse_method("DAPE1x3-Kerple")))
     model = model.to(device).eval()
     tokens = torch.randint(0, vocab_size, (1, length), device=device)
-    times = {impl: [] for impl in ("materialized", "fused")}
+    times = {impl: [] for impl in ("materialized", "materialized-triton", "fused")}
     for round_ in range(warmup + rounds):
         for impl in times:
-            model.cfg.attention_impl = impl
+            model.cfg.attention_impl = impl.removesuffix("-triton")
             sync(device)
             start = time.perf_counter()
-            with torch.no_grad(), autocast(device):
+            with torch.no_grad(), autocast(device), feature_map("triton" if impl.endswith("-triton") else "conv"):
                 model(tokens)
             sync(device)
             if round_ >= warmup:

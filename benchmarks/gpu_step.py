@@ -22,8 +22,6 @@ setting selects: its steps run with the paths' entry points bound to it).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import functools
 import statistics
 import sys
 import time
@@ -32,9 +30,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import machine_info, write_rows  # noqa: E402
+from harness import feature_map, machine_info, write_rows  # noqa: E402
 
-import dape_core.attention as attention  # noqa: E402
 from dape_core.methods import parse_method  # noqa: E402
 from dape_core.model import GPT, GPTConfig  # noqa: E402
 
@@ -64,21 +61,6 @@ def build_case(method: str, size: str, length: int, vocab_size: int, device: tor
         with feature_map(kernels):
             return compiled_model(*args)
     return model, optimizer, forward
-
-
-@contextlib.contextmanager
-def feature_map(name: str):
-    """The materialized and compiled paths' ``feature_map`` for the calls inside (``conv``: as they are)."""
-    if name == "conv":
-        yield
-        return
-    kept = attention.attend_materialized, attention.attend_compiled
-    attention.attend_materialized = functools.partial(kept[0], feature_map=name)
-    attention.attend_compiled = functools.partial(kept[1], feature_map=name)
-    try:
-        yield
-    finally:
-        attention.attend_materialized, attention.attend_compiled = kept
 
 
 def one_step(forward, optimizer, idx, precision: str, device: torch.device) -> None:

@@ -4,6 +4,8 @@ the results CSV is replaced atomically after every finished group (nothing measu
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import platform
@@ -52,3 +54,21 @@ def write_rows(rows: list[dict], out: Path) -> None:
     partial = out.with_name(out.name + ".partial")
     pd.DataFrame(rows).to_csv(partial, index=False)
     partial.replace(out)
+
+
+@contextlib.contextmanager
+def feature_map(name: str):
+    """The materialized and compiled paths' ``feature_map`` for the attention calls inside (``conv``: as they are;
+    ``triton``: the Triton kernels, which no setting selects yet)."""
+    import dape_core.attention as attention
+
+    if name == "conv":
+        yield
+        return
+    kept = attention.attend_materialized, attention.attend_compiled
+    attention.attend_materialized = functools.partial(kept[0], feature_map=name)
+    attention.attend_compiled = functools.partial(kept[1], feature_map=name)
+    try:
+        yield
+    finally:
+        attention.attend_materialized, attention.attend_compiled = kept

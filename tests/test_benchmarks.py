@@ -172,11 +172,12 @@ def test_fused_layer_benchmark_times_every_row_and_states_the_fused_error(tmp_pa
     assert list(rows.index) == ["sdpa", "sdpa-bias", "materialized", "paper", "fused", "materialized-triton",
                                 "fused-16.16.4.16.4+uncapped", "fused-error", "materialized-error",
                                 "materialized-triton-error", *["profile-materialized"] * 4,
-                                "eval-tiny-materialized", "eval-tiny-fused"]
+                                "eval-tiny-materialized", "eval-tiny-materialized-triton", "eval-tiny-fused"]
     profile = rows.loc["profile-materialized"]  # the three largest kernels, then the rest; shares of one total
     assert list(profile["kernel"])[-1] == "(other)" and profile["share"].sum() == pytest.approx(1.0)
     assert list(profile["ms"][:3]) == sorted(profile["ms"][:3], reverse=True)
     assert rows.loc["eval-tiny-materialized", "x_materialized"] == 1.0 and rows.loc["eval-tiny-fused", "ms"] > 0
+    assert rows.loc["eval-tiny-materialized-triton", "ms"] > 0
     assert rows.loc["sdpa-bias", "x_sdpa_bias"] == 1.0
     for path in ("fused", "materialized", "materialized-triton"):
         errors = rows.loc[f"{path}-error", ["error_output", "error_grad_q", "error_grad_k", "error_grad_v"]]
