@@ -13,7 +13,10 @@ Rows (q, k, v, Kerple's r1, r2 and both convolutions learnable; bf16 autocast on
 * ``fused``: the fused Triton kernel (``attention_impl: fused``) at its default tiles; ``--fused-tiles`` adds a row
   per tile setting, ``fused-BM.W.warps.Wb.warpsb`` (block rows, the forward's key tile and warps, the backward's);
 * ``materialized-triton``, ``compiled-triton``, ``compiled-triton-keep``: those paths with ``feature_map="triton"``
-  (the convolutions replaced by the Triton feature map's kernels, :mod:`dape_core.implementations.feature_map`).
+  (the convolutions replaced by the Triton feature map's kernels, :mod:`dape_core.implementations.feature_map`);
+* any materialized or compiled row with ``-cN`` (``compiled-keep-c4``): that path with at least N causal chunks
+  per layer (``causal_chunks``: each chunk reads only the keys its rows reach, so N chunks compute (N + 1)/2N of
+  the T × T maps).
 
 Each case is built once and warmed up, then the cases take turns, one timed forward + backward each per round; on
 CUDA each is bracketed by ``torch.cuda.synchronize`` and its peak memory is ``torch.cuda.max_memory_allocated``
@@ -46,7 +49,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import feature_map, machine_info, write_rows  # noqa: E402
+from harness import machine_info, path_options, path_variant, write_rows  # noqa: E402
 
 from dape_core.attention import attend  # noqa: E402
 from dape_core.dape import build_processor  # noqa: E402
@@ -112,15 +115,26 @@ class Layer:
 
 
 def path_call(row: str, q, k, v, encoding, processor, positions):
-    """The attention of a path's row (its name, ``-keep``: recompute off, ``-triton``: the Triton feature map)."""
-    keep = row.endswith("-keep")
-    name = row.removesuffix("-keep")
-    options = dict(encoding=encoding, positions=positions, causal=True, recompute_scores=False if keep else None)
-    if name.endswith("-triton"):
-        path = attend_compiled if name.startswith("compiled") else attend_materialized
-        return path(q, k, v, processor=processor, feature_map="triton", **options)
+    """The attention of a path's row (its name as :func:`harness.path_variant` reads it: ``-keep`` recompute off,
+    ``-triton`` the Triton feature map, ``-cN`` N causal chunks)."""
+    name, options = path_variant(row)
+    common = dict(encoding=encoding, positions=positions, causal=True,
+                  recompute_scores=options.pop("recompute_scores", None))
+    if options:  # options no setting selects: the path's own entry point
+        path = attend_compiled if name == "compiled" else attend_materialized
+        return path(q, k, v, processor=processor, **options, **common)
     impl = {"sdpa-bias": "materialized", "paper": "plain"}.get(name, name)
-    return attend(q, k, v, processor=None if row == "sdpa-bias" else processor, attention_impl=impl, **options)
+    return attend(q, k, v, processor=None if row == "sdpa-bias" else processor, attention_impl=impl, **common)
+
+
+def row_name(row: str) -> str:
+    """A row of :data:`ROWS`, or one of its materialized and compiled rows with ``-cN`` (N causal chunks, N ≥ 1)."""
+    head, _, last = row.rpartition("-")
+    chunked = head in ROWS and head.startswith(("materialized", "compiled")) and last[:1] == "c" and last[1:].isdigit()
+    if row in ROWS or (chunked and int(last[1:]) >= 1):
+        return row
+    raise argparse.ArgumentTypeError(f"{row!r} is not allowed; allowed: {', '.join(ROWS)}, and a materialized or "
+                                     "compiled row with -cN (N ≥ 1 causal chunks)")
 
 
 def parse_tiles(row: str) -> FusedTiles:
@@ -170,10 +184,10 @@ def evaluation_rows(size: str, length: int, vocab_size: int, device, warmup: int
     times = {impl: [] for impl in ("materialized", "materialized-triton", "fused")}
     for round_ in range(warmup + rounds):
         for impl in times:
-            model.cfg.attention_impl = impl.removesuffix("-triton")
+            model.cfg.attention_impl = path_variant(impl)[0]
             sync(device)
             start = time.perf_counter()
-            with torch.no_grad(), autocast(device), feature_map("triton" if impl.endswith("-triton") else "conv"):
+            with torch.no_grad(), autocast(device), path_options(**path_variant(impl)[1]):
                 model(tokens)
             sync(device)
             if round_ >= warmup:
@@ -215,14 +229,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heads", type=int, default=12)
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--dape-width", type=int, default=32)
-    parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))
+    parser.add_argument("--rows", nargs="+", type=row_name, default=list(ROWS), metavar="ROW")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--fused-tiles", nargs="+", default=[], metavar="BM.W.WARPS.WB.WARPSB",
                         help="a fused row per tile setting (block rows, forward key tile and warps, backward's)")
     parser.add_argument("--check", action="store_true",
                         help="add the timed fused, compiled and materialized paths' errors against fp32 plain")
-    parser.add_argument("--profile", nargs="+", choices=ROWS, default=[], metavar="ROW",
+    parser.add_argument("--profile", nargs="+", type=row_name, default=[], metavar="ROW",
                         help="add each named row's kernels and their device time per step (torch.profiler)")
     parser.add_argument("--profile-reps", type=int, default=3)
     parser.add_argument("--profile-top", type=int, default=12)
@@ -281,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{'–' if ratio is None else format(ratio, '.2f')}", flush=True)
         print(f"floors B{batch} T{n}: forward {floor['forward_gflop']:.1f} GFLOP / {floor['forward_mb']:.0f} MB, "
               f"backward {floor['backward_gflop']:.1f} GFLOP / {floor['backward_mb']:.0f} MB")
-        checked = ("fused", "compiled", "materialized", "compiled-triton", "materialized-triton")
+        checked = ["fused"] + [row for row in args.rows  # a kept path computes what its recomputing one does
+                               if row.startswith(("materialized", "compiled")) and "keep" not in row]
         for impl in checked if args.check else ():
             if impl in args.rows or (impl == "fused" and any(row.startswith("fused-") for row in args.rows)):
                 errors = error_row(layer, device, impl)

@@ -11,8 +11,9 @@ median step ms, its ratio to NoPE's at the same length and mode (the issue's "×
 and the peak GiB. ``--dape-impls`` times each DAPE method on each named ``attention_impl`` (default on CUDA:
 ``materialized``, ``compiled`` and ``fused``), as the row ``DAPE1x3-Kerple (fused)``; an impl ending in ``-keep``
 (``compiled-keep``) runs that path with ``recompute_scores: false``, one with ``-triton`` (``compiled-triton``,
-``compiled-triton-keep``, ``materialized-triton``) with the Triton feature map (``feature_map="triton"``, which no
-setting selects: its steps run with the paths' entry points bound to it).
+``compiled-triton-keep``, ``materialized-triton``) with the Triton feature map (``feature_map="triton"``), one with
+``-cN`` (``compiled-keep-c4``) with at least N causal chunks per layer (``causal_chunks``): options that no setting
+selects yet, so those steps run with the paths' entry points bound to them.
 
     python benchmarks/gpu_step.py                                   # on a GPU: the full table
     python benchmarks/gpu_step.py --device cpu --size tiny --vocab-size 512 --tokens 1024 --lengths 64 128 \\
@@ -30,7 +31,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import feature_map, machine_info, write_rows  # noqa: E402
+from harness import machine_info, path_options, path_variant, write_rows  # noqa: E402
 
 from dape_core.methods import parse_method  # noqa: E402
 from dape_core.model import GPT, GPTConfig  # noqa: E402
@@ -42,23 +43,22 @@ METHODS = ("NoPE", "RoPE", "ALiBi", "T5", "Kerple", "FIRE", "DAPE-Kerple", "DAPE
 
 def build_case(method: str, size: str, length: int, vocab_size: int, device: torch.device, compiled: bool):
     """(model, optimizer, step function) of one case: a fresh model of ``method`` on ``device`` (``method
-    (impl)``: on ``attention_impl`` impl; ``impl-keep``: that path without recomputation; ``impl-triton``: with the
-    Triton feature map); the step function runs the model under its feature map (:func:`feature_map`)."""
+    (impl)``: on ``attention_impl`` impl, named as :func:`harness.path_variant` reads it: ``-keep`` without
+    recomputation, ``-triton`` with the Triton feature map, ``-cN`` with N causal chunks); the step function runs
+    the model under the path's options (:func:`harness.path_options`)."""
     method, _, impl = method.partition(" (")
     settings = parse_method(method)
-    impl = impl.rstrip(")")
-    if impl.endswith("-keep"):
-        settings["recompute_scores"] = False
-    path = impl.removesuffix("-keep")
-    kernels = "triton" if path.endswith("-triton") else "conv"
-    if impl:
-        settings["attention_impl"] = path.removesuffix("-triton")
+    path, options = path_variant(impl.rstrip(")"))
+    if "recompute_scores" in options:
+        settings["recompute_scores"] = options.pop("recompute_scores")
+    if path:
+        settings["attention_impl"] = path
     model = GPT(GPTConfig(size=size, vocab_size=vocab_size, train_len=length, **settings)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     compiled_model = torch.compile(model) if compiled else model
 
     def forward(*args):
-        with feature_map(kernels):
+        with path_options(**options):
             return compiled_model(*args)
     return model, optimizer, forward
 

@@ -56,18 +56,33 @@ def write_rows(rows: list[dict], out: Path) -> None:
     partial.replace(out)
 
 
+def path_variant(name: str) -> tuple[str, dict]:
+    """(path, options) of a benchmark's path name ``PATH[-triton][-keep][-cN]``: ``-triton`` the Triton feature
+    map (``feature_map="triton"``), ``-keep`` ``recompute_scores`` off, ``-cN`` at least N causal chunks
+    (``causal_chunks``), the options of the materialized and compiled paths that no setting selects yet."""
+    options = {}
+    head, _, last = name.rpartition("-")
+    if head and last[:1] == "c" and last[1:].isdigit():
+        options["causal_chunks"], name = int(last[1:]), head
+    if name.endswith("-keep"):
+        options["recompute_scores"], name = False, name.removesuffix("-keep")
+    if name.endswith("-triton"):
+        options["feature_map"], name = "triton", name.removesuffix("-triton")
+    return name, options
+
+
 @contextlib.contextmanager
-def feature_map(name: str):
-    """The materialized and compiled paths' ``feature_map`` for the attention calls inside (``conv``: as they are;
-    ``triton``: the Triton kernels, which no setting selects yet)."""
+def path_options(**options):
+    """The materialized and compiled paths called with ``options`` (``feature_map``, ``causal_chunks``) inside
+    (none: as they are)."""
     import dape_core.attention as attention
 
-    if name == "conv":
+    if not options:
         yield
         return
     kept = attention.attend_materialized, attention.attend_compiled
-    attention.attend_materialized = functools.partial(kept[0], feature_map=name)
-    attention.attend_compiled = functools.partial(kept[1], feature_map=name)
+    attention.attend_materialized = functools.partial(kept[0], **options)
+    attention.attend_compiled = functools.partial(kept[1], **options)
     try:
         yield
     finally:

@@ -135,9 +135,26 @@ def test_gpu_step_times_dape_on_each_named_path(tmp_path):
     assert fused["x_kerple"] == pytest.approx(fused["step_ms"] / rows.loc["Kerple", "step_ms"])
 
 
+def test_path_variants_name_the_paths_options():
+    from harness import path_variant
+
+    assert path_variant("compiled") == ("compiled", {})
+    assert path_variant("compiled-triton-keep") == ("compiled", {"feature_map": "triton", "recompute_scores": False})
+    assert path_variant("compiled-keep-c4") == ("compiled", {"causal_chunks": 4, "recompute_scores": False})
+    assert path_variant("materialized-triton-c2") == ("materialized", {"causal_chunks": 2, "feature_map": "triton"})
+    assert path_variant("") == ("", {})
+
+
+def test_the_layer_benchmark_refuses_a_row_it_does_not_know_naming_the_allowed_ones():
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fused_layer.py"), "--device", "cpu",
+                             "--rows", "compiled-c0"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 2 and "'compiled-c0' is not allowed; allowed: sdpa" in result.stderr
+    assert "-cN (N ≥ 1 causal chunks)" in result.stderr
+
+
 def test_gpu_step_runs_a_triton_case_with_the_triton_feature_map_and_the_others_without(monkeypatch):
-    """``impl-triton``: the case's steps (and no other case's) compute f with the Triton kernels, and the paths'
-    entry points are themselves again after each step."""
+    """``impl-triton``: the case's steps (and no other case's) compute f with the Triton kernels, ``-c4`` in 4
+    chunks per layer, and the paths' entry points are themselves again after each step."""
     _interpreted_env()
     import gpu_step
 
@@ -150,7 +167,8 @@ def test_gpu_step_runs_a_triton_case_with_the_triton_feature_map_and_the_others_
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     entry = attention.attend_materialized
     idx = torch.randint(0, 64, (2, 16))
-    for impl, expected in (("materialized", 0), ("materialized-triton", 4)):  # two layers, each recomputed
+    for impl, expected in (("materialized", 0), ("materialized-triton", 4),  # two layers, each recomputed
+                           ("materialized-triton-c4", 16)):
         calls.clear()
         _, _, forward = gpu_step.build_case(f"DAPE1x3-Kerple ({impl})", "tiny", 16, 64, torch.device("cpu"), False)
         forward(idx, idx)[1].backward()
@@ -162,7 +180,8 @@ def test_fused_layer_benchmark_times_every_row_and_states_the_fused_error(tmp_pa
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fused_layer.py"), "--device", "cpu",
                              "--shapes", "2x20", "--heads", "2", "--head-dim", "8", "--dape-width", "4", "--rounds",
                              "1", "--warmup", "0", "--rows", "sdpa", "sdpa-bias", "materialized", "paper", "fused",
-                             "materialized-triton", "--fused-tiles", "16.16.4.16.4+uncapped", "--check", "--profile", "materialized",
+                             "materialized-triton", "materialized-c3", "--fused-tiles", "16.16.4.16.4+uncapped", "--check",
+                             "--profile", "materialized",
                              "--profile-top", "3", "--eval-size", "tiny",
                              "--eval-length", "24", "--vocab-size", "64", "--out",
                              str(out)], capture_output=True, text=True, timeout=600,
@@ -170,8 +189,8 @@ def test_fused_layer_benchmark_times_every_row_and_states_the_fused_error(tmp_pa
     assert result.returncode == 0, result.stderr[-2000:]
     rows = pd.read_csv(out).set_index("row")
     assert list(rows.index) == ["sdpa", "sdpa-bias", "materialized", "paper", "fused", "materialized-triton",
-                                "fused-16.16.4.16.4+uncapped", "fused-error", "materialized-error",
-                                "materialized-triton-error", *["profile-materialized"] * 4,
+                                "materialized-c3", "fused-16.16.4.16.4+uncapped", "fused-error", "materialized-error",
+                                "materialized-triton-error", "materialized-c3-error", *["profile-materialized"] * 4,
                                 "eval-tiny-materialized", "eval-tiny-materialized-triton", "eval-tiny-fused"]
     profile = rows.loc["profile-materialized"]  # the three largest kernels, then the rest; shares of one total
     assert list(profile["kernel"])[-1] == "(other)" and profile["share"].sum() == pytest.approx(1.0)
@@ -179,7 +198,7 @@ def test_fused_layer_benchmark_times_every_row_and_states_the_fused_error(tmp_pa
     assert rows.loc["eval-tiny-materialized", "x_materialized"] == 1.0 and rows.loc["eval-tiny-fused", "ms"] > 0
     assert rows.loc["eval-tiny-materialized-triton", "ms"] > 0
     assert rows.loc["sdpa-bias", "x_sdpa_bias"] == 1.0
-    for path in ("fused", "materialized", "materialized-triton"):
+    for path in ("fused", "materialized", "materialized-triton", "materialized-c3"):
         errors = rows.loc[f"{path}-error", ["error_output", "error_grad_q", "error_grad_k", "error_grad_v"]]
         assert (errors < 1e-5).all()  # fp32 on the CPU: each path equals the reference to rounding
     assert rows.loc["fused", "forward_gflop"] > 0 and rows.loc["fused", "backward_gflop"] > rows.loc["fused",

@@ -18,6 +18,7 @@ import torch
 import torch._dynamo as dynamo
 from torch._dynamo.backends.registry import lookup_backend
 
+import dape_core.attention as attention
 import dape_core.implementations.compiled as compiled
 from dape_core.dape import build_processor
 from dape_core.encodings import ENCODINGS
@@ -99,6 +100,17 @@ def test_a_compiled_decoder_equals_plain_and_compiles_once_per_chunk_shape(backe
             assert_all_close(run(model), reference, exact)
     assert len(graphs) == 3  # ⌈23 / 8⌉ chunk shapes, for both layers and every step
     assert [p._version for p in model.stack.encodings.parameters()] == versions
+
+
+def test_causal_chunks_compile_one_graph_per_chunk_shape_and_equal_plain(backend, monkeypatch):
+    """``causal_chunks`` 3 over 23 rows: three chunks, each its own shape (its rows reach different keys), so three
+    graphs; the result equals plain."""
+    graphs, _ = backend
+    case = AttentionCase("kerple", PROCESSORS["v2-causal"])
+    reference, exact = case.run("plain"), case.run("plain", dtype=torch.float64)
+    monkeypatch.setattr(attention, "attend_compiled", functools.partial(compiled.attend_compiled, causal_chunks=3))
+    assert_all_close(case.run("compiled"), reference, exact)
+    assert len(graphs) == 3
 
 
 def test_with_attention_dropout_the_chunks_run_uncompiled(backend):

@@ -124,6 +124,28 @@ def test_materialized_attention_equals_plain_on_output_and_every_gradient(encodi
     assert_all_close(case.run("materialized", chunk=5), reference, exact)  # 5 chunks, the last one short
 
 
+def test_causal_chunks_split_the_rows_and_each_chunk_reads_only_the_keys_its_rows_reach(monkeypatch):
+    """``causal_chunks`` 4 over 23 rows: chunks of 6 rows (the last 5), each reading the keys up to its last row
+    plus the halo and keeping those up to its last row, largest first; the result equals plain. Without the causal
+    mask every chunk reads every key, and a count below 1 is refused by name."""
+    case = AttentionCase("kerple", PROCESSORS["v2-same"])
+    reference, exact = case.run("plain"), case.run("plain", dtype=torch.float64)
+    seen = []
+
+    def recording(q_rows, k_read, v_kept, **kw):
+        seen.append((kw["first"], q_rows.shape[2], k_read.shape[2], v_kept.shape[2]))
+        return materialized.chunk_attention(q_rows, k_read, v_kept, **kw)
+
+    monkeypatch.setattr(attention, "attend_materialized", functools.partial(
+        materialized.attend_materialized, causal_chunks=4, chunk_fn=recording))
+    assert_all_close(case.run("materialized"), reference, exact)
+    assert case.processor.needed_halo() == 1
+    assert seen[:4] == [(18, 5, 23, 23), (12, 6, 19, 18), (6, 6, 13, 12), (0, 6, 7, 6)]
+    assert materialized.causal_chunk(23, 23, causal=False, causal_chunks=4) == 23
+    with pytest.raises(ConfigError, match="causal_chunks: 0"):
+        materialized.causal_chunk(23, 23, causal=True, causal_chunks=0)
+
+
 MODEL_CASES = sorted({(encoding, "v2-same") for encoding in ENCODINGS} | {("kerple", proc) for proc in PROCESSORS})
 
 

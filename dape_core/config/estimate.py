@@ -245,7 +245,6 @@ def load_calibration(assumptions: dict) -> tuple[list[dict] | None, str]:
     if frame.empty:
         raise ConfigError(f"estimate.calibration: {path} holds no rows; allowed values: a CSV of "
                           "benchmarks/calibrate_gpu.py with at least one measured case")
-    ok = frame["status"] == "ok"
     rate = pd.to_numeric(frame["tokens_per_s"], errors="coerce")
     whole = frame[list(CALIBRATION_COLUMNS)].notna().all(axis=1) & (rate > 0)
     damaged = [i for i, (status, fine) in enumerate(zip(frame["status"], whole)) if pd.isna(status) or

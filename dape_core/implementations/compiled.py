@@ -24,7 +24,8 @@ import functools
 
 import torch
 
-from dape_core.implementations.materialized import attend_materialized, chunk_attention, chunk_rows, feature_itemsize
+from dape_core.implementations.materialized import (attend_materialized, causal_chunk, chunk_attention, chunk_rows,
+                                                    feature_itemsize)
 
 BACKEND = "inductor"  # torch.compile's backend for the chunks (the tests trace with others)
 CHUNK_BYTES = 4 * 2**30  # one chunk's temporaries (materialized.chunk_bytes), the compiled path's budget
@@ -38,13 +39,16 @@ def compiled_chunk(backend=BACKEND):
     return torch.compile(chunk_attention, fullgraph=True, dynamic=False, backend=backend)
 
 
-def attend_compiled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, processor, chunk: int | None = None,
-                    dropout_p: float = 0.0, dape_dtype: torch.dtype | None = None, **kwargs) -> torch.Tensor:
+def attend_compiled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, processor, causal: bool,
+                    chunk: int | None = None, dropout_p: float = 0.0, dape_dtype: torch.dtype | None = None,
+                    causal_chunks: int = 1, **kwargs) -> torch.Tensor:
     """:func:`attend_materialized` (eq. 5; its arguments and result) with each chunk compiled, chunks of ``chunk``
-    rows (default: :func:`compiled_chunk_rows`)."""
+    rows (default: :func:`compiled_chunk_rows`; under the causal mask at least ``causal_chunks`` of them)."""
     if chunk is None:
         chunk = compiled_chunk_rows(processor, q.shape[0], k.shape[2], feature_itemsize=feature_itemsize(q, dape_dtype))
-    options = dict(processor=processor, chunk=chunk, dropout_p=dropout_p, dape_dtype=dape_dtype, **kwargs)
+    chunk = causal_chunk(chunk, q.shape[2], causal=causal, causal_chunks=causal_chunks)
+    options = dict(processor=processor, causal=causal, chunk=chunk, dropout_p=dropout_p, dape_dtype=dape_dtype,
+                   **kwargs)
     if dropout_p > 0 or torch.compiler.is_compiling():
         return attend_materialized(q, k, v, **options)
     from torch import _dynamo  # here: importing it costs every process ~1.5 s, and most never compile

@@ -221,7 +221,6 @@ def _tile_backward(q, kw, vw, do, lse, delta, b, m0, w0, scale, bias_ptr, s_bb, 
     hid_map = scr + 2 * HP * BM * W
     grad_f = scr + (2 * HP + DP) * BM * W
     grad_pre = grad_f + HP * BM * W
-    ds_flat = tl.reshape(ds, (HP, BM * W))
     if WEIGHT_GRADS:  # dW2[t] = Σ dF[c]·hidden[c + t − left]ᵀ over the tile's own columns
         ds_own = tl.reshape(tl.where(owned, ds, 0.0), (HP, BM * W))
         for t in tl.static_range(K):

@@ -56,7 +56,7 @@ from torch.utils.checkpoint import checkpoint
 
 from dape_core.dape import NEGATIVE_SLOPE, ScoreProcessor
 from dape_core.encodings import PositionalEncoding
-from dape_core.errors import require_choice
+from dape_core.errors import require_choice, require_positive
 
 DEFAULT_CHUNK_BYTES = 2**30  # one chunk's temporaries (module docstring: the bound and the 350M figure)
 # how f is computed: ``conv`` the layer's own convolutions (cuDNN on a GPU); ``triton`` the kernels of
@@ -78,6 +78,14 @@ def chunk_bytes(processor: ScoreProcessor, batch: int, rows: int, keys: int, fea
     wide = feature_columns(processor, keys)
     hidden = d + h if processor.processor == "dape_v2" else max(2 * d, d + h)  # the MLP's LeakyReLU is a new tensor
     return batch * rows * (4 * c * keys + max(s * (c + hidden) * wide, (s + 4) * h * wide))
+
+
+def causal_chunk(chunk: int, n: int, *, causal: bool, causal_chunks: int = 1) -> int:
+    """Rows per chunk under a causal mask split into at least ``causal_chunks`` chunks (at most ``chunk`` rows
+    each): each chunk reads only the keys its rows reach, so k equal chunks compute (k + 1)/2k of the T × T maps
+    instead of all of them, in k times the operator calls. Without the mask, ``chunk``."""
+    require_positive("causal_chunks", causal_chunks)
+    return min(chunk, -(-n // causal_chunks)) if causal else chunk
 
 
 def chunk_rows(processor: ScoreProcessor, batch: int, n: int, *, budget: int | None = None,
@@ -103,12 +111,14 @@ def attend_materialized(
     recompute_scores: bool | None = None,
     chunk_fn=None,
     feature_map: str = "conv",
+    causal_chunks: int = 1,
 ) -> torch.Tensor:
     """softmax(mask(A + B + f(tril([A; B])))) · V (eq. 5) for q [batch, H, Tq, d_head] and k, v [batch, H, Tk,
     d_head] (already rotated; query row r is key ``row_offset`` + r, ``positions`` are the keys'), in chunks of
     ``chunk`` query rows (default: :func:`chunk_rows`); ``recompute_scores`` (default: whenever gradients are
     recorded) recomputes each chunk in the backward pass; ``chunk_fn``: the function of one chunk, with the arguments
-    of :func:`chunk_attention` (default: it); ``feature_map``: how f is computed (:data:`FEATURE_MAPS`). Returns
+    of :func:`chunk_attention` (default: it); ``feature_map``: how f is computed (:data:`FEATURE_MAPS`);
+    ``causal_chunks``: under the causal mask, at least this many chunks (:func:`causal_chunk`). Returns
     [batch, H, Tq, d_head]."""
     require_choice("feature_map", feature_map, FEATURE_MAPS)
     device_type, n, n_keys = q.device.type, q.shape[2], k.shape[2]
@@ -116,6 +126,7 @@ def attend_materialized(
     feature_dtype = dape_dtype or autocast_dtype(device_type)
     score_dtype = torch.promote_types(q.dtype, torch.float32)  # fp32 scores under bf16 autocast (fp64 stays)
     chunk = chunk or chunk_rows(processor, q.shape[0], n_keys, feature_itemsize=feature_itemsize(q, dape_dtype))
+    chunk = causal_chunk(chunk, n, causal=causal, causal_chunks=causal_chunks)
     if recompute_scores is None:
         recompute_scores = True
     recompute_scores = recompute_scores and torch.is_grad_enabled()
