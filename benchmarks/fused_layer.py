@@ -14,9 +14,11 @@ Rows (q, k, v, Kerple's r1, r2 and both convolutions learnable; bf16 autocast on
   per tile setting, ``fused-BM.W.warps.Wb.warpsb`` (block rows, the forward's key tile and warps, the backward's);
 * ``materialized-triton``, ``compiled-triton``, ``compiled-triton-keep``: those paths with ``feature_map="triton"``
   (the convolutions replaced by the Triton feature map's kernels, :mod:`dape_core.implementations.feature_map`);
-* any materialized or compiled row with ``-cN`` (``compiled-keep-c4``): that path with at least N causal chunks
-  per layer (``causal_chunks``: each chunk reads only the keys its rows reach, so N chunks compute (N + 1)/2N of
-  the T × T maps).
+* any materialized or compiled row with ``-tf32`` (``compiled-keep-tf32``): that path with its fp32 score products
+  (A = q·kᵀ and its backward) on TF32 tensor cores (``harness.tf32_matmuls``);
+* any materialized or compiled row (or ``-tf32`` row) with ``-cN`` (``compiled-keep-c4``): that path with at least
+  N causal chunks per layer (``causal_chunks``: each chunk reads only the keys its rows reach, so N chunks compute
+  (N + 1)/2N of the T × T maps).
 
 Each case is built once and warmed up, then the cases take turns, one timed forward + backward each per round; on
 CUDA each is bracketed by ``torch.cuda.synchronize`` and its peak memory is ``torch.cuda.max_memory_allocated``
@@ -49,7 +51,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import machine_info, path_options, path_variant, write_rows  # noqa: E402
+from harness import machine_info, path_options, path_variant, tf32_matmuls, write_rows  # noqa: E402
 
 from dape_core.attention import attend  # noqa: E402
 from dape_core.dape import build_processor  # noqa: E402
@@ -97,16 +99,17 @@ class Layer:
 
     def step(self, row: str, compiled=None) -> torch.Tensor:
         q, k, v = self.qkv
-        if row == "sdpa":
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        elif row == "paper-compiled":
-            out = compiled(q, k, v)
-        elif row.startswith("fused-"):  # Kerple rotates nothing: the fused path's own call at these tiles
-            out = attend_fused(q, k, v, encoding=self.encoding, processor=self.processor, positions=self.positions,
-                               causal=True, tiles=parse_tiles(row))
-        else:
-            out = path_call(row, q, k, v, self.encoding, self.processor, self.positions)
-        out.float().square().mean().backward()
+        with tf32_matmuls(path_variant(row)[1].get("tf32", False)):  # forward and backward
+            if row == "sdpa":
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            elif row == "paper-compiled":
+                out = compiled(q, k, v)
+            elif row.startswith("fused-"):  # Kerple rotates nothing: the fused path's own call at these tiles
+                out = attend_fused(q, k, v, encoding=self.encoding, processor=self.processor,
+                                   positions=self.positions, causal=True, tiles=parse_tiles(row))
+            else:
+                out = path_call(row, q, k, v, self.encoding, self.processor, self.positions)
+            out.float().square().mean().backward()
         return out
 
     def paper_function(self):
@@ -116,8 +119,9 @@ class Layer:
 
 def path_call(row: str, q, k, v, encoding, processor, positions):
     """The attention of a path's row (its name as :func:`harness.path_variant` reads it: ``-keep`` recompute off,
-    ``-triton`` the Triton feature map, ``-cN`` N causal chunks)."""
+    ``-triton`` the Triton feature map, ``-cN`` N causal chunks; ``-tf32`` is the caller's scope)."""
     name, options = path_variant(row)
+    options.pop("tf32", None)
     common = dict(encoding=encoding, positions=positions, causal=True,
                   recompute_scores=options.pop("recompute_scores", None))
     if options:  # options no setting selects: the path's own entry point
@@ -128,13 +132,19 @@ def path_call(row: str, q, k, v, encoding, processor, positions):
 
 
 def row_name(row: str) -> str:
-    """A row of :data:`ROWS`, or one of its materialized and compiled rows with ``-cN`` (N causal chunks, N ≥ 1)."""
-    head, _, last = row.rpartition("-")
-    chunked = head in ROWS and head.startswith(("materialized", "compiled")) and last[:1] == "c" and last[1:].isdigit()
-    if row in ROWS or (chunked and int(last[1:]) >= 1):
+    """A row of :data:`ROWS`, or one of its materialized and compiled rows with ``-tf32`` (TF32 score products)
+    and then ``-cN`` (N ≥ 1 causal chunks)."""
+    base, variant = row, False
+    head, _, last = base.rpartition("-")
+    if head and last[:1] == "c" and last[1:].isdigit() and int(last[1:]) >= 1:
+        base, variant = head, True
+    if base.endswith("-tf32"):
+        base, variant = base.removesuffix("-tf32"), True
+    if base in ROWS and (not variant or base.startswith(("materialized", "compiled"))):
         return row
     raise argparse.ArgumentTypeError(f"{row!r} is not allowed; allowed: {', '.join(ROWS)}, and a materialized or "
-                                     "compiled row with -cN (N ≥ 1 causal chunks)")
+                                     "compiled row with -tf32 (TF32 score products) and then -cN (N ≥ 1 causal "
+                                     "chunks)")
 
 
 def parse_tiles(row: str) -> FusedTiles:
@@ -164,9 +174,10 @@ def error_row(layer: Layer, device, impl: str = "fused") -> dict:
         for t in layer.qkv:
             t.grad = None
         q, k, v = (t.detach().to(dtype).requires_grad_() for t in layer.qkv)
-        with autocast(device) if cast else torch.autocast(device.type, enabled=False):
+        with autocast(device) if cast else torch.autocast(device.type, enabled=False), \
+                tf32_matmuls(path_variant(impl)[1].get("tf32", False)):
             out = path_call(impl, q, k, v, layer.encoding, layer.processor, layer.positions)
-        out.float().square().mean().backward()
+            out.float().square().mean().backward()
         return [out.detach().float(), *(t.grad.float() for t in (q, k, v))]
 
     reference = run("plain", torch.float32, False)
@@ -295,8 +306,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{'–' if ratio is None else format(ratio, '.2f')}", flush=True)
         print(f"floors B{batch} T{n}: forward {floor['forward_gflop']:.1f} GFLOP / {floor['forward_mb']:.0f} MB, "
               f"backward {floor['backward_gflop']:.1f} GFLOP / {floor['backward_mb']:.0f} MB")
-        checked = ["fused"] + [row for row in args.rows  # a kept path computes what its recomputing one does
-                               if row.startswith(("materialized", "compiled")) and "keep" not in row]
+        checked = ["fused"] + [row for row in args.rows if row.startswith(("materialized", "compiled"))]
         for impl in checked if args.check else ():
             if impl in args.rows or (impl == "fused" and any(row.startswith("fused-") for row in args.rows)):
                 errors = error_row(layer, device, impl)

@@ -12,8 +12,9 @@ and the peak GiB. ``--dape-impls`` times each DAPE method on each named ``attent
 ``materialized``, ``compiled`` and ``fused``), as the row ``DAPE1x3-Kerple (fused)``; an impl ending in ``-keep``
 (``compiled-keep``) runs that path with ``recompute_scores: false``, one with ``-triton`` (``compiled-triton``,
 ``compiled-triton-keep``, ``materialized-triton``) with the Triton feature map (``feature_map="triton"``), one with
-``-cN`` (``compiled-keep-c4``) with at least N causal chunks per layer (``causal_chunks``): options that no setting
-selects yet, so those steps run with the paths' entry points bound to them.
+``-tf32`` (``compiled-keep-tf32``) with the fp32 score products on TF32 tensor cores, one with ``-cN``
+(``compiled-keep-c4``) with at least N causal chunks per layer (``causal_chunks``): options that no setting selects
+yet, so those steps run inside a scope that binds the paths' entry points to them (``harness.path_options``).
 
     python benchmarks/gpu_step.py                                   # on a GPU: the full table
     python benchmarks/gpu_step.py --device cpu --size tiny --vocab-size 512 --tokens 1024 --lengths 64 128 \\
@@ -23,6 +24,8 @@ selects yet, so those steps run with the paths' entry points bound to them.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import statistics
 import sys
 import time
@@ -42,10 +45,10 @@ METHODS = ("NoPE", "RoPE", "ALiBi", "T5", "Kerple", "FIRE", "DAPE-Kerple", "DAPE
 
 
 def build_case(method: str, size: str, length: int, vocab_size: int, device: torch.device, compiled: bool):
-    """(model, optimizer, step function) of one case: a fresh model of ``method`` on ``device`` (``method
+    """(model, optimizer, forward, scope) of one case: a fresh model of ``method`` on ``device`` (``method
     (impl)``: on ``attention_impl`` impl, named as :func:`harness.path_variant` reads it: ``-keep`` without
-    recomputation, ``-triton`` with the Triton feature map, ``-cN`` with N causal chunks); the step function runs
-    the model under the path's options (:func:`harness.path_options`)."""
+    recomputation, ``-triton`` with the Triton feature map, ``-tf32`` with TF32 score products, ``-cN`` with N causal
+    chunks); ``scope()``: the context its whole step runs in, the path's options (:func:`harness.path_options`)."""
     method, _, impl = method.partition(" (")
     settings = parse_method(method)
     path, options = path_variant(impl.rstrip(")"))
@@ -55,20 +58,18 @@ def build_case(method: str, size: str, length: int, vocab_size: int, device: tor
         settings["attention_impl"] = path
     model = GPT(GPTConfig(size=size, vocab_size=vocab_size, train_len=length, **settings)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
-    compiled_model = torch.compile(model) if compiled else model
-
-    def forward(*args):
-        with path_options(**options):
-            return compiled_model(*args)
-    return model, optimizer, forward
+    forward = torch.compile(model) if compiled else model
+    return model, optimizer, forward, functools.partial(path_options, **options)
 
 
-def one_step(forward, optimizer, idx, precision: str, device: torch.device) -> None:
-    optimizer.zero_grad(set_to_none=True)
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
-        loss = forward(idx, idx)[1]
-    loss.backward()
-    optimizer.step()
+def one_step(forward, optimizer, idx, precision: str, device: torch.device, scope=contextlib.nullcontext) -> None:
+    """One training step (forward, backward, AdamW) inside the case's ``scope``."""
+    with scope():
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = forward(idx, idx)[1]
+        loss.backward()
+        optimizer.step()
 
 
 def synchronize(device: torch.device) -> None:
@@ -107,18 +108,18 @@ def main(argv: list[str] | None = None) -> int:
             for method in args.methods:
                 key = (method, mode)
                 try:
-                    model, optimizer, forward = build_case(method, args.size, length, args.vocab_size, device,
-                                                           mode == "compiled")
+                    model, optimizer, forward, scope = build_case(method, args.size, length, args.vocab_size,
+                                                                  device, mode == "compiled")
                     for _ in range(args.warmup):
-                        one_step(forward, optimizer, idx, args.precision, device)
+                        one_step(forward, optimizer, idx, args.precision, device, scope)
                     synchronize(device)
-                    cases[key], times[key], status[key] = (forward, optimizer), [], "ok"
+                    cases[key], times[key], status[key] = (forward, optimizer, scope), [], "ok"
                 except torch.OutOfMemoryError:
                     status[key] = "out_of_memory"
                     if device.type == "cuda":
                         torch.cuda.empty_cache()
         for _ in range(args.rounds):  # round robin: one timed step per case per round
-            for key, (forward, optimizer) in cases.items():
+            for key, (forward, optimizer, scope) in cases.items():
                 if status[key] != "ok":
                     continue
                 if device.type == "cuda":
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                 synchronize(device)
                 start = time.perf_counter()
                 try:
-                    one_step(forward, optimizer, idx, args.precision, device)
+                    one_step(forward, optimizer, idx, args.precision, device, scope)
                     synchronize(device)
                 except torch.OutOfMemoryError:
                     status[key] = "out_of_memory"

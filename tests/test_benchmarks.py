@@ -142,14 +142,29 @@ def test_path_variants_name_the_paths_options():
     assert path_variant("compiled-triton-keep") == ("compiled", {"feature_map": "triton", "recompute_scores": False})
     assert path_variant("compiled-keep-c4") == ("compiled", {"causal_chunks": 4, "recompute_scores": False})
     assert path_variant("materialized-triton-c2") == ("materialized", {"causal_chunks": 2, "feature_map": "triton"})
+    assert path_variant("compiled-triton-keep-tf32-c8") == ("compiled", {"causal_chunks": 8, "tf32": True,
+                                                                        "recompute_scores": False,
+                                                                        "feature_map": "triton"})
     assert path_variant("") == ("", {})
 
 
+def test_a_tf32_scope_turns_tf32_on_for_its_step_only():
+    from harness import path_options
+
+    assert not torch.backends.cuda.matmul.allow_tf32
+    with path_options(tf32=True):
+        assert torch.backends.cuda.matmul.allow_tf32
+    assert not torch.backends.cuda.matmul.allow_tf32
+    with path_options():
+        assert not torch.backends.cuda.matmul.allow_tf32
+
+
 def test_the_layer_benchmark_refuses_a_row_it_does_not_know_naming_the_allowed_ones():
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fused_layer.py"), "--device", "cpu",
-                             "--rows", "compiled-c0"], capture_output=True, text=True, timeout=600)
-    assert result.returncode == 2 and "'compiled-c0' is not allowed; allowed: sdpa" in result.stderr
-    assert "-cN (N ≥ 1 causal chunks)" in result.stderr
+    for row in ("compiled-c0", "sdpa-tf32", "compiled-c4-tf32"):
+        result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fused_layer.py"), "--device", "cpu",
+                                 "--rows", row], capture_output=True, text=True, timeout=600)
+        assert result.returncode == 2 and f"'{row}' is not allowed; allowed: sdpa" in result.stderr
+        assert "-tf32 (TF32 score products) and then -cN (N ≥ 1 causal chunks)" in result.stderr
 
 
 def test_gpu_step_runs_a_triton_case_with_the_triton_feature_map_and_the_others_without(monkeypatch):
@@ -170,8 +185,10 @@ def test_gpu_step_runs_a_triton_case_with_the_triton_feature_map_and_the_others_
     for impl, expected in (("materialized", 0), ("materialized-triton", 4),  # two layers, each recomputed
                            ("materialized-triton-c4", 16)):
         calls.clear()
-        _, _, forward = gpu_step.build_case(f"DAPE1x3-Kerple ({impl})", "tiny", 16, 64, torch.device("cpu"), False)
-        forward(idx, idx)[1].backward()
+        _, _, forward, scope = gpu_step.build_case(f"DAPE1x3-Kerple ({impl})", "tiny", 16, 64, torch.device("cpu"),
+                                                   False)
+        with scope():
+            forward(idx, idx)[1].backward()
         assert len(calls) == expected and attention.attend_materialized is entry
 
 
@@ -180,7 +197,7 @@ def test_fused_layer_benchmark_times_every_row_and_states_the_fused_error(tmp_pa
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fused_layer.py"), "--device", "cpu",
                              "--shapes", "2x20", "--heads", "2", "--head-dim", "8", "--dape-width", "4", "--rounds",
                              "1", "--warmup", "0", "--rows", "sdpa", "sdpa-bias", "materialized", "paper", "fused",
-                             "materialized-triton", "materialized-c3", "--fused-tiles", "16.16.4.16.4+uncapped", "--check",
+                             "materialized-triton", "materialized-tf32-c3", "--fused-tiles", "16.16.4.16.4+uncapped", "--check",
                              "--profile", "materialized",
                              "--profile-top", "3", "--eval-size", "tiny",
                              "--eval-length", "24", "--vocab-size", "64", "--out",
@@ -189,8 +206,9 @@ def test_fused_layer_benchmark_times_every_row_and_states_the_fused_error(tmp_pa
     assert result.returncode == 0, result.stderr[-2000:]
     rows = pd.read_csv(out).set_index("row")
     assert list(rows.index) == ["sdpa", "sdpa-bias", "materialized", "paper", "fused", "materialized-triton",
-                                "materialized-c3", "fused-16.16.4.16.4+uncapped", "fused-error", "materialized-error",
-                                "materialized-triton-error", "materialized-c3-error", *["profile-materialized"] * 4,
+                                "materialized-tf32-c3", "fused-16.16.4.16.4+uncapped", "fused-error",
+                                "materialized-error", "materialized-triton-error", "materialized-tf32-c3-error",
+                                *["profile-materialized"] * 4,
                                 "eval-tiny-materialized", "eval-tiny-materialized-triton", "eval-tiny-fused"]
     profile = rows.loc["profile-materialized"]  # the three largest kernels, then the rest; shares of one total
     assert list(profile["kernel"])[-1] == "(other)" and profile["share"].sum() == pytest.approx(1.0)
@@ -198,7 +216,7 @@ def test_fused_layer_benchmark_times_every_row_and_states_the_fused_error(tmp_pa
     assert rows.loc["eval-tiny-materialized", "x_materialized"] == 1.0 and rows.loc["eval-tiny-fused", "ms"] > 0
     assert rows.loc["eval-tiny-materialized-triton", "ms"] > 0
     assert rows.loc["sdpa-bias", "x_sdpa_bias"] == 1.0
-    for path in ("fused", "materialized", "materialized-triton", "materialized-c3"):
+    for path in ("fused", "materialized", "materialized-triton", "materialized-tf32-c3"):
         errors = rows.loc[f"{path}-error", ["error_output", "error_grad_q", "error_grad_k", "error_grad_v"]]
         assert (errors < 1e-5).all()  # fp32 on the CPU: each path equals the reference to rounding
     assert rows.loc["fused", "forward_gflop"] > 0 and rows.loc["fused", "backward_gflop"] > rows.loc["fused",
