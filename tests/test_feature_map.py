@@ -151,6 +151,13 @@ def test_the_materialized_path_with_the_triton_feature_map_equals_plain(encoding
     assert_all_close(result, reference, exact)
 
 
+def test_the_two_sided_encoders_path_with_the_triton_feature_map_equals_plain(triton_paths):
+    """Without the causal mask the kernels get no diagonal: every pixel of f and of its gradient counts."""
+    case = AttentionCase("kerple", PROCESSORS["v2-same"], causal=False)
+    reference, exact = case.run("plain"), case.run("plain", dtype=torch.float64)
+    assert_all_close(case.run("materialized", chunk=9), reference, exact)
+
+
 def test_the_compiled_path_traces_the_kernels_as_operators_and_equals_plain(triton_paths, monkeypatch):
     """Under ``torch.compile`` (aot_eager: TorchDynamo and AOTAutograd trace the forward and backward graphs) the
     feature map is one ``dape::feature_map`` node, its backward one ``dape::feature_map_backward``; with and without
