@@ -113,6 +113,25 @@ def test_causal_chunks_compile_one_graph_per_chunk_shape_and_equal_plain(backend
     assert len(graphs) == 3
 
 
+def test_a_process_compiles_more_chunk_shapes_than_dynamos_default_limit(backend):
+    """Every (length, causal chunks) pair of one process compiles the chunk shapes it has not met (a chunk is its
+    length, whose strides its views keep, first row, rows and keys), all counted against the one chunk function:
+    here 30 graphs, past Dynamo's default limit of 8 per function (and the 3 + 8 one call needs), where
+    ``fullgraph`` would fail the call."""
+    graphs, _ = backend
+    case = AttentionCase("kerple", PROCESSORS["v2-causal"])  # tril and causal padding: no halo
+    shapes = set()
+    for n in (16, 20, 24, 28, 32):
+        for causal_chunks in (1, 2, 3):
+            q, k, v = (torch.randn(1, 4, n, 8, requires_grad=True) for _ in range(3))
+            out = compiled.attend_compiled(q, k, v, encoding=case.encoding, processor=case.processor,
+                                           positions=torch.arange(n), causal=True, causal_chunks=causal_chunks)
+            out.sum().backward()
+            chunk = -(-n // causal_chunks)
+            shapes |= {(n, r0, min(n, r0 + chunk) - r0, min(n, r0 + chunk)) for r0 in range(0, n, chunk)}
+    assert len(graphs) == len(shapes) == 30
+
+
 def test_with_attention_dropout_the_chunks_run_uncompiled(backend):
     graphs, _ = backend
     case = AttentionCase("kerple", PROCESSORS["v2-same"])

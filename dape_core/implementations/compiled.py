@@ -12,8 +12,11 @@ same budget.
 
 One compiled function serves every layer: the chunk's function takes its modules as arguments, whose parameters
 are graph inputs, so every layer reuses the first one's graph. Shapes are static: each distinct chunk shape (the
-chunks of one length, a new length) compiles once, and the recompilation limit of this function is raised to
-cover a sequence's chunks. Inside a graph that ``torch.compile`` already traces (``training.compile``) the chunks
+chunks of one length, a new length, each of ``causal_chunks``' chunks) and option mix compiles once. Dynamo counts
+all of them against one function's recompilation limit (8 by default), and with ``fullgraph`` a compilation past it
+fails: a process that evaluates at several lengths, or a benchmark that mixes options, meets more. So the limit is
+raised to Dynamo's accumulated limit (``accumulated_recompile_limit``, 256 by default), past which compiling
+again fails loudly. Inside a graph that ``torch.compile`` already traces (``training.compile``) the chunks
 are traced into it uncompiled. With attention dropout the chunks run uncompiled (the materialized path itself):
 the compiled graph's random numbers would not repeat those of the recomputation in the backward pass.
 """
@@ -29,7 +32,6 @@ from dape_core.implementations.materialized import (attend_materialized, causal_
 
 BACKEND = "inductor"  # torch.compile's backend for the chunks (the tests trace with others)
 CHUNK_BYTES = 4 * 2**30  # one chunk's temporaries (materialized.chunk_bytes), the compiled path's budget
-SPARE_RECOMPILES = 8  # the chunk function's recompilation limit: a sequence's number of chunks + this (torch's default)
 
 
 @functools.cache
@@ -53,8 +55,8 @@ def attend_compiled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, proces
         return attend_materialized(q, k, v, **options)
     from torch import _dynamo  # here: importing it costs every process ~1.5 s, and most never compile
 
-    limit = -(-q.shape[2] // chunk) + SPARE_RECOMPILES
-    with _dynamo.config.patch(recompile_limit=max(limit, _dynamo.config.recompile_limit)):
+    limit = max(_dynamo.config.recompile_limit, _dynamo.config.accumulated_recompile_limit)  # module docstring
+    with _dynamo.config.patch(recompile_limit=limit):
         return attend_materialized(q, k, v, chunk_fn=compiled_chunk(BACKEND), **options)
 
 
