@@ -148,6 +148,30 @@ def test_path_variants_name_the_paths_options():
     assert path_variant("") == ("", {})
 
 
+def test_the_device_commands_in_the_docs_name_rows_and_cases_the_benchmarks_take():
+    """Every LAYER_ROWS row of docs/performance.md's device commands is a row fused_layer.py accepts, every IMPLS
+    case a path gpu_step.py builds, every FEATURE_TILES setting a tile the kernels take."""
+    import re
+
+    import fused_layer
+
+    from dape_core.implementations.feature_map import FeatureTiles
+    from dape_core.implementations.materialized import FEATURE_MAPS
+    from harness import path_variant
+
+    text = (ROOT / "docs" / "performance.md").read_text().replace("\\\n", " ")
+    found = {name: " ".join(re.findall(rf'{name}="([^"]*)"', text)).split()
+             for name in ("LAYER_ROWS", "IMPLS", "FEATURE_TILES")}
+    assert found["LAYER_ROWS"] and found["IMPLS"]
+    for row in found["LAYER_ROWS"]:
+        assert fused_layer.row_name(row) == row
+    for impl in found["IMPLS"]:
+        path, options = path_variant(impl)
+        assert path in ("materialized", "compiled") and options.get("feature_map", "conv") in FEATURE_MAPS, impl
+    for spec in found["FEATURE_TILES"]:
+        FeatureTiles.parse(spec)
+
+
 def test_a_tf32_scope_turns_tf32_on_for_its_step_only():
     from harness import path_options
 
