@@ -185,6 +185,30 @@ def test_the_compiled_path_traces_the_kernels_as_operators_and_equals_plain(trit
         compiled.compiled_chunk.cache_clear()
 
 
+def test_the_triton_feature_map_keeps_no_more_for_the_backward_pass_than_the_convolutions():
+    """What a layer without recomputation saves for its backward pass, counted as the memory model counts it
+    (distinct storages under ``saved_tensors_hooks``): with the kernels at most what the convolutions keep (they
+    keep x; the convolutions keep x and the hidden map), so the model's count of the convolutions bounds them."""
+    from torch.autograd.graph import saved_tensors_hooks
+
+    case = AttentionCase("kerple", PROCESSORS["v2-same"])
+
+    def saved(feature_map_name):
+        storages = {}
+
+        def pack(tensor):
+            storages[tensor.untyped_storage()._cdata] = tensor.untyped_storage().nbytes()
+            return tensor
+
+        q, k, v = (t.clone().requires_grad_() for t in case.qkv)
+        with saved_tensors_hooks(pack, lambda tensor: tensor):
+            attend_materialized(q, k, v, encoding=case.encoding, processor=case.processor, positions=case.positions,
+                                causal=True, recompute_scores=False, feature_map=feature_map_name)
+        return sum(storages.values())
+
+    assert 0 < saved("triton") < saved("conv")
+
+
 def test_bad_feature_map_settings_are_named_with_the_allowed_values():
     case = AttentionCase("kerple", PROCESSORS["v2-same"])
     q, k, v = case.qkv
