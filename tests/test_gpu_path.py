@@ -146,6 +146,31 @@ def test_causal_chunks_split_the_rows_and_each_chunk_reads_only_the_keys_its_row
         materialized.causal_chunk(23, 23, causal=True, causal_chunks=0)
 
 
+def test_causal_chunks_keep_less_for_the_backward_pass_than_one_chunk():
+    """Without recomputation the chunks keep their maps: N causal chunks keep (N + 1)/2N of one chunk's, so the
+    memory model's count at one chunk bounds them."""
+    from torch.autograd.graph import saved_tensors_hooks
+
+    case = AttentionCase("kerple", PROCESSORS["v2-causal"], n=24)
+
+    def saved(causal_chunks):
+        storages = {}
+
+        def pack(tensor):
+            storages[tensor.untyped_storage()._cdata] = tensor.untyped_storage().nbytes()
+            return tensor
+
+        q, k, v = (t.clone().requires_grad_() for t in case.qkv)
+        with saved_tensors_hooks(pack, lambda tensor: tensor):
+            materialized.attend_materialized(q, k, v, encoding=case.encoding, processor=case.processor,
+                                             positions=case.positions, causal=True, recompute_scores=False,
+                                             causal_chunks=causal_chunks)
+        return sum(storages.values())
+
+    one, four = saved(1), saved(4)
+    assert four < 0.75 * one
+
+
 MODEL_CASES = sorted({(encoding, "v2-same") for encoding in ENCODINGS} | {("kerple", proc) for proc in PROCESSORS})
 
 
