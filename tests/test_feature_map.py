@@ -32,7 +32,7 @@ from dape_core.errors import ConfigError  # noqa: E402
 from dape_core.implementations.feature_map import FeatureTiles, triton_feature_map  # noqa: E402
 from dape_core.implementations.materialized import attend_materialized, padded_feature_map  # noqa: E402
 from dape_core.settings import AttentionSettings  # noqa: E402
-from test_gpu_path import PROCESSORS, AttentionCase, assert_all_close  # noqa: E402
+from test_gpu_path import PROCESSORS, AttentionCase, assert_all_close, saved_bytes  # noqa: E402
 
 SMALL = FeatureTiles(rows=2, keys=8)
 PATH_TILES = FeatureTiles(rows=16, keys=32)
@@ -186,27 +186,18 @@ def test_the_compiled_path_traces_the_kernels_as_operators_and_equals_plain(trit
 
 
 def test_the_triton_feature_map_keeps_no_more_for_the_backward_pass_than_the_convolutions():
-    """What a layer without recomputation saves for its backward pass, counted as the memory model counts it
-    (distinct storages under ``saved_tensors_hooks``): with the kernels at most what the convolutions keep (they
-    keep x; the convolutions keep x and the hidden map), so the model's count of the convolutions bounds them."""
-    from torch.autograd.graph import saved_tensors_hooks
-
+    """What a layer without recomputation saves for its backward pass, counted as the memory model counts it: with
+    the kernels less than what the convolutions keep (they keep x; the convolutions keep x and the hidden map), so
+    the model's count of the convolutions bounds them."""
     case = AttentionCase("kerple", PROCESSORS["v2-same"])
 
-    def saved(feature_map_name):
-        storages = {}
-
-        def pack(tensor):
-            storages[tensor.untyped_storage()._cdata] = tensor.untyped_storage().nbytes()
-            return tensor
-
+    def layer(feature_map_name):
         q, k, v = (t.clone().requires_grad_() for t in case.qkv)
-        with saved_tensors_hooks(pack, lambda tensor: tensor):
-            attend_materialized(q, k, v, encoding=case.encoding, processor=case.processor, positions=case.positions,
-                                causal=True, recompute_scores=False, feature_map=feature_map_name)
-        return sum(storages.values())
+        return attend_materialized(q, k, v, encoding=case.encoding, processor=case.processor,
+                                   positions=case.positions, causal=True, recompute_scores=False,
+                                   feature_map=feature_map_name)
 
-    assert 0 < saved("triton") < saved("conv")
+    assert 0 < saved_bytes(lambda: layer("triton")) < saved_bytes(lambda: layer("conv"))
 
 
 def test_bad_feature_map_settings_are_named_with_the_allowed_values():

@@ -146,29 +146,34 @@ def test_causal_chunks_split_the_rows_and_each_chunk_reads_only_the_keys_its_row
         materialized.causal_chunk(23, 23, causal=True, causal_chunks=0)
 
 
+def saved_bytes(run) -> int:
+    """Bytes of the distinct storages that ``run()`` saves for its backward pass, counted as ``dape_core.memory``
+    counts them (under ``saved_tensors_hooks``)."""
+    from torch.autograd.graph import saved_tensors_hooks
+
+    storages = {}
+
+    def pack(tensor):
+        storages[tensor.untyped_storage()._cdata] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    with saved_tensors_hooks(pack, lambda tensor: tensor):
+        run()
+    return sum(storages.values())
+
+
 def test_causal_chunks_keep_less_for_the_backward_pass_than_one_chunk():
     """Without recomputation the chunks keep their maps: N causal chunks keep (N + 1)/2N of one chunk's, so the
     memory model's count at one chunk bounds them."""
-    from torch.autograd.graph import saved_tensors_hooks
-
     case = AttentionCase("kerple", PROCESSORS["v2-causal"], n=24)
 
-    def saved(causal_chunks):
-        storages = {}
-
-        def pack(tensor):
-            storages[tensor.untyped_storage()._cdata] = tensor.untyped_storage().nbytes()
-            return tensor
-
+    def layer(causal_chunks):
         q, k, v = (t.clone().requires_grad_() for t in case.qkv)
-        with saved_tensors_hooks(pack, lambda tensor: tensor):
-            materialized.attend_materialized(q, k, v, encoding=case.encoding, processor=case.processor,
-                                             positions=case.positions, causal=True, recompute_scores=False,
-                                             causal_chunks=causal_chunks)
-        return sum(storages.values())
+        return materialized.attend_materialized(q, k, v, encoding=case.encoding, processor=case.processor,
+                                                positions=case.positions, causal=True, recompute_scores=False,
+                                                causal_chunks=causal_chunks)
 
-    one, four = saved(1), saved(4)
-    assert four < 0.75 * one
+    assert saved_bytes(lambda: layer(4)) < 0.75 * saved_bytes(lambda: layer(1))
 
 
 MODEL_CASES = sorted({(encoding, "v2-same") for encoding in ENCODINGS} | {("kerple", proc) for proc in PROCESSORS})
