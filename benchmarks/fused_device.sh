@@ -1,21 +1,27 @@
 #!/usr/bin/env bash
-# The fused kernel on a GPU in one run (docs/performance.md, "The fused kernel"), results under $OUT:
+# The fused kernel and the compiled path on a GPU in one run (docs/performance.md), results under $OUT:
 #   1. exactness: benchmarks/fused_check.py, one process per case (compiled in parallel), merged into
-#      fused_check.csv; at the same time the timed kernels are compiled once (a warm-up run fills Triton's cache);
-#   2. one layer, forward + backward, the paths of LAYER_ROWS and each tile setting side by side, with the bf16
-#      error row (fused_layer.csv);
-#   3. training steps of NoPE, Kerple and DAPE1x3-Kerple on the paths of IMPLS (gpu_step.csv);
-#   4. evaluation's forward pass of a 350M DAPE1x3-Kerple at T 8192 (fused_eval.csv);
-#   5. profile: each kernel's device time per tile setting, and the layer's forward-only pass (fused_profile.csv);
-#   6. feature: the feature map alone, the convolutions against the Triton feature map's kernels at each of
-#      FEATURE_TILES (benchmarks/feature_map.py, feature_map.csv; run first, before the other timings).
-# STEPS picks among check, feature, layer, step, eval, profile (default: all but profile); LAYER_ROWS the layer's rows,
-# LAYER_PROFILE those of them whose kernels step 2 also profiles, METHODS and IMPLS the training steps' cases.
-# Each step runs under its own time limit, so that one that fails or hangs leaves the others' results.
+#      fused_check.csv; at the same time the timed kernels and graphs are compiled once, each in its own process
+#      (warm-up runs fill Triton's and TorchInductor's caches, which the timed runs then read);
+#   2. layer: one layer, forward + backward, the paths of LAYER_ROWS and each tile setting side by side, with the
+#      bf16 error rows (fused_layer.csv);
+#   3. step: training steps of METHODS on the paths of IMPLS (gpu_step.csv);
+#   4. feature: the feature map alone, the convolutions against the Triton feature map's kernels at each of
+#      FEATURE_TILES (benchmarks/feature_map.py, feature_map.csv);
+#   5. profile: each fused kernel's device time per tile setting, and the layer's forward-only pass
+#      (fused_profile.csv);
+#   6. eval: evaluation's forward pass of a 350M DAPE1x3-Kerple at T 8192 (fused_eval.csv).
+# STEPS picks among check, feature, layer, step, eval, profile (default: all but profile); they run in the order
+# above. LAYER_ROWS the layer's rows, LAYER_PROFILE those of them whose kernels step 2 also profiles, METHODS and
+# IMPLS the training steps' cases. Each step runs under its own time limit, LIMIT seconds, so that one that fails
+# or hangs leaves the others' results; with BUDGET, the whole run's seconds, a step gets at most what is left of
+# it and one with under a minute left is skipped (said in the log): a device lease's time is spent on the first
+# steps first.
 #
 #   OUT=/tmp/fused bash benchmarks/fused_device.sh                     # on a GPU
 #   SMOKE=1 OUT=/tmp/fused bash benchmarks/fused_device.sh             # tiny shapes in Triton's CPU interpreter
 set -u
+start=$(date +%s)  # BUDGET counts from here
 OUT=${OUT:-/tmp/fused_device}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -28,6 +34,8 @@ METHODS=${METHODS:-"NoPE Kerple DAPE1x3-Kerple"}
 LAYER_PROFILE=${LAYER_PROFILE:-}
 PROFILE_TILES=${PROFILE_TILES:-"16.32.16.16.8 16.32.16.16.8+uncapped 16.32.16.32.8 16.32.16.16.4 16.32.16.32.16"}
 STEPS=" ${STEPS:-check feature layer step eval} "
+BUDGET=${BUDGET:-}
+MIN_STEP=${MIN_STEP:-60}  # a step with fewer seconds of BUDGET left is skipped
 has() { [[ "$STEPS" == *" $1 "* ]]; }
 if [ "${SMOKE:-0}" = 1 ]; then
     export TRITON_INTERPRET=1
@@ -39,7 +47,7 @@ if [ "${SMOKE:-0}" = 1 ]; then
     PROFILE="--device cpu --shape 2x40 --heads 4 --head-dim 8 --dape-width 6 --reps 1"
     FEATURE="--device cpu --shapes 1x24 --heads 4 --dape-width 6 --rounds 2 --warmup 1"
     FEATURE_TILES="2.8.4"
-    LIMIT=600
+    LIMIT=${LIMIT:-600}
     CASES=${CASES:-"kerple:v2-causal nope:v1"}  # fp32: the interpreter's bf16 loads are wrong
 else
     CASES=${CASES:-"kerple:v2-causal:bf16 nope:v1:bf16 fire:v2-same-no-tril:bf16 alibi:v2-k5:bf16"}
@@ -47,71 +55,110 @@ else
     PROFILE="--reps 5"
     FEATURE="--rounds 10"
     LIMIT=${LIMIT:-240}
+    LENGTHS=${LENGTHS:-"512 2048"}
 fi
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw \
     --format=csv
 $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-start=$(date +%s)
+
+elapsed() { echo $(( $(date +%s) - start )); }
+left() {  # seconds left of BUDGET (without one: LIMIT)
+    if [ -n "$BUDGET" ]; then echo $(( BUDGET - $(elapsed) )); else echo "$LIMIT"; fi
+}
+limit() {  # seconds the next step may run: LIMIT, or what is left of BUDGET if less
+    local seconds
+    seconds=$(left)
+    seconds=$(( seconds < LIMIT ? seconds : LIMIT ))
+    echo $(( seconds > 1 ? seconds : 1 ))  # never 0: timeout 0 would mean no limit
+}
+run() {  # run NAME COMMAND...: the command under limit's seconds, or skipped, said in the log
+    local name=$1
+    shift
+    if [ -n "$BUDGET" ] && [ "$(left)" -lt "$MIN_STEP" ]; then
+        echo "$name skipped: $(left) s of BUDGET=$BUDGET left"
+        return 0
+    fi
+    if timeout "$(limit)" "$@"; then
+        echo "$name done: $(elapsed) s"
+    else
+        echo "$name failed (exit $?): $(elapsed) s"
+    fi
+}
+compiled_of() {  # the words of $1 that compile graphs (the compiled path's rows and cases)
+    local word out=""
+    for word in $1; do [[ "$word" == *compiled* ]] && out="$out $word"; done
+    echo $out
+}
 
 pids=()
 if has check; then
     for case in $CASES; do
-        timeout $LIMIT $PY benchmarks/fused_check.py $CHECK --cases "$case" --out "/tmp/fused_check_${case//:/_}.csv" &
+        timeout "$(limit)" $PY benchmarks/fused_check.py $CHECK --cases "$case" \
+            --out "/tmp/fused_check_${case//:/_}.csv" &
         pids+=($!)
     done
 fi
 if has profile; then  # each setting compiled in its own process, beside the checks
     for spec in $PROFILE_TILES; do
-        timeout $LIMIT $PY benchmarks/fused_profile.py $PROFILE --tiles "$spec" --warm-only > /dev/null 2>&1 &
+        timeout "$(limit)" $PY benchmarks/fused_profile.py $PROFILE --tiles "$spec" --warm-only > /dev/null 2>&1 &
         pids+=($!)
     done
 fi
 if has eval; then  # the evaluation model's kernels compiled beside the others
-    timeout $LIMIT $PY benchmarks/fused_layer.py $EVAL --rounds 1 --warmup 0 --out /tmp/fused_eval_warm.csv \
+    timeout "$(limit)" $PY benchmarks/fused_layer.py $EVAL --rounds 1 --warmup 0 --out /tmp/fused_eval_warm.csv \
         > /dev/null 2>&1 &
     pids+=($!)
 fi
+if has layer; then  # each compiled row's graphs (every shape) in its own process: compiled in parallel, once
+    for row in $(compiled_of "$LAYER_ROWS"); do
+        timeout "$(limit)" $PY benchmarks/fused_layer.py $LAYER --rows "$row" --rounds 1 --warmup 0 \
+            --out "/tmp/fused_warm_$row.csv" > "/tmp/fused_warm_$row.log" 2>&1 &
+        pids+=($!)
+    done
+fi
+warm_impls=$(compiled_of "$IMPLS")
+warm_methods=$(for m in $METHODS; do [[ "$m" == DAPE* ]] && echo "$m"; done)
+if has step && [ -n "$warm_impls" ] && [ -n "$warm_methods" ]; then
+    # the steps' graphs at the first length (a second length's would hold the GPU's memory twice beside the others)
+    timeout "$(limit)" $PY benchmarks/gpu_step.py $STEP --methods $warm_methods --lengths ${LENGTHS%% *} \
+        --modes eager --dape-impls $warm_impls --rounds 0 --warmup 1 --out /tmp/gpu_step_warm.csv \
+        > /tmp/gpu_step_warm.log 2>&1 &
+    pids+=($!)
+fi
 if { has layer && [[ " $LAYER_ROWS " == *" fused "* ]]; } || { has step && [[ " $IMPLS " == *" fused "* ]]; }; then
-    timeout $LIMIT $PY benchmarks/fused_layer.py $LAYER --rows fused ${TILES:+--fused-tiles $TILES} --warmup 1 \
+    timeout "$(limit)" $PY benchmarks/fused_layer.py $LAYER --rows fused ${TILES:+--fused-tiles $TILES} --warmup 1 \
         --rounds 1 --out /tmp/fused_warm.csv > /tmp/fused_warm.log 2>&1 \
         || { echo "warm-up failed:"; tail -30 /tmp/fused_warm.log; }
 fi
 for pid in "${pids[@]}"; do wait "$pid" || echo "a check or warm-up failed (exit $?)"; done
 if has check; then
-    $PY - "$OUT/fused_check.csv" /tmp/fused_check_*.csv <<'EOF'
+    $PY - "$OUT/fused_check.csv" /tmp/fused_check_*.csv <<'PYEOF'
 import sys
 import pandas as pd
 frames = [pd.read_csv(path) for path in sys.argv[2:]]
 if frames:
     pd.concat(frames).to_csv(sys.argv[1], index=False)
-EOF
+PYEOF
 fi
-echo "checks and compilation: $(( $(date +%s) - start )) s"
+echo "checks and compilation: $(elapsed) s"
 
-if has feature; then
-    timeout $LIMIT $PY benchmarks/feature_map.py $FEATURE --tiles $FEATURE_TILES --out "$OUT/feature_map.csv" \
-        || echo "feature map timing failed (exit $?)"
-    echo "feature map timing done: $(( $(date +%s) - start )) s"
-fi
-if has profile; then
-    timeout $LIMIT $PY benchmarks/fused_profile.py $PROFILE --tiles $PROFILE_TILES --forward-only \
-        --out "$OUT/fused_profile.csv" || echo "profile failed (exit $?)"
-    echo "profile done: $(( $(date +%s) - start )) s"
-fi
 if has layer; then
-    timeout $LIMIT $PY benchmarks/fused_layer.py $LAYER --rows $LAYER_ROWS \
-        ${TILES:+--fused-tiles $TILES} ${LAYER_PROFILE:+--profile $LAYER_PROFILE} --check \
-        --out "$OUT/fused_layer.csv" || echo "layer timing failed (exit $?)"
-    echo "layer timing done: $(( $(date +%s) - start )) s"
+    run "layer timing" $PY benchmarks/fused_layer.py $LAYER --rows $LAYER_ROWS \
+        ${TILES:+--fused-tiles $TILES} ${LAYER_PROFILE:+--profile $LAYER_PROFILE} --check --out "$OUT/fused_layer.csv"
 fi
 if has step; then
-    timeout $LIMIT $PY benchmarks/gpu_step.py $STEP --methods $METHODS \
-        --lengths ${LENGTHS:-512 2048} --modes eager --dape-impls $IMPLS --out "$OUT/gpu_step.csv" \
-        || echo "step timing failed (exit $?)"
-    echo "step timing done: $(( $(date +%s) - start )) s"
+    run "step timing" $PY benchmarks/gpu_step.py $STEP --methods $METHODS --lengths $LENGTHS --modes eager \
+        --dape-impls $IMPLS --out "$OUT/gpu_step.csv"
+fi
+if has feature; then
+    run "feature map timing" $PY benchmarks/feature_map.py $FEATURE --tiles $FEATURE_TILES \
+        --out "$OUT/feature_map.csv"
+fi
+if has profile; then
+    run "profile" $PY benchmarks/fused_profile.py $PROFILE --tiles $PROFILE_TILES --forward-only \
+        --out "$OUT/fused_profile.csv"
 fi
 if has eval; then
-    timeout $LIMIT $PY benchmarks/fused_layer.py $EVAL --out "$OUT/fused_eval.csv" \
-        || echo "evaluation timing failed (exit $?)"
+    run "evaluation timing" $PY benchmarks/fused_layer.py $EVAL --out "$OUT/fused_eval.csv"
 fi
-echo "all done: $(( $(date +%s) - start )) s"
+echo "all done: $(elapsed) s"

@@ -357,6 +357,51 @@ def test_the_device_script_parses():
     assert subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / "fused_device.sh")]).returncode == 0
 
 
+def device_script(tmp_path: Path, **settings) -> tuple[str, list[str]]:
+    """benchmarks/fused_device.sh run with a stand-in for Python that records each call's arguments (and sleeps
+    ``SLEEP`` seconds in the layer timing): its log and the calls in order."""
+    calls = tmp_path / "calls"
+    stub = tmp_path / "python"
+    stub.write_text('#!/usr/bin/env bash\necho "$*" >> "$CALLS"\n'
+                    '[[ "$*" == *--check* ]] && sleep "${SLEEP:-0}"\nexit 0\n')
+    stub.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("SMOKE", "BUDGET", "STEPS", "LIMIT")}
+    env.update(PYTHON=str(stub), CALLS=str(calls), OUT=str(tmp_path / "out"), TILES="", **settings)
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "fused_device.sh")], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout, calls.read_text().splitlines()
+
+
+def test_the_device_script_compiles_every_graph_beside_the_others_then_times_in_its_order(tmp_path):
+    """Each compiled layer row warms up in its own process, the steps' compiled cases at the first length; then
+    the timed steps run in the documented order: layer, step, feature, eval."""
+    log, calls = device_script(tmp_path, STEPS="eval feature step layer",
+                               LAYER_ROWS="sdpa-bias compiled-keep compiled-triton-keep-c4",
+                               METHODS="Kerple DAPE1x3-Kerple", IMPLS="materialized compiled-keep")
+    warm = [c for c in calls if "--rounds 1 --warmup 0" in c or "--rounds 0 --warmup 1" in c]
+    assert sorted(c.split("--rows ")[1].split()[0] for c in warm if "--rows" in c) == [
+        "compiled-keep", "compiled-triton-keep-c4"]
+    step_warm = [c for c in warm if "gpu_step.py" in c]
+    assert len(step_warm) == 1 and "--methods DAPE1x3-Kerple --lengths 512 " in step_warm[0]
+    assert "--dape-impls compiled-keep " in step_warm[0]
+    timed = [c for c in calls if c not in warm and "fused_layer.py" in c or "gpu_step.py" in c and c not in warm
+             or "feature_map.py" in c]
+    assert [c.split()[0] for c in timed] == ["benchmarks/fused_layer.py", "benchmarks/gpu_step.py",
+                                             "benchmarks/feature_map.py", "benchmarks/fused_layer.py"]
+    assert "--check" in timed[0] and "--eval-size" in timed[3]
+    assert "skipped" not in log and log.index("layer timing done") < log.index("evaluation timing done")
+
+
+def test_the_device_script_gives_each_step_what_is_left_of_its_budget_and_skips_the_rest(tmp_path):
+    """Under BUDGET a step that outlasts what is left is stopped, and a later one with too little left is skipped
+    and said so: a lease's time goes to the first steps."""
+    log, calls = device_script(tmp_path, STEPS="layer step", LAYER_ROWS="sdpa-bias", METHODS="Kerple",
+                               IMPLS="materialized", BUDGET="3", MIN_STEP="1", SLEEP="30")
+    assert "layer timing failed (exit 124)" in log
+    assert "step timing skipped" in log and not any("gpu_step.py" in c for c in calls)
+
+
 def committed_run(tmp_path: Path) -> Path:
     """A copy of the committed default run's per-seed tables and design, with their seals."""
     import shutil
