@@ -39,10 +39,13 @@ def kernel_module(path: Path = KERNEL_FILE):
 
 
 def signature(fn, dtype: str, constants: dict) -> tuple[dict, dict]:
-    """(signature, constexprs) of ``fn`` for Triton's ASTSource: tensors in ``dtype``, fp32 scratch and weights."""
+    """(signature, constexprs) of ``fn`` for Triton's ASTSource: tensors in ``dtype``, fp32 scratch and weights;
+    ``constants`` fix the kernel's own ``tl.constexpr`` parameters (an integer the kernel takes at run time stays
+    one, as a launch passes it)."""
     sig, const = {}, {}
-    for name in fn.arg_names:
-        if name in constants:
+    for param in fn.params:
+        name = param.name
+        if name in constants and param.is_constexpr:
             sig[name] = "constexpr"
             const[name] = constants[name]
         elif name in TENSOR_POINTERS:
@@ -56,9 +59,16 @@ def signature(fn, dtype: str, constants: dict) -> tuple[dict, dict]:
     return sig, const
 
 
+def launch_attrs(fn, sig: dict) -> dict:
+    """Triton's specialisation of a launch that ASTSource does not make by itself: every pointer 16-byte aligned,
+    as a fresh torch allocation is (what lets the compiler use vector loads)."""
+    return {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names) if sig[name].startswith("*")}
+
+
 def sass_summary(cubin: bytes, cuobjdump: Path) -> dict:
     """The cubin's resources (registers, stack frame, shared memory) and counts of tensor-core (HMMA/HGMMA),
-    local-memory (LDL/STL), shared-memory and global-memory instructions in its SASS."""
+    local-memory (LDL/STL), shared-memory and global-memory instructions in its SASS, and of the global ones those
+    moving 128 bits (vector loads and stores) and 16 bits (one bf16 element) per thread."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
@@ -69,7 +79,8 @@ def sass_summary(cubin: bytes, cuobjdump: Path) -> dict:
     field = lambda key: (re.findall(key + r":(\d+)", usage) or ["?"])[0]  # noqa: E731
     return dict(registers=field("REG"), stack=field("STACK"), shared=field("SHARED"), local=field("LOCAL"),
                 instructions=count(r"/\*[0-9a-f]{4,}\*/"), hmma=count(r"\bHMMA"), hgmma=count(r"\bHGMMA"),
-                ldl_stl=count(r"\b(LDL|STL)"), lds_sts=count(r"\b(LDS|STS)"), ldg_stg=count(r"\b(LDG|STG)"))
+                ldl_stl=count(r"\b(LDL|STL)"), lds_sts=count(r"\b(LDS|STS)"), ldg_stg=count(r"\b(LDG|STG)"),
+                ldg_stg_128=count(r"\b(LDG|STG)\.E\.128\b"), ldg_stg_16=count(r"\b(LDG|STG)\.E\.[US]?16\b"))
 
 
 def main(argv=None) -> int:
@@ -90,11 +101,18 @@ def main(argv=None) -> int:
                         choices=("forward", "backward_kv", "backward_q", "backward_dq", "backward_weights", "feature"),
                         help="the fused kernel's; feature: the Triton feature map's three at each --feature-tiles")
     parser.add_argument("--channels", type=int, default=32, help="the feature map's CP, input channels padded (2H)")
+    parser.add_argument("--map-channels", type=int, default=24,
+                        help="the feature map's C, its input channels (the scores and the bias: 2H)")
+    parser.add_argument("--map-heads", type=int, default=12, help="the feature map's H, its output channels")
     parser.add_argument("--feature-tiles", nargs="+", default=["8.16.8"], metavar="ROWS.KEYS.WARPS",
                         help="the feature map's tiles (rows × keys per tile, warps)")
     parser.add_argument("--two-sided", action="store_true",
                         help="the feature map without a diagonal (the encoder's; default: the causal decoder's)")
     args = parser.parse_args(argv)
+    for real, padded in (("map_channels", "channels"), ("map_heads", "heads")):
+        if getattr(args, real) > getattr(args, padded):
+            parser.error(f"--{real.replace('_', '-')}: {getattr(args, real)} is not allowed; allowed values: at most "
+                         f"--{padded} ({getattr(args, padded)}), the count padded")
 
     kt = kernel_module()
     tl = kt.tl
@@ -127,7 +145,8 @@ def main(argv=None) -> int:
         for spec in args.feature_tiles:
             rows, keys, warps = (int(v) for v in spec.split("."))
             constants = dict(RB=rows, BJ=keys, CP=args.channels, DP=args.width, HP=args.heads, K=k,
-                             LEFT=(k - 1) // 2, CAUSAL=not args.two_sided, DOT=dot, PRECISION=precision)
+                             LEFT=(k - 1) // 2, CAUSAL=not args.two_sided, DOT=dot, PRECISION=precision,
+                             C=args.map_channels, H=args.map_heads, D=args.width)
             feature_options = {**options, "num_warps": warps}
             jobs += [(f"feature {name} {spec}", fn, {}, constants, feature_options) for name, fn in (
                 ("forward", fk.feature_map_forward_kernel), ("backward_hidden", fk.feature_map_backward_hidden_kernel),
@@ -140,7 +159,8 @@ def main(argv=None) -> int:
     for name, fn, extra, constants, opts in jobs:
         sig, const = signature(fn, args.dtype, {**constants, **extra})
         try:
-            compiled = triton.compile(triton.compiler.ASTSource(fn, sig, const), target=target, options=opts)
+            source = triton.compiler.ASTSource(fn, sig, const, launch_attrs(fn, sig))
+            compiled = triton.compile(source, target=target, options=opts)
         except Exception as err:  # report every kernel, then fail
             failed += 1
             while err.__cause__ is not None:  # the innermost error names the line that failed

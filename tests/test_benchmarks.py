@@ -343,13 +343,14 @@ def test_fused_compile_reports_the_feature_map_kernels_at_each_tile_setting():
     pytest.importorskip("triton.backends.nvidia")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fused_compile.py"), "--heads", "16",
-                             "--width", "16", "--channels", "16", "--kernels", "feature", "--feature-tiles",
-                             "1.16.4"], capture_output=True, text=True, timeout=600, env=env)
+                             "--width", "16", "--channels", "16", "--map-channels", "16", "--map-heads", "8", "--kernels",
+                             "feature", "--feature-tiles", "1.16.4"], capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     lines = [line for line in result.stdout.splitlines() if line.startswith("feature ")]
     assert [line.split(":")[0] for line in lines] == [f"feature {name} 1.16.4" for name in
                                                       ("forward", "backward_hidden", "backward_input")]
     assert all("registers" in line and "stack" in line and "hgmma" in line for line in lines)
+    assert all(" ldg_stg_16 0" in line for line in lines)  # the map's loads and stores are vectors, not bf16 by bf16
     assert "k 3 causal" in result.stdout  # the decoder's kernels by default (--two-sided: the encoder's)
 
 

@@ -163,8 +163,8 @@ def _feature_map(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.
     f = torch.empty((n_rows, n_keys, heads), device=x.device, dtype=x.dtype)
     nprog = _launch(x.device, n_rows, n_keys, rows, keys, programs)
     kt.feature_map_forward_kernel[(nprog,)](
-        x, f, w1.contiguous(), b1.contiguous(), w2.contiguous(), b2.contiguous(), n_rows, n_keys, channels, heads,
-        nprog, RB=rows, BJ=keys, CP=cp, DP=dp, HP=w2.shape[2], K=k, LEFT=left, num_warps=warps,
+        x, f, w1.contiguous(), b1.contiguous(), w2.contiguous(), b2.contiguous(), n_rows, n_keys, nprog,
+        C=channels, H=heads, RB=rows, BJ=keys, CP=cp, DP=dp, HP=w2.shape[2], K=k, LEFT=left, num_warps=warps,
         **_causal_settings(first, map_rows), **_dot_settings(x.dtype))
     return f
 
@@ -194,11 +194,11 @@ def _feature_map_backward(grad: torch.Tensor, x: torch.Tensor, w1: torch.Tensor,
     d_pre = torch.empty((n_rows, n_keys, dp), device=x.device, dtype=x.dtype)
     part2 = torch.zeros((nprog, k * dp * hp + hp), device=x.device, dtype=torch.float32)
     kt.feature_map_backward_hidden_kernel[(nprog,)](
-        x, grad, d_pre, w1, b1, w2, part2, n_rows, n_keys, channels, heads, dp, nprog, HP=hp, **settings)
+        x, grad, d_pre, w1, b1, w2, part2, n_rows, n_keys, nprog, C=channels, H=heads, D=dp, HP=hp, **settings)
     dx = torch.empty_like(x)
     part1 = torch.zeros((nprog, k * cp * dp + dp), device=x.device, dtype=torch.float32)
     kt.feature_map_backward_input_kernel[(nprog,)](
-        x, d_pre, dx, w1, part1, n_rows, n_keys, channels, dp, nprog, **settings)
+        x, d_pre, dx, w1, part1, n_rows, n_keys, nprog, C=channels, D=dp, **settings)
     sums1, sums2 = part1.sum(0), part2.sum(0)  # outputs of a custom operator may not alias: each its own tensor
     return (dx, sums1[:k * cp * dp].view(k, cp, dp).clone(), sums1[k * cp * dp:].clone(),
             sums2[:k * dp * hp].view(k, dp, hp).clone(), sums2[k * dp * hp:].clone())

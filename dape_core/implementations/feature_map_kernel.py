@@ -25,6 +25,10 @@ mask). A tile whose keys all lie right of its rows' diagonals by more than the g
 convolutions' right reach r = k − 1 − left for dPre; 2r for dx) is only written with zeros: on a causal T × T map
 about half the tiles, and so half the arithmetic and reads, are skipped.
 
+The channel counts (C, H, D) are compile-time constants, one compilation per model shape: as run-time integers
+(24 and 12 are no multiples of 16, which is all a launch specialises) the compiler could not prove a pixel's channels
+aligned and moved the map one element per instruction; as constants every access is a vector (docs/performance.md).
+
 Programs are persistent (``NPROG`` of them loop over the tiles); each adds its weight gradients to its own slot of
 ``PART``, which the caller sums (deterministic: no atomics). Channel counts are padded (C to CP, D_DAPE to DP, H to
 HP: powers of two, at least 16, what ``tl.dot`` needs) with zero weights by the caller.
@@ -39,7 +43,8 @@ NEGATIVE_SLOPE = tl.constexpr(0.01)  # LeakyReLU of appendix L (dape_core.dape's
 
 
 @triton.jit
-def _pixels(ptr, r0, j0, shift, n_rows, n_keys, CH, RB: tl.constexpr, BJ: tl.constexpr, CHP: tl.constexpr):
+def _pixels(ptr, r0, j0, shift, n_rows, n_keys, CH: tl.constexpr, RB: tl.constexpr, BJ: tl.constexpr,
+            CHP: tl.constexpr):
     """[RB·BJ, CHP] of a contiguous [rows, keys, CH] map: rows r0 …, keys j0 + shift … (zero outside)."""
     r = (r0 + tl.arange(0, RB))[:, None, None].to(tl.int64)
     j = (j0 + shift + tl.arange(0, BJ))[None, :, None]
@@ -73,7 +78,8 @@ def _past(r0, j0, shift, FIRST, ROWS, RB: tl.constexpr, BJ: tl.constexpr):
 
 
 @triton.jit
-def _store_pixels(ptr, x, r0, j0, n_rows, n_keys, CH, RB: tl.constexpr, BJ: tl.constexpr, CHP: tl.constexpr):
+def _store_pixels(ptr, x, r0, j0, n_rows, n_keys, CH: tl.constexpr, RB: tl.constexpr, BJ: tl.constexpr,
+                  CHP: tl.constexpr):
     """Writes x [RB·BJ, CHP] to a contiguous [rows, keys, CH] map (inside the map and the CH channels only)."""
     x = tl.reshape(x, (RB, BJ, CHP))
     r = (r0 + tl.arange(0, RB))[:, None, None].to(tl.int64)
@@ -102,8 +108,9 @@ def _add_to(ptr, x, M: tl.constexpr, N: tl.constexpr):
 
 
 @triton.jit
-def _conv1(X, W1, b1, r0, j0, shift, n_rows, n_keys, C, RB: tl.constexpr, BJ: tl.constexpr, CP: tl.constexpr,
-           DP: tl.constexpr, K: tl.constexpr, LEFT: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr):
+def _conv1(X, W1, b1, r0, j0, shift, n_rows, n_keys, C: tl.constexpr, RB: tl.constexpr, BJ: tl.constexpr,
+           CP: tl.constexpr, DP: tl.constexpr, K: tl.constexpr, LEFT: tl.constexpr, DOT: tl.constexpr,
+           PRECISION: tl.constexpr):
     """Conv1's output before LeakyReLU at keys j0 + shift … (eq. 5): b1 + Σ_t x[j + t − left] · W1[t], [M, DP]."""
     pre = tl.zeros((RB * BJ, DP), tl.float32) + b1[None, :]
     for t in tl.static_range(K):
@@ -113,8 +120,8 @@ def _conv1(X, W1, b1, r0, j0, shift, n_rows, n_keys, C, RB: tl.constexpr, BJ: tl
 
 
 @triton.jit
-def feature_map_forward_kernel(X, F, W1, B1, W2, B2, n_rows, n_keys, C, H, NPROG, FIRST, ROWS,
-                               RB: tl.constexpr, BJ: tl.constexpr, CP: tl.constexpr, DP: tl.constexpr,
+def feature_map_forward_kernel(X, F, W1, B1, W2, B2, n_rows, n_keys, NPROG, FIRST, ROWS, C: tl.constexpr,
+                               H: tl.constexpr, RB: tl.constexpr, BJ: tl.constexpr, CP: tl.constexpr, DP: tl.constexpr,
                                HP: tl.constexpr, K: tl.constexpr, LEFT: tl.constexpr, CAUSAL: tl.constexpr,
                                DOT: tl.constexpr, PRECISION: tl.constexpr):
     """f = b2 + Σ_{t₂} LeakyReLU(Conv1(x))[j + t₂ − left] · W2[t₂] (eq. 5) for every pixel, tile by tile (with
@@ -145,10 +152,11 @@ def feature_map_forward_kernel(X, F, W1, B1, W2, B2, n_rows, n_keys, C, H, NPROG
 
 
 @triton.jit
-def feature_map_backward_hidden_kernel(X, DF, DPRE, W1, B1, W2, PART, n_rows, n_keys, C, H, D, NPROG, FIRST, ROWS,
-                                       RB: tl.constexpr, BJ: tl.constexpr, CP: tl.constexpr, DP: tl.constexpr,
-                                       HP: tl.constexpr, K: tl.constexpr, LEFT: tl.constexpr, CAUSAL: tl.constexpr,
-                                       DOT: tl.constexpr, PRECISION: tl.constexpr):
+def feature_map_backward_hidden_kernel(X, DF, DPRE, W1, B1, W2, PART, n_rows, n_keys, NPROG, FIRST, ROWS,
+                                       C: tl.constexpr, H: tl.constexpr, D: tl.constexpr, RB: tl.constexpr,
+                                       BJ: tl.constexpr, CP: tl.constexpr, DP: tl.constexpr, HP: tl.constexpr,
+                                       K: tl.constexpr, LEFT: tl.constexpr, CAUSAL: tl.constexpr, DOT: tl.constexpr,
+                                       PRECISION: tl.constexpr):
     """dPre = (Σ_{t₂} df[j − t₂ + left] · W2[t₂]ᵀ) ⊙ LeakyReLU′(pre) at every pixel (stored in DPRE), and the
     program's partial sums at PART + pid·(k·DP·HP + HP): dW2[t₂] = Σ hidden[j]ᵀ · df[j − t₂ + left], then db2
     (with ``CAUSAL``: df read as zero right of each row's diagonal; dPre is zero beyond the right reach)."""
@@ -185,10 +193,10 @@ def feature_map_backward_hidden_kernel(X, DF, DPRE, W1, B1, W2, PART, n_rows, n_
 
 
 @triton.jit
-def feature_map_backward_input_kernel(X, DPRE, DX, W1, PART, n_rows, n_keys, C, D, NPROG, FIRST, ROWS,
-                                      RB: tl.constexpr, BJ: tl.constexpr, CP: tl.constexpr, DP: tl.constexpr,
-                                      K: tl.constexpr, LEFT: tl.constexpr, CAUSAL: tl.constexpr, DOT: tl.constexpr,
-                                      PRECISION: tl.constexpr):
+def feature_map_backward_input_kernel(X, DPRE, DX, W1, PART, n_rows, n_keys, NPROG, FIRST, ROWS, C: tl.constexpr,
+                                      D: tl.constexpr, RB: tl.constexpr, BJ: tl.constexpr, CP: tl.constexpr,
+                                      DP: tl.constexpr, K: tl.constexpr, LEFT: tl.constexpr, CAUSAL: tl.constexpr,
+                                      DOT: tl.constexpr, PRECISION: tl.constexpr):
     """dx = Σ_{t₁} dPre[j − t₁ + left] · W1[t₁]ᵀ at every pixel, and the program's partial sums at
     PART + pid·(k·CP·DP + DP): dW1[t₁] = Σ x[j + t₁ − left]ᵀ · dPre[j], then db1 (with ``CAUSAL``: tiles beyond
     twice the right reach of each row's diagonal, where dPre is zero, only written)."""
