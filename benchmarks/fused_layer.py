@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", nargs="+", type=row_name, default=[], metavar="ROW",
                         help="add each named row's kernels and their device time per step (torch.profiler)")
     parser.add_argument("--profile-reps", type=int, default=3)
-    parser.add_argument("--profile-top", type=int, default=12)
+    parser.add_argument("--profile-top", type=int, default=20)
     parser.add_argument("--eval-size", default=None, help="add evaluation's forward pass of a model of this size")
     parser.add_argument("--eval-length", type=int, default=8192)
     parser.add_argument("--vocab-size", type=int, default=50304)

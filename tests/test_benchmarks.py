@@ -161,8 +161,9 @@ def test_the_device_commands_in_the_docs_name_rows_and_cases_the_benchmarks_take
 
     text = (ROOT / "docs" / "performance.md").read_text().replace("\\\n", " ")
     found = {name: " ".join(re.findall(rf'{name}="([^"]*)"', text)).split()
-             for name in ("LAYER_ROWS", "IMPLS", "FEATURE_TILES")}
+             for name in ("LAYER_ROWS", "LAYER_PROFILE", "IMPLS", "FEATURE_TILES")}
     assert found["LAYER_ROWS"] and found["IMPLS"]
+    assert set(found["LAYER_PROFILE"]) <= set(found["LAYER_ROWS"])  # fused_layer.py profiles rows it times
     for row in found["LAYER_ROWS"]:
         assert fused_layer.row_name(row) == row
     for impl in found["IMPLS"]:
