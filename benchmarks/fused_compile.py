@@ -1,9 +1,9 @@
 """Compiles the fused kernel's three Triton kernels (and the Triton feature map's three, ``--kernels feature``)
 ahead of time for a CUDA target without a GPU (Triton's own ptxas), and prints each one's registers, spills, shared
-memory and the share of tensor-core instructions in its SASS: what a change to the tile sizes costs in resources,
-read at no device time.
+memory, its tensor-core instructions and the widths of its global memory accesses in its SASS (pointers aligned
+as a launch specialises them): what a change to the tile sizes costs in resources, read at no device time.
 
-    python benchmarks/fused_compile.py                      # sm_90, DAPE1x3-Kerple at the shipped tiles
+    python benchmarks/fused_compile.py                      # sm_90, DAPE1x3-Kerple, BM 16, W 64, 4 warps
     python benchmarks/fused_compile.py --block-rows 32 --key-tile 64 --dtype bf16 --warps 8
     python benchmarks/fused_compile.py --kernels feature --feature-tiles 2.64.4 4.64.8
 
