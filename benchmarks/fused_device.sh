@@ -15,7 +15,7 @@
 # above. LAYER_ROWS the layer's rows, LAYER_PROFILE those of them whose kernels step 2 also profiles, METHODS and
 # IMPLS the training steps' cases. Each step runs under its own time limit, LIMIT seconds, so that one that fails
 # or hangs leaves the others' results; with BUDGET, the whole run's seconds, a step gets at most what is left of
-# it and one with under a minute left is skipped (said in the log): a device lease's time is spent on the first
+# it and one with under MIN_STEP seconds left is skipped (said in the log): a bounded run's time goes to the first
 # steps first.
 #
 #   OUT=/tmp/fused bash benchmarks/fused_device.sh                     # on a GPU

@@ -26,8 +26,9 @@ convolutions' right reach r = k − 1 − left for dPre; 2r for dx) is only writ
 about half the tiles, and so half the arithmetic and reads, are skipped.
 
 The channel counts (C, H, D) are compile-time constants, one compilation per model shape: as run-time integers
-(24 and 12 are no multiples of 16, which is all a launch specialises) the compiler could not prove a pixel's channels
-aligned and moved the map one element per instruction; as constants every access is a vector (docs/performance.md).
+(24 and 12 are not multiples of 16, the only integers a launch specialises) the compiler could not prove a pixel's
+channels aligned and moved the map one element per instruction; as constants every access is a vector
+(docs/performance.md).
 
 Programs are persistent (``NPROG`` of them loop over the tiles); each adds its weight gradients to its own slot of
 ``PART``, which the caller sums (deterministic: no atomics). Channel counts are padded (C to CP, D_DAPE to DP, H to
