@@ -2,8 +2,9 @@
 (x [batch, 2H, T, T], channels-last): the layer's own convolutions (``padded_feature_map``: cuDNN on a GPU, in the
 autocast dtype, as the materialized and compiled paths run them) against the Triton kernels (``triton_feature_map``)
 at each tile setting, forward + backward and forward alone, round robin, medians; with each one's error against the
-convolutions in fp32 on the same inputs and the bytes each pass must move at least (x, f and their gradients once,
-dPre written and read once, over the pixels the decoder needs), so that a time reads as a bandwidth.
+convolutions in fp32 on the same inputs, the bytes each pass must move at least (x, f and their gradients once,
+dPre written and read once, over the pixels the decoder needs) and the operations the kernels do on them (channels
+padded as their products take them), so that a time reads as a bandwidth and as a rate.
 
 The map is a causal decoder's, as the training path's chunk holds it: df is zero right of the diagonal (the causal
 mask drops those scores) and the kernels get the diagonal (``first`` 0), so they skip the tiles right of it; the
@@ -34,6 +35,7 @@ from harness import machine_info, write_rows  # noqa: E402
 from dape_core.dape import build_processor  # noqa: E402
 from dape_core.errors import ConfigError  # noqa: E402
 from dape_core.implementations.feature_map import FeatureTiles, triton_feature_map  # noqa: E402
+from dape_core.implementations.fused import dot_size  # noqa: E402
 from dape_core.implementations.materialized import padded_feature_map  # noqa: E402
 from dape_core.settings import AttentionSettings  # noqa: E402
 
@@ -51,6 +53,16 @@ def floor_bytes(pixels: int, channels: int, width: int, heads: int, itemsize: in
     """Bytes a pass moves at least: forward x in, f out; backward x and df in, dPre out and in, dx out."""
     return dict(forward_gb=pixels * (channels + heads) * itemsize / 1e9,
                 backward_gb=pixels * (2 * channels + heads + 2 * width) * itemsize / 1e9)
+
+
+def floor_flop(pixels: int, channels: int, width: int, heads: int, kernel_size: int) -> dict:
+    """Floating-point operations a pass does (2 per multiply-add) with the channels padded to the products' sizes
+    (``dot_size``: C, D_DAPE, H → CP, DP, HP), as the kernels compute them: forward Conv1 k² times (once per Conv2
+    tap) and Conv2 once, k·(k·CP·DP + DP·HP) per pixel; backward Conv1 again, dHidden, dW2, dx and dW1,
+    k·(2·CP·DP + 2·DP·HP + CP·DP) per pixel."""
+    cp, dp, hp, k = dot_size(channels), dot_size(width), dot_size(heads), kernel_size
+    return dict(forward_gflop=2 * pixels * k * (k * cp * dp + dp * hp) / 1e9,
+                backward_gflop=2 * pixels * k * (3 * cp * dp + 2 * dp * hp) / 1e9)
 
 
 def function(case: str, two_sided: bool = False):
@@ -140,8 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         grad = torch.randn(batch, n, n, args.heads, device=device, dtype=dtype).permute(0, 3, 1, 2)
         if not args.two_sided:  # the causal mask drops the scores right of the diagonal: no gradient there
             grad = grad.masked_fill(decoder_mask(n, device), 0.0)
-        floor = floor_bytes(needed_pixels(batch, n, args.two_sided), channels, args.dape_width, args.heads,
-                            torch.finfo(dtype).bits // 8)
+        pixels = needed_pixels(batch, n, args.two_sided)
+        floor = floor_bytes(pixels, channels, args.dape_width, args.heads, torch.finfo(dtype).bits // 8)
+        flop = floor_flop(pixels, channels, args.dape_width, args.heads, args.kernel_size)
         error = errors(processor, x, grad, device, dtype, cases, args.two_sided)
         for train in (True, False):
             times = {case: [] for case in cases}
@@ -159,16 +172,19 @@ def main(argv: list[str] | None = None) -> int:
                         times[case].append(1000 * (time.perf_counter() - start))
             conv = statistics.median(times["conv"])
             moved = floor["forward_gb"] + (floor["backward_gb"] if train else 0.0)
+            work = flop["forward_gflop"] + (flop["backward_gflop"] if train else 0.0)
             for case in cases:
                 ms = statistics.median(times[case])
                 rows.append({**info, "batch": batch, "train_len": n, "heads": args.heads, "dape_width": args.dape_width,
                              "kernel_size": args.kernel_size, "dtype": str(dtype).removeprefix("torch."),
                              "map": "two-sided" if args.two_sided else "causal",
                              "mode": "train" if train else "forward", "row": case, "ms": ms, "x_conv": ms / conv,
-                             "floor_gb": moved, "gb_per_s": moved / (ms / 1000), "error": error[case],
+                             "floor_gb": moved, "gb_per_s": moved / (ms / 1000), "floor_gflop": work,
+                             "tflop_per_s": work / ms, "error": error[case],
                              "rounds": len(times[case])})
                 print(f"B{batch:<3} T{n:<5} {rows[-1]['mode']:<8} {case:<18} {ms:9.3f} ms  ×conv {ms / conv:5.2f}  "
-                      f"{rows[-1]['gb_per_s']:7.1f} GB/s of the floor  error {error[case]:.2e}", flush=True)
+                      f"{rows[-1]['gb_per_s']:7.1f} GB/s  {rows[-1]['tflop_per_s']:6.1f} TFLOP/s of the floors  "
+                      f"error {error[case]:.2e}", flush=True)
             write_rows(rows, args.out)
     return 0
 

@@ -310,6 +310,17 @@ def test_fused_compile_reports_the_resources_of_each_kernel_without_a_gpu():
     assert "registers" in line and "stack" in line and "hmma" in line
 
 
+def test_the_feature_map_floors_count_the_kernels_padded_products():
+    """The 125M layer's map (C 24, D_DAPE 32, H 12, k 3; padded 32, 32, 16): 10,752 multiply-adds per pixel
+    forward (Conv1 once per Conv2 tap), 12,288 backward; DAPE V1 (k 1) 1,536 and 4,096."""
+    import feature_map
+
+    assert feature_map.floor_flop(1000, 24, 32, 12, 3) == pytest.approx(
+        dict(forward_gflop=2 * 1000 * 10_752 / 1e9, backward_gflop=2 * 1000 * 12_288 / 1e9))
+    assert feature_map.floor_flop(1000, 24, 32, 12, 1) == pytest.approx(
+        dict(forward_gflop=2 * 1000 * 1_536 / 1e9, backward_gflop=2 * 1000 * 4_096 / 1e9))
+
+
 def test_feature_map_benchmark_times_the_convolutions_beside_each_tile_setting(tmp_path):
     """benchmarks/feature_map.py in the interpreter: per shape and mode a row for the convolutions and one per
     tile setting, each with its error against fp32 (rounding, in fp32 on the CPU) and the floor's bandwidth, on a
@@ -328,6 +339,7 @@ def test_feature_map_benchmark_times_the_convolutions_beside_each_tile_setting(t
     floor = rows.groupby("mode")["floor_gb"].first()
     assert floor["train"] > floor["forward"] > 0
     assert rows["gb_per_s"].to_numpy() == pytest.approx((rows["floor_gb"] / (rows["ms"] / 1000)).to_numpy())
+    assert rows["tflop_per_s"].to_numpy() == pytest.approx((rows["floor_gflop"] / rows["ms"]).to_numpy())
     assert (rows["map"] == "causal").all()
     result = subprocess.run([*command, "--tiles", "2.8.4", "--two-sided"], capture_output=True, text=True,
                             timeout=600, env=_interpreted_env())
