@@ -36,6 +36,13 @@ PROFILE_TILES=${PROFILE_TILES:-"16.32.16.16.8 16.32.16.16.8+uncapped 16.32.16.32
 STEPS=" ${STEPS:-check feature layer step eval} "
 BUDGET=${BUDGET:-}
 MIN_STEP=${MIN_STEP:-60}  # a step with fewer seconds of BUDGET left is skipped
+for name in BUDGET MIN_STEP; do
+    value=${!name}
+    if [ -n "$value" ] && ! [[ "$value" =~ ^[0-9]+$ ]]; then
+        echo "$name: $value is not allowed; allowed values: a whole number of seconds" >&2
+        exit 2
+    fi
+done
 has() { [[ "$STEPS" == *" $1 "* ]]; }
 if [ "${SMOKE:-0}" = 1 ]; then
     export TRITON_INTERPRET=1

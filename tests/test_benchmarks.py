@@ -416,6 +416,14 @@ def test_the_device_script_gives_each_step_what_is_left_of_its_budget_and_skips_
     assert "step timing skipped" in log and not any("gpu_step.py" in c for c in calls)
 
 
+def test_the_device_script_refuses_a_budget_that_is_not_whole_seconds(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("SMOKE", "STEPS")}
+    env.update(OUT=str(tmp_path / "out"), BUDGET="9m", PYTHON=str(tmp_path / "no-python"))
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "fused_device.sh")], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=60)
+    assert done.returncode == 2 and "BUDGET: 9m is not allowed; allowed values: a whole number" in done.stderr
+
+
 def committed_run(tmp_path: Path) -> Path:
     """A copy of the committed default run's per-seed tables and design, with their seals."""
     import shutil
