@@ -15,7 +15,7 @@ Rows (q, k, v, Kerple's r1, r2 and both convolutions learnable; bf16 autocast on
 * ``materialized-triton``, ``compiled-triton``, ``compiled-triton-keep``: those paths with ``feature_map="triton"``
   (the convolutions replaced by the Triton feature map's kernels, :mod:`dape_core.implementations.feature_map`);
 * any materialized or compiled row with ``-tf32`` (``compiled-keep-tf32``): that path with its fp32 score products
-  (A = q·kᵀ and its backward) on TF32 tensor cores (``harness.tf32_matmuls``);
+  (A = q·kᵀ and its backward) on TF32 tensor cores (``tf32_scores``, :mod:`dape_core.implementations.score_product`);
 * any materialized or compiled row (or ``-tf32`` row) with ``-cN`` (``compiled-keep-c4``): that path with at least
   N causal chunks per layer (``causal_chunks``: each chunk reads only the keys its rows reach, so N chunks compute
   (N + 1)/2N of the T × T maps).
@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import machine_info, path_options, path_variant, tf32_matmuls, write_rows  # noqa: E402
+from harness import machine_info, path_options, path_variant, write_rows  # noqa: E402
 
 from dape_core.attention import attend  # noqa: E402
 from dape_core.dape import build_processor  # noqa: E402
@@ -99,17 +99,16 @@ class Layer:
 
     def step(self, row: str, compiled=None) -> torch.Tensor:
         q, k, v = self.qkv
-        with tf32_matmuls(path_variant(row)[1].get("tf32", False)):  # forward and backward
-            if row == "sdpa":
-                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            elif row == "paper-compiled":
-                out = compiled(q, k, v)
-            elif row.startswith("fused-"):  # Kerple rotates nothing: the fused path's own call at these tiles
-                out = attend_fused(q, k, v, encoding=self.encoding, processor=self.processor,
-                                   positions=self.positions, causal=True, tiles=parse_tiles(row))
-            else:
-                out = path_call(row, q, k, v, self.encoding, self.processor, self.positions)
-            out.float().square().mean().backward()
+        if row == "sdpa":
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        elif row == "paper-compiled":
+            out = compiled(q, k, v)
+        elif row.startswith("fused-"):  # Kerple rotates nothing: the fused path's own call at these tiles
+            out = attend_fused(q, k, v, encoding=self.encoding, processor=self.processor,
+                               positions=self.positions, causal=True, tiles=parse_tiles(row))
+        else:
+            out = path_call(row, q, k, v, self.encoding, self.processor, self.positions)
+        out.float().square().mean().backward()
         return out
 
     def paper_function(self):
@@ -119,12 +118,11 @@ class Layer:
 
 def path_call(row: str, q, k, v, encoding, processor, positions):
     """The attention of a path's row (its name as :func:`harness.path_variant` reads it: ``-keep`` recompute off,
-    ``-triton`` the Triton feature map, ``-cN`` N causal chunks; ``-tf32`` is the caller's scope)."""
+    ``-triton`` the Triton feature map, ``-tf32`` TF32 score products, ``-cN`` N causal chunks)."""
     name, options = path_variant(row)
-    options.pop("tf32", None)
     common = dict(encoding=encoding, positions=positions, causal=True,
                   recompute_scores=options.pop("recompute_scores", None))
-    if options:  # options no setting selects: the path's own entry point
+    if name in ("materialized", "compiled"):  # the path's own entry point, with exactly the row's options
         path = attend_compiled if name == "compiled" else attend_materialized
         return path(q, k, v, processor=processor, **options, **common)
     impl = {"sdpa-bias": "materialized", "paper": "plain"}.get(name, name)
@@ -174,8 +172,7 @@ def error_row(layer: Layer, device, impl: str = "fused") -> dict:
         for t in layer.qkv:
             t.grad = None
         q, k, v = (t.detach().to(dtype).requires_grad_() for t in layer.qkv)
-        with autocast(device) if cast else torch.autocast(device.type, enabled=False), \
-                tf32_matmuls(path_variant(impl)[1].get("tf32", False)):
+        with autocast(device) if cast else torch.autocast(device.type, enabled=False):
             out = path_call(impl, q, k, v, layer.encoding, layer.processor, layer.positions)
             out.float().square().mean().backward()
         return [out.detach().float(), *(t.grad.float() for t in (q, k, v))]

@@ -13,8 +13,9 @@ and the peak GiB. ``--dape-impls`` times each DAPE method on each named ``attent
 (``compiled-keep``) runs that path with ``recompute_scores: false``, one with ``-triton`` (``compiled-triton``,
 ``compiled-triton-keep``, ``materialized-triton``) with the Triton feature map (``feature_map="triton"``), one with
 ``-tf32`` (``compiled-keep-tf32``) with the fp32 score products on TF32 tensor cores, one with ``-cN``
-(``compiled-keep-c4``) with at least N causal chunks per layer (``causal_chunks``): options that no setting selects
-yet, so those steps run inside a scope that binds the paths' entry points to them (``harness.path_options``).
+(``compiled-keep-c4``) with at least N causal chunks per layer (``causal_chunks``). A named impl's step runs inside
+a scope that gives the paths exactly the options its name says (``harness.path_options``), whatever the compiled
+path's options on CUDA (``CUDA_COMPILED_OPTIONS``); a method without one runs as ``dape train`` runs it.
 
     python benchmarks/gpu_step.py                                   # on a GPU: the full table
     python benchmarks/gpu_step.py --device cpu --size tiny --vocab-size 512 --tokens 1024 --lengths 64 128 \\
@@ -48,7 +49,8 @@ def build_case(method: str, size: str, length: int, vocab_size: int, device: tor
     """(model, optimizer, forward, scope) of one case: a fresh model of ``method`` on ``device`` (``method
     (impl)``: on ``attention_impl`` impl, named as :func:`harness.path_variant` reads it: ``-keep`` without
     recomputation, ``-triton`` with the Triton feature map, ``-tf32`` with TF32 score products, ``-cN`` with N causal
-    chunks); ``scope()``: the context its whole step runs in, the path's options (:func:`harness.path_options`)."""
+    chunks); ``scope()``: the context its whole step runs in, the impl's options (:func:`harness.path_options`; none
+    without an impl: the step as training runs it)."""
     method, _, impl = method.partition(" (")
     settings = parse_method(method)
     path, options = path_variant(impl.rstrip(")"))
@@ -59,7 +61,8 @@ def build_case(method: str, size: str, length: int, vocab_size: int, device: tor
     model = GPT(GPTConfig(size=size, vocab_size=vocab_size, train_len=length, **settings)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     forward = torch.compile(model) if compiled else model
-    return model, optimizer, forward, functools.partial(path_options, **options)
+    scope = functools.partial(path_options, **options) if impl else contextlib.nullcontext
+    return model, optimizer, forward, scope
 
 
 def one_step(forward, optimizer, idx, precision: str, device: torch.device, scope=contextlib.nullcontext) -> None:

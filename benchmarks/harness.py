@@ -5,7 +5,6 @@ the results CSV is replaced atomically after every finished group (nothing measu
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import platform
@@ -58,15 +57,15 @@ def write_rows(rows: list[dict], out: Path) -> None:
 
 def path_variant(name: str) -> tuple[str, dict]:
     """(path, options) of a benchmark's path name ``PATH[-triton][-keep][-tf32][-cN]``: ``-triton`` the Triton
-    feature map (``feature_map="triton"``), ``-keep`` ``recompute_scores`` off, ``-tf32`` the fp32 score products
-    (A = q·kᵀ and its backward) on TF32 tensor cores (``tf32``), ``-cN`` at least N causal chunks
-    (``causal_chunks``): options of the materialized and compiled paths that no setting selects yet."""
+    feature map (``feature_map="triton"``), ``-keep`` ``recompute_scores`` off, ``-tf32`` A = q·kᵀ and its backward
+    on TF32 tensor cores (``tf32_scores``), ``-cN`` at least N causal chunks (``causal_chunks``): options of the
+    materialized and compiled paths, off where the name does not say them."""
     options = {}
     head, _, last = name.rpartition("-")
     if head and last[:1] == "c" and last[1:].isdigit():
         options["causal_chunks"], name = int(last[1:]), head
     if name.endswith("-tf32"):
-        options["tf32"], name = True, name.removesuffix("-tf32")
+        options["tf32_scores"], name = True, name.removesuffix("-tf32")
     if name.endswith("-keep"):
         options["recompute_scores"], name = False, name.removesuffix("-keep")
     if name.endswith("-triton"):
@@ -75,32 +74,16 @@ def path_variant(name: str) -> tuple[str, dict]:
 
 
 @contextlib.contextmanager
-def tf32_matmuls(enabled: bool):
-    """fp32 matrix products on TF32 tensor cores inside (CUDA's ``allow_tf32``), as they were after. Under bf16
-    autocast the fp32 products left are the DAPE paths' scores: A = q·kᵀ of bf16 q and k, whose products TF32 holds
-    exactly (8 significant bits in 11), and its backward, dQ = dA·k and dK = dAᵀ·q, where dA is rounded to 11
-    bits."""
-    kept = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = enabled or kept
+def path_options(**options):
+    """The materialized and compiled paths run with exactly ``options`` inside (``feature_map``, ``causal_chunks``,
+    ``tf32_scores`` as given, the others off: what a benchmark's row names, whatever the compiled path's options on
+    CUDA are, ``dape_core.implementations.path_options``), as they were after. Enter it around the whole step,
+    forward and backward."""
+    import dape_core.attention as attention
+
+    kept = attention.path_options
+    attention.path_options = lambda impl, device_type: dict(options)
     try:
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = kept
-
-
-@contextlib.contextmanager
-def path_options(tf32: bool = False, **options):
-    """The materialized and compiled paths called with ``options`` (``feature_map``, ``causal_chunks``) inside, and
-    with ``tf32`` their fp32 products on TF32 (:func:`tf32_matmuls`); none: as they are. Enter it around the whole
-    step, forward and backward."""
-    import dape_core.attention as attention
-
-    kept = attention.attend_materialized, attention.attend_compiled
-    if options:
-        attention.attend_materialized = functools.partial(kept[0], **options)
-        attention.attend_compiled = functools.partial(kept[1], **options)
-    try:
-        with tf32_matmuls(tf32):
-            yield
-    finally:
-        attention.attend_materialized, attention.attend_compiled = kept
+        attention.path_options = kept

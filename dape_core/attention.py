@@ -45,6 +45,7 @@ from torch import nn
 from dape_core.dape import ScoreProcessor
 from dape_core.encodings import PositionalEncoding
 from dape_core.errors import require_choice
+from dape_core.implementations import path_options
 from dape_core.implementations.blocked import blocked_scores
 from dape_core.implementations.compiled import attend_compiled
 from dape_core.implementations.fused import attend_fused
@@ -107,6 +108,7 @@ def attend(
         return materialized(
             q, k, v, encoding=encoding, processor=processor, positions=positions, causal=causal,
             dropout_p=dropout_p, chunk=query_chunk_size, dape_dtype=dape_dtype, recompute_scores=recompute_scores,
+            **path_options(attention_impl, q.device.type),
         )
     fast_path = attention_impl != "plain"
     if processor is not None and fast_path:
@@ -209,10 +211,11 @@ def _by_row_chunks(attend_rows, n: int, chunk: int) -> torch.Tensor:
 def _attend_materialized_rows(q, k, v, row_offset, *, encoding, processor, positions, dropout_p, chunk, dape_dtype,
                               compiled=False):
     """The materialized path (``attend_materialized``, its precision and recomputation; ``compiled``: its chunks
-    compiled, ``attend_compiled``) for query rows at ``row_offset``."""
-    attend_chunks = attend_compiled if compiled else attend_materialized
+    compiled, ``attend_compiled``) for query rows at ``row_offset``, with the path's options (:func:`path_options`)."""
+    impl, attend_chunks = ("compiled", attend_compiled) if compiled else ("materialized", attend_materialized)
     return attend_chunks(q, k, v, encoding=encoding, processor=processor, positions=positions, causal=True,
-                         dropout_p=dropout_p, chunk=chunk, dape_dtype=dape_dtype, row_offset=row_offset)
+                         dropout_p=dropout_p, chunk=chunk, dape_dtype=dape_dtype, row_offset=row_offset,
+                         **path_options(impl, q.device.type))
 
 
 def _attend_rows_masked(q, k, v, row_offset, key_mask, *, encoding, processor, positions, dropout_p):

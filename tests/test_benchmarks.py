@@ -142,7 +142,7 @@ def test_path_variants_name_the_paths_options():
     assert path_variant("compiled-triton-keep") == ("compiled", {"feature_map": "triton", "recompute_scores": False})
     assert path_variant("compiled-keep-c4") == ("compiled", {"causal_chunks": 4, "recompute_scores": False})
     assert path_variant("materialized-triton-c2") == ("materialized", {"causal_chunks": 2, "feature_map": "triton"})
-    assert path_variant("compiled-triton-keep-tf32-c8") == ("compiled", {"causal_chunks": 8, "tf32": True,
+    assert path_variant("compiled-triton-keep-tf32-c8") == ("compiled", {"causal_chunks": 8, "tf32_scores": True,
                                                                         "recompute_scores": False,
                                                                         "feature_map": "triton"})
     assert path_variant("") == ("", {})
@@ -173,15 +173,25 @@ def test_the_device_commands_in_the_docs_name_rows_and_cases_the_benchmarks_take
         FeatureTiles.parse(spec)
 
 
-def test_a_tf32_scope_turns_tf32_on_for_its_step_only():
+def test_a_rows_scope_gives_the_paths_exactly_its_options_whatever_the_cuda_defaults(monkeypatch):
+    """Inside ``harness.path_options`` the attention entry gives the materialized and compiled paths the row's
+    options on any device (the others off, so a row keeps its meaning when ``CUDA_COMPILED_OPTIONS`` changes), and
+    the entry's own choice after; the TF32 switch itself is never touched outside the score products."""
+    import dape_core.attention as attention
+    import dape_core.implementations as implementations
     from harness import path_options
 
-    assert not torch.backends.cuda.matmul.allow_tf32
-    with path_options(tf32=True):
-        assert torch.backends.cuda.matmul.allow_tf32
-    assert not torch.backends.cuda.matmul.allow_tf32
+    monkeypatch.setattr(implementations, "CUDA_COMPILED_OPTIONS", {"feature_map": "triton", "causal_chunks": 4,
+                                                                   "tf32_scores": True})
+    entry, before = attention.path_options, torch.backends.cuda.matmul.fp32_precision
+    assert entry("compiled", "cuda")["causal_chunks"] == 4
+    with path_options(tf32_scores=True):
+        assert attention.path_options("compiled", "cuda") == {"tf32_scores": True}
+        assert attention.path_options("materialized", "cpu") == {"tf32_scores": True}
+        assert torch.backends.cuda.matmul.fp32_precision == before
     with path_options():
-        assert not torch.backends.cuda.matmul.allow_tf32
+        assert attention.path_options("compiled", "cuda") == {}
+    assert attention.path_options is entry
 
 
 def test_the_layer_benchmark_refuses_a_row_it_does_not_know_naming_the_allowed_ones():
@@ -205,7 +215,7 @@ def test_gpu_step_runs_a_triton_case_with_the_triton_feature_map_and_the_others_
     original = feature_map.triton_feature_map
     monkeypatch.setattr(feature_map, "triton_feature_map", lambda *a, **kw: calls.append(1) or original(*a, **kw))
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    entry = attention.attend_materialized
+    entry = attention.path_options
     idx = torch.randint(0, 64, (2, 16))
     for impl, expected in (("materialized", 0), ("materialized-triton", 4),  # two layers, each recomputed
                            ("materialized-triton-c4", 16)):
@@ -214,7 +224,10 @@ def test_gpu_step_runs_a_triton_case_with_the_triton_feature_map_and_the_others_
                                                    False)
         with scope():
             forward(idx, idx)[1].backward()
-        assert len(calls) == expected and attention.attend_materialized is entry
+        assert len(calls) == expected and attention.path_options is entry
+    _, _, _, scope = gpu_step.build_case("DAPE1x3-Kerple", "tiny", 16, 64, torch.device("cpu"), False)
+    with scope():  # no impl named: the step as training runs it, with the entry's own options
+        assert attention.path_options is entry
 
 
 def test_fused_layer_benchmark_times_every_row_and_states_the_fused_error(tmp_path):

@@ -28,8 +28,10 @@ gradients, which the tests prove (``tests/test_performance_paths.py``, ``tests/t
 
 The materialized and compiled paths compute f with the layer's own convolutions (cuDNN on a GPU) or, with
 ``feature_map="triton"``, with the kernels of :mod:`dape_core.implementations.feature_map` (one streaming pass each
-way over the channels-last map, proven equal by the tests); no setting selects the kernels yet: they wait for a GPU
-measurement against the convolutions (``benchmarks/feature_map.py``, docs/performance.md).
+way over the channels-last map, proven equal by the tests). On CUDA the compiled path takes its options from
+:func:`path_options`, ``CUDA_COMPILED_OPTIONS`` (:mod:`dape_core.settings.attention`): the kernels, causal chunks
+and TF32 score products (:mod:`dape_core.implementations.score_product`) are off there until a GPU measures them
+faster (``benchmarks/fused_device.sh``, docs/performance.md).
 
 Where the fused path is asked for but cannot run the case, ``dape_core.attention`` says what runs instead: with
 attention dropout or without a processor the materialized path, under a host model's key mask the plain path.
@@ -47,7 +49,7 @@ import torch
 
 from dape_core.errors import require_choice
 from dape_core.settings import ATTENTION_IMPLS
-from dape_core.settings.attention import CUDA_TRAINING_PATH
+from dape_core.settings.attention import CUDA_COMPILED_OPTIONS, CUDA_TRAINING_PATH
 
 CPU_PATH = "fast"  # what ``auto`` runs on a CPU
 ACCELERATOR_PATH = "materialized"  # what ``auto`` runs on any other device
@@ -80,6 +82,14 @@ def training_path(name: str) -> str:
     CUDA machine with Triton)."""
     require_choice("attention_impl", name, ATTENTION_IMPLS)
     return TRAINING_PATH if name == "auto" else name
+
+
+def path_options(impl: str, device_type: str) -> dict:
+    """The options of the materialized or compiled path ``impl`` running on ``device_type`` (``feature_map``,
+    ``causal_chunks``, ``tf32_scores`` of :func:`~dape_core.implementations.materialized.attend_materialized`): on
+    CUDA the compiled path's, :data:`~dape_core.settings.attention.CUDA_COMPILED_OPTIONS`; else none (the
+    functions' defaults)."""
+    return dict(CUDA_COMPILED_OPTIONS) if impl == "compiled" and device_type == "cuda" else {}
 
 
 def inference_pass(device_type: str) -> bool:

@@ -57,11 +57,13 @@ from torch.utils.checkpoint import checkpoint
 from dape_core.dape import NEGATIVE_SLOPE, ScoreProcessor
 from dape_core.encodings import PositionalEncoding
 from dape_core.errors import require_choice, require_positive
+from dape_core.implementations.score_product import score_product
 
 DEFAULT_CHUNK_BYTES = 2**30  # one chunk's temporaries (module docstring: the bound and the 350M figure)
 # how f is computed: ``conv`` the layer's own convolutions (cuDNN on a GPU); ``triton`` the kernels of
 # dape_core.implementations.feature_map (one streaming pass each way, same function, proven equal by the tests)
 FEATURE_MAPS = ("conv", "triton")
+SIXTEEN_BIT = {torch.bfloat16, torch.float16}  # q, k dtypes whose products TF32 (11 bits) holds exactly
 
 
 def feature_columns(processor: ScoreProcessor, keys: int) -> int:
@@ -112,14 +114,17 @@ def attend_materialized(
     chunk_fn=None,
     feature_map: str = "conv",
     causal_chunks: int = 1,
+    tf32_scores: bool = False,
 ) -> torch.Tensor:
     """softmax(mask(A + B + f(tril([A; B])))) · V (eq. 5) for q [batch, H, Tq, d_head] and k, v [batch, H, Tk,
     d_head] (already rotated; query row r is key ``row_offset`` + r, ``positions`` are the keys'), in chunks of
     ``chunk`` query rows (default: :func:`chunk_rows`); ``recompute_scores`` (default: whenever gradients are
     recorded) recomputes each chunk in the backward pass; ``chunk_fn``: the function of one chunk, with the arguments
     of :func:`chunk_attention` (default: it); ``feature_map``: how f is computed (:data:`FEATURE_MAPS`);
-    ``causal_chunks``: under the causal mask, at least this many chunks (:func:`causal_chunk`). Returns
-    [batch, H, Tq, d_head]."""
+    ``causal_chunks``: under the causal mask, at least this many chunks (:func:`causal_chunk`); ``tf32_scores``:
+    A = q·kᵀ and its backward on TF32 tensor cores on CUDA where q and k hold 16-bit values (bf16 autocast's; TF32
+    holds their products exactly: :mod:`~dape_core.implementations.score_product`), else off.
+    Returns [batch, H, Tq, d_head]."""
     require_choice("feature_map", feature_map, FEATURE_MAPS)
     device_type, n, n_keys = q.device.type, q.shape[2], k.shape[2]
     chunk_fn = chunk_fn or chunk_attention
@@ -131,9 +136,10 @@ def attend_materialized(
         recompute_scores = True
     recompute_scores = recompute_scores and torch.is_grad_enabled()
     outputs = {}
+    tf32_scores = tf32_scores and {q.dtype, k.dtype} <= SIXTEEN_BIT  # where each product of A is exact in TF32
     q_s, k_s = q.to(score_dtype), k.to(score_dtype)
     options = dict(encoding=encoding, processor=processor, causal=causal, dropout_p=dropout_p,
-                   feature_dtype=feature_dtype, feature_map=feature_map)
+                   feature_dtype=feature_dtype, feature_map=feature_map, tf32_scores=tf32_scores)
     halo = processor.needed_halo()
     for r0 in reversed(range(0, n, chunk)):  # largest chunk first: later chunks reuse its memory
         rows_end = min(n, r0 + chunk)
@@ -156,13 +162,13 @@ def feature_itemsize(q: torch.Tensor, dape_dtype: torch.dtype | None = None) -> 
 
 
 def chunk_attention(q_rows, k_read, v_kept, *, q_positions, k_positions, first, encoding, processor, causal,
-                    dropout_p, feature_dtype, feature_map="conv"):
+                    dropout_p, feature_dtype, feature_map="conv", tf32_scores=False):
     """One chunk of eq. 5: query rows ``first`` … (as keys; q_rows [batch, H, rows, d_head] in the scores' dtype)
     against the keys they read (k_read [batch, H, K, d_head]: under the causal mask those ≤ the last row plus the
     convolutions' halo) and keep (v_kept [batch, H, K_kept, d_head]): A, B, the processor, the causal mask,
-    softmax, ·V in v's dtype."""
+    softmax, ·V in v's dtype; ``tf32_scores``: A's products on TF32 tensor cores (:func:`score_product`)."""
     with autocast_off(q_rows.device.type):
-        scores = torch.matmul(q_rows, k_read.transpose(-2, -1)).mul_(1.0 / math.sqrt(q_rows.shape[-1]))  # A
+        scores = score_product(q_rows, k_read, tf32_scores=tf32_scores).mul_(1.0 / math.sqrt(q_rows.shape[-1]))  # A
         bias = None
         if encoding.has_bias:
             bias = encoding.bias(q_rows, k_read, scores, q_positions, k_positions)  # B

@@ -9,6 +9,7 @@ it, so a setting keeps one name and one default from ``config.yaml`` through the
 from __future__ import annotations
 
 import dataclasses
+import types
 from dataclasses import dataclass
 
 from dape_core.encoding_facts import ENCODING_FACTS
@@ -19,6 +20,10 @@ PROCESSORS = ("none", "dape_v1", "dape_v2")
 PADDINGS = ("same", "causal")
 ATTENTION_IMPLS = ("auto", "fast", "plain", "materialized", "compiled", "fused")
 CUDA_TRAINING_PATH = "compiled"  # what auto trains with on CUDA where Triton is importable (dape_core.implementations)
+# the compiled path's options on CUDA (arguments of attend_compiled: how f is computed, the least number of chunks
+# under the causal mask, A = q·kᵀ on TF32 tensor cores), each to be set by a GPU measurement against the option off
+# (benchmarks/fused_device.sh; docs/performance.md); off until measured
+CUDA_COMPILED_OPTIONS = types.MappingProxyType({"feature_map": "conv", "causal_chunks": 1, "tf32_scores": False})
 DAPE_DTYPES = ("float32", "bfloat16")
 
 
