@@ -5,7 +5,8 @@
 #      (warm-up runs fill Triton's and TorchInductor's caches, which the timed runs then read);
 #   2. layer: one layer, forward + backward, the paths of LAYER_ROWS and each tile setting side by side, with the
 #      bf16 error rows (fused_layer.csv);
-#   3. step: training steps of METHODS on the paths of IMPLS (gpu_step.csv);
+#   3. step: training steps of METHODS on the paths of IMPLS (gpu_step.csv); then, from the layer's and the steps'
+#      rows, the compiled path's options on CUDA that they support (benchmarks/cuda_options.py, cuda_options.txt);
 #   4. feature: the feature map alone, the convolutions against the Triton feature map's kernels at each of
 #      FEATURE_TILES (benchmarks/feature_map.py, feature_map.csv);
 #   5. profile: each fused kernel's device time per tile setting, and the layer's forward-only pass
@@ -156,6 +157,11 @@ fi
 if has step; then
     run "step timing" $PY benchmarks/gpu_step.py $STEP --methods $METHODS --lengths $LENGTHS --modes eager \
         --dape-impls $IMPLS --out "$OUT/gpu_step.csv"
+fi
+if [[ -f "$OUT/fused_layer.csv" ]]; then  # which options of the compiled path these rows support (the host, seconds)
+    echo "== the compiled path's options on CUDA (benchmarks/cuda_options.py)"
+    $PY benchmarks/cuda_options.py "$OUT" > "$OUT/cuda_options.txt" 2>&1 || echo "cuda_options.py failed (exit $?)"
+    cat "$OUT/cuda_options.txt"
 fi
 if has feature; then
     run "feature map timing" $PY benchmarks/feature_map.py $FEATURE --tiles $FEATURE_TILES \

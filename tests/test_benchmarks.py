@@ -544,3 +544,106 @@ def test_window_count_measures_the_seed_noise_of_more_windows_and_refuses_a_bad_
     with pytest.raises(SystemExit) as stop:
         window_count.main(["--workdir", str(tmp_path), "--min-seeds", "1"])
     assert stop.value.code == 2 and "--min-seeds" in capsys.readouterr().err
+
+
+def write_device_run(run: Path, layer: dict, errors: dict | None = None, steps: dict | None = None) -> Path:
+    """A device run's fused_layer.csv (``layer``: {row: (ms at B 32 × T 512, ms at B 8 × T 2048)}; ``errors``:
+    {row: error of every tensor}, default 1e-2 for each row) and, with ``steps``, its gpu_step.csv ({impl: (ms at
+    T 512, ms at T 2048)} of DAPE1x3-Kerple)."""
+    import pandas as pd
+
+    run.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i, (batch, n) in enumerate(((32, 512), (8, 2048))):
+        for row, times in layer.items():
+            rows.append(dict(batch=batch, train_len=n, row=row, ms=times[i]))
+            rows.append(dict(batch=batch, train_len=n, row=f"{row}-error",
+                             **{e: (errors or {}).get(row, 1e-2) for e in ("error_output", "error_grad_q",
+                                                                           "error_grad_k", "error_grad_v")}))
+        rows.append(dict(batch=batch, train_len=n, row="profile-compiled-keep", ms=1.0, kernel="k"))
+    pd.DataFrame(rows).to_csv(run / "fused_layer.csv", index=False)
+    if steps:
+        pd.DataFrame([dict(method=f"DAPE1x3-Kerple ({impl})", mode="eager", train_len=n, status="ok", step_ms=times[i])
+                      for impl, times in steps.items() for i, n in enumerate((512, 2048))]
+                     + [dict(method="Kerple", mode="eager", train_len=512, status="ok", step_ms=60.0)]
+                     ).to_csv(run / "gpu_step.csv", index=False)
+    return run
+
+
+DEVICE_ROWS = ("sdpa-bias", "compiled-keep", "compiled-triton-keep", "compiled-triton-keep-c4",
+               "compiled-triton-keep-tf32-c4")
+
+
+def test_cuda_options_sets_each_option_measured_faster_with_the_same_error(tmp_path, capsys):
+    """The documented device rows: each option pairs with the row without it; faster at both shapes and in both
+    steps, errors as the row without it → all three set (and the names round-trip)."""
+    import cuda_options
+
+    layer = dict(zip(DEVICE_ROWS, [(3.0, 7.7), (9.7, 29.6), (5.7, 18.0), (4.3, 12.0), (3.9, 11.0)]))
+    steps = {"compiled-keep": (164.0, 399.0), "compiled-triton-keep": (120.0, 300.0),
+             "compiled-triton-keep-tf32-c4": (95.0, 230.0), "compiled-triton-keep-c4": (100.0, 240.0)}
+    run = write_device_run(tmp_path / "run", layer, steps=steps)
+    assert cuda_options.main([str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "CUDA_COMPILED_OPTIONS = {'feature_map': 'triton', 'causal_chunks': 4, 'tf32_scores': True}" in out
+    assert "step DAPE1x3-Kerple T 2048: compiled-triton-keep-tf32-c4 230.0 ms, compiled-triton-keep-c4 240.0 ms" in out
+    for row in DEVICE_ROWS[1:]:
+        assert cuda_options.name_of(cuda_options.row_key(row)) == row
+
+
+@pytest.mark.parametrize("case,expected", [
+    ("slower at T 2048", "tf32_scores = True: off: not faster in the layer at B 8 × T 2048"),
+    ("larger error", "feature_map = 'triton': off: its bf16 error exceeds the row without it at B 32 × T 512"),
+    ("slower step", "causal_chunks = 4: off: not faster in the DAPE1x3-Kerple step at T 512"),
+    ("one shape", "tf32_scores = True: off: not measured at B 8 × T 2048"),
+])
+def test_cuda_options_keeps_an_option_off_where_the_run_does_not_show_it_faster_at_the_same_error(
+        tmp_path, capsys, case, expected):
+    import pandas as pd
+
+    import cuda_options
+
+    layer = dict(zip(DEVICE_ROWS, [(3.0, 7.7), (9.7, 29.6), (5.7, 18.0), (4.3, 12.0), (3.9, 11.0)]))
+    errors, steps = {}, None
+    if case == "slower at T 2048":
+        layer["compiled-triton-keep-tf32-c4"] = (3.9, 12.5)
+    elif case == "larger error":
+        errors["compiled-triton-keep"] = 3e-2  # allowed: max(2e-2, 2 × 1e-2)
+    elif case == "slower step":
+        steps = {"compiled-triton-keep": (120.0, 300.0), "compiled-triton-keep-c4": (121.0, 240.0)}
+    run = write_device_run(tmp_path / "run", layer, errors, steps)
+    if case == "one shape":
+        frame = pd.read_csv(run / "fused_layer.csv")
+        gone = (frame.train_len == 2048) & frame.row.str.startswith("compiled-triton-keep-tf32-c4")
+        frame[~gone].to_csv(run / "fused_layer.csv", index=False)
+    assert cuda_options.main([str(run)]) == 0
+    out = capsys.readouterr().out
+    assert expected in out
+    option = expected.split(" = ")[0]
+    chosen = eval(out.split("CUDA_COMPILED_OPTIONS = ")[1].split("  (")[0])
+    assert chosen[option] == cuda_options.OFF[option]
+    assert sum(value != cuda_options.OFF[name] for name, value in chosen.items()) == 2  # the other two set
+
+
+def test_cuda_options_takes_the_fastest_passing_chunk_count_and_refuses_a_run_without_the_layer(tmp_path, capsys):
+    import cuda_options
+
+    layer = {"compiled-keep": (9.7, 29.6), "compiled-keep-c2": (8.0, 25.0), "compiled-keep-c4": (7.0, 22.0),
+             "compiled-keep-c8": (7.5, 22.5)}  # c4: the least summed time
+    run = write_device_run(tmp_path / "run", layer)
+    assert cuda_options.main([str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "'causal_chunks': 4" in out and "feature_map = 'triton': off: not measured (no layer pair)" in out
+    with pytest.raises(SystemExit) as refused:
+        cuda_options.main([str(tmp_path / "empty")])
+    assert refused.value.code == 2 and "has no fused_layer.csv" in capsys.readouterr().err
+
+
+def test_the_device_script_states_the_options_its_rows_support(tmp_path):
+    """After the step timing, with the layer's rows written, the script runs benchmarks/cuda_options.py on them."""
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "fused_layer.csv").write_text("row\n")
+    log, calls = device_script(tmp_path, STEPS="step feature", METHODS="Kerple", IMPLS="materialized")
+    names = [c.split()[0] for c in calls if not c.startswith("-")]
+    assert names.index("benchmarks/cuda_options.py") == names.index("benchmarks/gpu_step.py") + 1
+    assert f"benchmarks/cuda_options.py {tmp_path / 'out'}" in calls
