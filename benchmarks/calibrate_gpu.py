@@ -8,8 +8,10 @@ process on one device (``--device``; on CUDA every timed step is bracketed by ``
 random tokens of the run's vocabulary: tokens/s = grad_accum × batch_size × train_len / median step time. Where
 the configuration gives the job its GPU's memory (``resources.train_lm.gpu_mem_gb``) the case runs as that job does:
 each micro-batch in the memory model's pieces, and a DAPE model with the memory model's ``recompute_scores``
-(columns ``pieces``, ``recompute_scores``; :func:`dape_core.memory.micro_batch_for`). A case that does not fit the
-GPU's memory is recorded with status ``out_of_memory`` and no throughput.
+(columns ``pieces``, ``recompute_scores``; :func:`dape_core.memory.micro_batch_for`), and the materialized or
+compiled path with the options the job's path takes there (column ``path_options``: on CUDA the compiled path's
+``CUDA_COMPILED_OPTIONS``). A case that does not fit the GPU's memory is recorded with status ``out_of_memory`` and
+no throughput.
 
 The CSV (default ``benchmarks/results/gpu_calibration.csv``) keeps the rows of other devices, so one file can hold
 several GPU models; ``estimate.calibration`` in a configuration points ``python -m dape_core.config`` at it
@@ -78,7 +80,8 @@ def case_model(case: dict):
 
 def measure(case: dict, device_name: str, steps: int, warmup: int, threads: int | None = None) -> dict:
     """Time ``warmup`` + ``steps`` training steps of one case in this process; the row of the calibration CSV."""
-    from dape_core.implementations import resolve_attention_impl
+    from dape_core.implementations import path_options, resolve_attention_impl
+    from dape_core.settings.attention import compiled_options_text
     from dape_core.model import GPT
     from dape_core.timing import AUTOCAST_DTYPES, device_name as name_of, synchronize
     from dape_core.train import TrainSettings, optimizer_for
@@ -99,6 +102,8 @@ def measure(case: dict, device_name: str, steps: int, warmup: int, threads: int 
         *MODEL_EXTRAS, *TRAIN_EXTRAS)}, "grad_accum": case["grad_accum"],
            "attention_path": resolve_attention_impl(cfg.attention_impl, device), "pieces": pieces,
            "recompute_scores": cfg.recompute_scores, "steps_timed": steps, "warmup": warmup}
+    if row["attention_path"] in ("materialized", "compiled"):  # the options that path ran with
+        row["path_options"] = compiled_options_text(path_options(row["attention_path"], device.type))
     dtype = AUTOCAST_DTYPES[case["precision"]]
     try:
         torch.manual_seed(0)

@@ -23,7 +23,6 @@ does not pass stays off (its default). Printed: each pair, each option's verdict
 from __future__ import annotations
 
 import argparse
-import inspect
 import math
 import sys
 from pathlib import Path
@@ -35,11 +34,9 @@ from harness import path_variant  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from dape_core.implementations.materialized import attend_materialized  # noqa: E402
-from dape_core.settings.attention import CUDA_COMPILED_OPTIONS  # noqa: E402
+from dape_core.settings.attention import COMPILED_OPTIONS_OFF, CUDA_COMPILED_OPTIONS  # noqa: E402
 
-# each option's value when it is off: the path's own default
-OFF = {name: inspect.signature(attend_materialized).parameters[name].default for name in CUDA_COMPILED_OPTIONS}
+OFF = dict(COMPILED_OPTIONS_OFF)  # each option's value when it is off
 ERRORS = ("error_output", "error_grad_q", "error_grad_k", "error_grad_v")
 BF16_BOUND = 2e-2  # benchmarks/fused_check.py's bound for bf16
 ERROR_FACTOR = 2.0  # ... and its factor on the baseline's own error

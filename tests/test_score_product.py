@@ -18,7 +18,7 @@ import dape_core.implementations as implementations
 import dape_core.implementations.compiled as compiled
 from dape_core.implementations.materialized import FEATURE_MAPS, attend_materialized
 from dape_core.implementations.score_product import score_product, tf32_matmul
-from dape_core.settings.attention import CUDA_COMPILED_OPTIONS
+from dape_core.settings.attention import COMPILED_OPTIONS_OFF, CUDA_COMPILED_OPTIONS
 from test_gpu_path import PROCESSORS, AttentionCase
 
 
@@ -133,10 +133,13 @@ def test_path_options_are_the_compiled_paths_on_cuda_and_none_elsewhere():
 
 
 def test_the_compiled_paths_cuda_options_are_arguments_it_takes_with_allowed_values():
-    parameters = inspect.signature(compiled.attend_compiled).parameters
-    materialized_parameters = inspect.signature(attend_materialized).parameters
-    for name, value in CUDA_COMPILED_OPTIONS.items():
-        assert name in parameters or name in materialized_parameters, name
+    """Every option is an argument of the materialized path (which the compiled one passes on) whose default is
+    its value off, and the CUDA values are allowed ones."""
+    parameters = inspect.signature(attend_materialized).parameters
+    assert CUDA_COMPILED_OPTIONS.keys() == COMPILED_OPTIONS_OFF.keys()
+    for name, off in COMPILED_OPTIONS_OFF.items():
+        assert parameters[name].default == off, name
+    assert "causal_chunks" in inspect.signature(compiled.attend_compiled).parameters
     assert CUDA_COMPILED_OPTIONS["feature_map"] in FEATURE_MAPS
     assert type(CUDA_COMPILED_OPTIONS["causal_chunks"]) is int and CUDA_COMPILED_OPTIONS["causal_chunks"] >= 1
     assert type(CUDA_COMPILED_OPTIONS["tf32_scores"]) is bool

@@ -59,7 +59,7 @@ from dape_core.config import dispatch
 from dape_core.encoding_facts import facts
 from dape_core.errors import ConfigError
 from dape_core.model_arithmetic import decoder_flops_per_token, gpt_flops_per_token
-from dape_core.settings.attention import CUDA_TRAINING_PATH
+from dape_core.settings.attention import CUDA_COMPILED_OPTIONS, CUDA_TRAINING_PATH, compiled_options_text
 from dape_core.settings.finetune import SUPPORTED_MODEL_TYPES, is_finetuned
 
 MEASURED, SCALED, FLOPS = "measured", "scaled", "FLOP estimate"
@@ -263,7 +263,30 @@ def load_calibration(assumptions: dict) -> tuple[list[dict] | None, str]:
                           f"{', '.join(devices) or 'none (the CSV has no rows)'}")
     device = device if device is not None else (devices[0] if devices else "none")
     rows = frame[(frame["device"].astype(str) == device) & (frame["status"] == "ok")].to_dict("records")
-    return rows, f"calibration {path}, device {device}: {len(rows)} measured rows{_older_path(rows)}"
+    return rows, (f"calibration {path}, device {device}: {len(rows)} measured rows{_older_path(rows)}"
+                  f"{_older_options(rows)}")
+
+
+def _older_options(rows: list[dict]) -> str:
+    """What the estimate says of DAPE rows measured on the compiled path (with ``attention_impl: auto``) with other
+    options than its options on CUDA now (:data:`~dape_core.settings.attention.CUDA_COMPILED_OPTIONS`; a row
+    without a ``path_options`` column was measured with all of them off): each option is set only where it
+    measured faster, so their throughput is a lower bound."""
+    now = compiled_options_text(CUDA_COMPILED_OPTIONS)
+    older = [text for row in rows if row.get("processor") != "none" and str(row.get("attention_impl")) == "auto"
+             and str(row.get("attention_path")) == CUDA_TRAINING_PATH
+             and (text := _recorded_options(row.get("path_options"))) != now]
+    if not older:
+        return ""
+    return (f" ({len(older)} DAPE rows measured with the {CUDA_TRAINING_PATH} path's options "
+            f"{' / '.join(sorted(set(older)))}, not today's {now} on CUDA, each set where it measured faster "
+            "(docs/performance.md): their GPU-hours are upper bounds until benchmarks/calibrate_gpu.py is rerun)")
+
+
+def _recorded_options(value) -> str:
+    """A calibration row's ``path_options``; missing (measured before the column): all off."""
+    return compiled_options_text({}) if value is None or (isinstance(value, float) and math.isnan(value)) else \
+        str(value)
 
 
 def _older_path(rows: list[dict]) -> str:

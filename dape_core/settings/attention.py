@@ -20,11 +20,20 @@ PROCESSORS = ("none", "dape_v1", "dape_v2")
 PADDINGS = ("same", "causal")
 ATTENTION_IMPLS = ("auto", "fast", "plain", "materialized", "compiled", "fused")
 CUDA_TRAINING_PATH = "compiled"  # what auto trains with on CUDA where Triton is importable (dape_core.implementations)
-# the compiled path's options on CUDA (arguments of attend_compiled: how f is computed, the least number of chunks
-# under the causal mask, A = q·kᵀ on TF32 tensor cores), each to be set by a GPU measurement against the option off
-# (benchmarks/fused_device.sh; docs/performance.md); off until measured
-CUDA_COMPILED_OPTIONS = types.MappingProxyType({"feature_map": "conv", "causal_chunks": 1, "tf32_scores": False})
+# the options of the materialized and compiled paths (arguments of attend_materialized and attend_compiled: how f
+# is computed, the least number of chunks under the causal mask, A = q·kᵀ on TF32 tensor cores), each off: the
+# functions' defaults (tests/test_score_product.py checks they agree)
+COMPILED_OPTIONS_OFF = types.MappingProxyType({"feature_map": "conv", "causal_chunks": 1, "tf32_scores": False})
+# the compiled path's options on CUDA, each set where a GPU measured it faster than off with the same bf16 error
+# (benchmarks/fused_device.sh, benchmarks/cuda_options.py; docs/performance.md); off until measured
+CUDA_COMPILED_OPTIONS = types.MappingProxyType(dict(COMPILED_OPTIONS_OFF))
 DAPE_DTYPES = ("float32", "bfloat16")
+
+
+def compiled_options_text(options) -> str:
+    """``name=value`` of every option of :data:`COMPILED_OPTIONS_OFF` as ``options`` set it (the rest off): what a
+    calibration row records of the options its compiled path ran with (column ``path_options``)."""
+    return " ".join(f"{name}={options.get(name, off)}" for name, off in COMPILED_OPTIONS_OFF.items())
 
 
 @dataclass(kw_only=True)
