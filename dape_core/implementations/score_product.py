@@ -5,9 +5,10 @@ Those paths keep the scores in fp32 under bf16 autocast: q and k are upcast, A =
 dQ = dA·k and dK = dAᵀ·q. With CUDA's default these three products run on the FFMA units, not the tensor cores
 (on an H200 the forward product alone took 0.41 ms of a 9.72 ms DAPE1×3-Kerple layer at B 32 × T 512,
 docs/performance.md). On TF32 tensor cores the forward product is exact up to the order of the sums where q and k
-hold bf16 values (8 significant bits; TF32 holds 11, so each product is exact and the sums are fp32), as the linear
-layers give them to every encoding without a rotation; a rotation computed in fp32 (RoPE's) is rounded to 11 bits.
-The backward products round dA to 11 bits (2⁻¹¹ relative, against the 2⁻⁸ of the bf16 feature map beside them).
+hold 16-bit values (bf16: 8 significant bits, fp16: 11; TF32 holds 11, so each product is exact and the sums are
+fp32), as bf16 autocast's linear layers give them; the paths take the option only then (fp32 q and k, which TF32
+would round, keep fp32 products). The backward products round dA to 11 bits (2⁻¹¹ relative, against the 2⁻⁸ of
+the bf16 feature map beside them).
 
 TF32 is CUDA's process-wide switch, read by cuBLAS at each call. Turning it on for a whole training step would
 reach every fp32 product of the step, and turning it on around the forward product alone would miss the backward
