@@ -10,7 +10,8 @@ the configuration gives the job its GPU's memory (``resources.train_lm.gpu_mem_g
 each micro-batch in the memory model's pieces, and a DAPE model with the memory model's ``recompute_scores``
 (columns ``pieces``, ``recompute_scores``; :func:`dape_core.memory.micro_batch_for`), and the materialized or
 compiled path with the options the job's path takes there (column ``path_options``: on CUDA the compiled path's
-``CUDA_COMPILED_OPTIONS``). A case that does not fit the GPU's memory is recorded with status ``out_of_memory`` and
+``CUDA_COMPILED_OPTIONS``, or with ``--path-options`` those given, as a device run's ``benchmarks/cuda_options.py``
+names them before they are written into the settings). A case that does not fit the GPU's memory is recorded with status ``out_of_memory`` and
 no throughput.
 
 The CSV (default ``benchmarks/results/gpu_calibration.csv``) keeps the rows of other devices, so one file can hold
@@ -21,11 +22,14 @@ by FLOPs per token otherwise).
     python benchmarks/calibrate_gpu.py --config configs/paper.yaml                  # on a GPU node
     python benchmarks/calibrate_gpu.py --config configs/paper.yaml --sizes 125M --train-lens 512
     python benchmarks/calibrate_gpu.py --config configs/smoke.yaml --device cpu --out /tmp/cpu_calibration.csv
+    python benchmarks/calibrate_gpu.py --sizes 125M --train-lens 512 \
+        --path-options "feature_map=triton causal_chunks=4 tf32_scores=True"
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import statistics
@@ -78,8 +82,31 @@ def case_model(case: dict):
                                              "dape_dtype", *MODEL_EXTRAS)})
 
 
-def measure(case: dict, device_name: str, steps: int, warmup: int, threads: int | None = None) -> dict:
-    """Time ``warmup`` + ``steps`` training steps of one case in this process; the row of the calibration CSV."""
+@contextlib.contextmanager
+def cuda_compiled_options(options: dict | None):
+    """The compiled path's options on CUDA as ``options`` inside (None: ``CUDA_COMPILED_OPTIONS`` as they are)."""
+    import types
+
+    import dape_core.implementations as implementations
+
+    kept = implementations.CUDA_COMPILED_OPTIONS
+    if options is not None:
+        implementations.CUDA_COMPILED_OPTIONS = types.MappingProxyType(dict(options))
+    try:
+        yield
+    finally:
+        implementations.CUDA_COMPILED_OPTIONS = kept
+
+
+def measure(case: dict, device_name: str, steps: int, warmup: int, threads: int | None = None,
+            cuda_options: dict | None = None) -> dict:
+    """Time ``warmup`` + ``steps`` training steps of one case in this process, the compiled path's options on CUDA
+    ``cuda_options`` (None: as they are); the row of the calibration CSV."""
+    with cuda_compiled_options(cuda_options):
+        return _measure(case, device_name, steps, warmup, threads)
+
+
+def _measure(case: dict, device_name: str, steps: int, warmup: int, threads: int | None) -> dict:
     from dape_core.implementations import path_options, resolve_attention_impl
     from dape_core.settings.attention import compiled_options_text
     from dape_core.model import GPT
@@ -149,8 +176,10 @@ def measure(case: dict, device_name: str, steps: int, warmup: int, threads: int 
             "peak_mem_mb": peak}
 
 
-def measure_in_fresh_process(case: dict, device: str, steps: int, warmup: int, threads: int | None) -> dict:
-    payload = json.dumps({"case": case, "device": device, "steps": steps, "warmup": warmup, "threads": threads})
+def measure_in_fresh_process(case: dict, device: str, steps: int, warmup: int, threads: int | None,
+                             cuda_options: dict | None = None) -> dict:
+    payload = json.dumps({"case": case, "device": device, "steps": steps, "warmup": warmup, "threads": threads,
+                          "cuda_options": cuda_options})
     out = subprocess.run([sys.executable, __file__, "--worker", payload], capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"calibration worker failed for {case}:\n{out.stderr[-3000:]}")
@@ -182,7 +211,19 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=10, help="timed training steps per case (the median is kept)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     p.add_argument("--threads", type=int, default=None, help="CPU threads per case (default: torch's)")
+    p.add_argument("--path-options", default=None,
+                   help="the compiled path's options on CUDA for these cases, 'name=value …' as "
+                        "benchmarks/cuda_options.py --text prints them (default: CUDA_COMPILED_OPTIONS)")
     args = p.parse_args(argv)
+    cuda_options = None
+    if args.path_options is not None:
+        from dape_core.errors import ConfigError
+        from dape_core.settings.attention import parse_compiled_options
+
+        try:
+            cuda_options = parse_compiled_options(args.path_options, field="--path-options")
+        except ConfigError as error:
+            p.error(str(error))
     if args.device == "cuda" and not torch.cuda.is_available():
         p.exit(2, "calibrate_gpu: no CUDA device here; run it on a GPU node (or pass --device cpu for a test)\n")
     todo = cases(args.config, sizes=args.sizes, methods=args.methods, train_lens=args.train_lens,
@@ -194,7 +235,7 @@ def main(argv=None) -> int:
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
     rows = []
     for i, case in enumerate(todo, 1):
-        row = measure_in_fresh_process(case, args.device, args.steps, args.warmup, args.threads)
+        row = measure_in_fresh_process(case, args.device, args.steps, args.warmup, args.threads, cuda_options)
         rows.append(dict(row, torch=torch.__version__, timestamp=stamp, config=str(args.config)))
         rate = f"{row['tokens_per_s']:.0f} tokens/s" if row["status"] == "ok" else row["status"]
         print(f"[{i}/{len(todo)}] {case['size']} {case['method']} T={case['train_len']} B={case['micro_batch']} "
@@ -208,6 +249,6 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--worker":
         payload = json.loads(sys.argv[2])
         print(json.dumps(measure(payload["case"], payload["device"], payload["steps"], payload["warmup"],
-                                 payload["threads"])))
+                                 payload["threads"], payload["cuda_options"])))
     else:
         sys.exit(main())

@@ -16,6 +16,7 @@ in the layer at each shape and in the training step at each length. An option's 
 Of several causal chunk counts that pass, the one with the least layer time summed over its pairs. An option that
 does not pass stays off (its default). Printed: each pair, each option's verdict and why, and the
 ``CUDA_COMPILED_OPTIONS`` to write into ``dape_core/settings/attention.py``; the rule decides, a person commits.
+With ``--text`` only the options, as ``benchmarks/calibrate_gpu.py --path-options`` takes them.
 
     python benchmarks/cuda_options.py benchmarks/results/RUN      # a device run's directory
 """
@@ -34,7 +35,8 @@ from harness import path_variant  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from dape_core.settings.attention import COMPILED_OPTIONS_OFF, CUDA_COMPILED_OPTIONS  # noqa: E402
+from dape_core.settings.attention import (COMPILED_OPTIONS_OFF, CUDA_COMPILED_OPTIONS,  # noqa: E402
+                                         compiled_options_text)
 
 OFF = dict(COMPILED_OPTIONS_OFF)  # each option's value when it is off
 ERRORS = ("error_output", "error_grad_q", "error_grad_k", "error_grad_v")
@@ -160,6 +162,8 @@ def decide(times: dict, errors: dict, steps: dict) -> tuple[dict, list[str]]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="a device run's directory (fused_layer.csv, gpu_step.csv)")
+    parser.add_argument("--text", action="store_true",
+                        help="print only the options, 'name=value …' (benchmarks/calibrate_gpu.py --path-options)")
     args = parser.parse_args(argv)
     layer_csv, step_csv = args.run / "fused_layer.csv", args.run / "gpu_step.csv"
     if not layer_csv.is_file():
@@ -168,6 +172,9 @@ def main(argv=None) -> int:
     times, errors = layer_table(pd.read_csv(layer_csv))
     steps = step_table(pd.read_csv(step_csv) if step_csv.is_file() else None)
     chosen, lines = decide(times, errors, steps)
+    if args.text:
+        print(compiled_options_text(chosen))
+        return 0
     print("\n".join(lines))
     if set(chosen) != set(CUDA_COMPILED_OPTIONS):
         raise SystemExit(f"CUDA_COMPILED_OPTIONS names {sorted(CUDA_COMPILED_OPTIONS)}, this rule {sorted(chosen)}")

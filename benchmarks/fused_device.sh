@@ -7,17 +7,19 @@
 #      bf16 error rows (fused_layer.csv);
 #   3. step: training steps of METHODS on the paths of IMPLS (gpu_step.csv); then, from the layer's and the steps'
 #      rows, the compiled path's options on CUDA that they support (benchmarks/cuda_options.py, cuda_options.txt);
+#   3b. calibrate: benchmarks/calibrate_gpu.py's cases of CALIBRATE with those options (gpu_calibration.csv: the
+#      estimate's rows for them, to commit with the options);
 #   4. feature: the feature map alone, the convolutions against the Triton feature map's kernels at each of
 #      FEATURE_TILES (benchmarks/feature_map.py, feature_map.csv);
 #   5. profile: each fused kernel's device time per tile setting, and the layer's forward-only pass
 #      (fused_profile.csv);
 #   6. eval: evaluation's forward pass of a 350M DAPE1x3-Kerple at T 8192 (fused_eval.csv).
-# STEPS picks among check, feature, layer, step, eval, profile (default: all but profile); they run in the order
-# above. LAYER_ROWS the layer's rows, LAYER_PROFILE those of them whose kernels step 2 also profiles, METHODS and
-# IMPLS the training steps' cases. Each step runs under its own time limit, LIMIT seconds, so that one that fails
-# or hangs leaves the others' results; with BUDGET, the whole run's seconds, a step gets at most what is left of
-# it and one with under MIN_STEP seconds left is skipped (said in the log): a bounded run's time goes to the first
-# steps first.
+# STEPS picks among check, feature, layer, step, calibrate, eval, profile (default: all but calibrate and profile);
+# they run in the order above. LAYER_ROWS the layer's rows, LAYER_PROFILE those of them whose kernels step 2 also
+# profiles, METHODS and IMPLS the training steps' cases, CALIBRATE calibrate_gpu.py's arguments. Each step runs
+# under its own time limit, LIMIT seconds, so that one that fails or hangs leaves the others' results; with BUDGET,
+# the whole run's seconds, a step gets at most what is left of it and one with under MIN_STEP seconds left is
+# skipped (said in the log): a bounded run's time goes to the first steps first.
 #
 #   OUT=/tmp/fused bash benchmarks/fused_device.sh                     # on a GPU
 #   SMOKE=1 OUT=/tmp/fused bash benchmarks/fused_device.sh             # tiny shapes in Triton's CPU interpreter
@@ -55,6 +57,8 @@ if [ "${SMOKE:-0}" = 1 ]; then
     PROFILE="--device cpu --shape 2x40 --heads 4 --head-dim 8 --dape-width 6 --reps 1"
     FEATURE="--device cpu --shapes 1x24 --heads 4 --dape-width 6 --rounds 2 --warmup 1"
     FEATURE_TILES="2.8.4"
+    CALIBRATE=${CALIBRATE:-"--device cpu --config configs/gpu.yaml --sizes tiny --methods Kerple DAPE1x3-Kerple \
+--max-cases 2 --steps 1 --warmup 0"}
     LIMIT=${LIMIT:-600}
     CASES=${CASES:-"kerple:v2-causal nope:v1"}  # fp32: the interpreter's bf16 loads are wrong
 else
@@ -62,6 +66,9 @@ else
     CHECK="" LAYER="--rounds 10" STEP="--rounds 5 --warmup 2" EVAL="--shapes --eval-size 350M --rounds 5"
     PROFILE="--reps 5"
     FEATURE="--rounds 10"
+    # the first two cases: Kerple and DAPE1x3-Kerple (D_DAPE 32) at T 512 × 32, 8 micro-batches a step
+    CALIBRATE=${CALIBRATE:-"--config configs/paper.yaml --sizes 125M --methods Kerple DAPE1x3-Kerple --train-lens 512 \
+--max-cases 2 --steps 5 --warmup 2"}
     LIMIT=${LIMIT:-240}
     LENGTHS=${LENGTHS:-"512 2048"}
 fi
@@ -162,6 +169,11 @@ if [[ -f "$OUT/fused_layer.csv" ]]; then  # which options of the compiled path t
     echo "== the compiled path's options on CUDA (benchmarks/cuda_options.py)"
     $PY benchmarks/cuda_options.py "$OUT" > "$OUT/cuda_options.txt" 2>&1 || echo "cuda_options.py failed (exit $?)"
     cat "$OUT/cuda_options.txt"
+fi
+if has calibrate; then  # the estimate's rows for the options just named (without a layer run: those of today)
+    options=$($PY benchmarks/cuda_options.py "$OUT" --text 2> /dev/null)
+    run "calibration" $PY benchmarks/calibrate_gpu.py $CALIBRATE ${options:+--path-options "$options"} \
+        --out "$OUT/gpu_calibration.csv"
 fi
 if has feature; then
     run "feature map timing" $PY benchmarks/feature_map.py $FEATURE --tiles $FEATURE_TILES \

@@ -156,7 +156,7 @@ def test_the_device_commands_in_the_docs_name_rows_and_cases_the_benchmarks_take
     import fused_layer
 
     from dape_core.implementations.feature_map import FeatureTiles
-    from dape_core.implementations.materialized import FEATURE_MAPS
+    from dape_core.settings.attention import FEATURE_MAPS
     from harness import path_variant
 
     text = (ROOT / "docs" / "performance.md").read_text().replace("\\\n", " ")
@@ -390,7 +390,8 @@ def device_script(tmp_path: Path, **settings) -> tuple[str, list[str]]:
     calls = tmp_path / "calls"
     stub = tmp_path / "python"
     stub.write_text('#!/usr/bin/env bash\necho "$*" >> "$CALLS"\n'
-                    '[[ "$*" == *--check* ]] && sleep "${SLEEP:-0}"\nexit 0\n')
+                    '[[ "$*" == *--check* ]] && sleep "${SLEEP:-0}"\n'
+                    '[[ "$*" == *--text* ]] && echo "${OPTIONS:-}"\nexit 0\n')
     stub.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k not in ("SMOKE", "BUDGET", "STEPS", "LIMIT")}
     env.update(PYTHON=str(stub), CALLS=str(calls), OUT=str(tmp_path / "out"), TILES="", **settings)
@@ -639,11 +640,52 @@ def test_cuda_options_takes_the_fastest_passing_chunk_count_and_refuses_a_run_wi
     assert refused.value.code == 2 and "has no fused_layer.csv" in capsys.readouterr().err
 
 
-def test_the_device_script_states_the_options_its_rows_support(tmp_path):
-    """After the step timing, with the layer's rows written, the script runs benchmarks/cuda_options.py on them."""
+def test_the_device_script_states_the_options_its_rows_support_and_calibrates_with_them(tmp_path):
+    """After the step timing, with the layer's rows written, the script runs benchmarks/cuda_options.py on them;
+    the calibration then times its cases with the options it names (none named: without --path-options)."""
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "fused_layer.csv").write_text("row\n")
-    log, calls = device_script(tmp_path, STEPS="step feature", METHODS="Kerple", IMPLS="materialized")
+    options = "feature_map=triton causal_chunks=4 tf32_scores=True"
+    log, calls = device_script(tmp_path, STEPS="step calibrate feature", METHODS="Kerple", IMPLS="materialized",
+                               OPTIONS=options)
     names = [c.split()[0] for c in calls if not c.startswith("-")]
-    assert names.index("benchmarks/cuda_options.py") == names.index("benchmarks/gpu_step.py") + 1
+    assert names[names.index("benchmarks/gpu_step.py") + 1:] == ["benchmarks/cuda_options.py",
+                                                                  "benchmarks/cuda_options.py",
+                                                                  "benchmarks/calibrate_gpu.py",
+                                                                  "benchmarks/feature_map.py"]
     assert f"benchmarks/cuda_options.py {tmp_path / 'out'}" in calls
+    calibration = next(c for c in calls if c.startswith("benchmarks/calibrate_gpu.py"))
+    assert "--config configs/paper.yaml --sizes 125M" in calibration and "--max-cases 2" in calibration
+    assert calibration.endswith(f"--path-options {options} --out {tmp_path / 'out' / 'gpu_calibration.csv'}")
+    assert "calibration done" in log
+    (tmp_path / "bare").mkdir()
+    _, calls = device_script(tmp_path / "bare", STEPS="calibrate", OPTIONS="")
+    assert "--path-options" not in next(c for c in calls if c.startswith("benchmarks/calibrate_gpu.py"))
+
+
+def test_calibrate_gpu_takes_the_compiled_paths_options_it_is_given_and_refuses_others_by_name():
+    import importlib
+
+    import calibrate_gpu
+
+    import dape_core.implementations as implementations
+    from dape_core.settings.attention import parse_compiled_options
+
+    given = parse_compiled_options("causal_chunks=4 feature_map=triton")
+    assert given == {"feature_map": "triton", "causal_chunks": 4, "tf32_scores": False}
+    with calibrate_gpu.cuda_compiled_options(given):
+        assert implementations.path_options("compiled", "cuda") == given
+        assert implementations.path_options("compiled", "cpu") == {}
+    assert implementations.path_options("compiled", "cuda") == dict(
+        importlib.import_module("dape_core.settings.attention").CUDA_COMPILED_OPTIONS)
+    with calibrate_gpu.cuda_compiled_options(None):
+        assert implementations.path_options("compiled", "cuda") == dict(implementations.CUDA_COMPILED_OPTIONS)
+    for text, message in (("feature_map=cudnn", "feature_map=cudnn is not allowed; allowed values: conv, triton"),
+                          ("causal_chunks=0", "causal_chunks=0 is not allowed; allowed values: a whole number ≥ 1"),
+                          ("tf32_scores=yes", "tf32_scores=yes is not allowed; allowed values: True, False"),
+                          ("chunks=4", "'chunks=4' is not allowed; allowed values: each of feature_map, "
+                                       "causal_chunks, tf32_scores at most once"),
+                          ("causal_chunks=2 causal_chunks=4", "'causal_chunks=4' is not allowed")):
+        done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "calibrate_gpu.py"), "--device", "cpu",
+                               "--path-options", text], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and f"--path-options: {message}" in done.stderr, done.stderr

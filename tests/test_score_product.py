@@ -16,9 +16,9 @@ import torch._dynamo as dynamo
 import dape_core.attention as attention
 import dape_core.implementations as implementations
 import dape_core.implementations.compiled as compiled
-from dape_core.implementations.materialized import FEATURE_MAPS, attend_materialized
+from dape_core.implementations.materialized import attend_materialized
 from dape_core.implementations.score_product import score_product, tf32_matmul
-from dape_core.settings.attention import COMPILED_OPTIONS_OFF, CUDA_COMPILED_OPTIONS
+from dape_core.settings.attention import COMPILED_OPTIONS_OFF, CUDA_COMPILED_OPTIONS, FEATURE_MAPS
 from test_gpu_path import PROCESSORS, AttentionCase
 
 

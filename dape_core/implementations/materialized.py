@@ -58,11 +58,9 @@ from dape_core.dape import NEGATIVE_SLOPE, ScoreProcessor
 from dape_core.encodings import PositionalEncoding
 from dape_core.errors import require_choice, require_positive
 from dape_core.implementations.score_product import score_product
+from dape_core.settings.attention import FEATURE_MAPS
 
 DEFAULT_CHUNK_BYTES = 2**30  # one chunk's temporaries (module docstring: the bound and the 350M figure)
-# how f is computed: ``conv`` the layer's own convolutions (cuDNN on a GPU); ``triton`` the kernels of
-# dape_core.implementations.feature_map (one streaming pass each way, same function, proven equal by the tests)
-FEATURE_MAPS = ("conv", "triton")
 SIXTEEN_BIT = {torch.bfloat16, torch.float16}  # q, k dtypes whose products TF32 (11 bits) holds exactly
 
 

@@ -20,6 +20,10 @@ PROCESSORS = ("none", "dape_v1", "dape_v2")
 PADDINGS = ("same", "causal")
 ATTENTION_IMPLS = ("auto", "fast", "plain", "materialized", "compiled", "fused")
 CUDA_TRAINING_PATH = "compiled"  # what auto trains with on CUDA where Triton is importable (dape_core.implementations)
+# how the materialized and compiled paths compute f: ``conv`` the layer's own convolutions (cuDNN on a GPU);
+# ``triton`` the kernels of dape_core.implementations.feature_map (one streaming pass each way, the same function,
+# proven equal by the tests)
+FEATURE_MAPS = ("conv", "triton")
 # the options of the materialized and compiled paths (arguments of attend_materialized and attend_compiled: how f
 # is computed, the least number of chunks under the causal mask, A = q·kᵀ on TF32 tensor cores), each off: the
 # functions' defaults (tests/test_score_product.py checks they agree)
@@ -34,6 +38,29 @@ def compiled_options_text(options) -> str:
     """``name=value`` of every option of :data:`COMPILED_OPTIONS_OFF` as ``options`` set it (the rest off): what a
     calibration row records of the options its compiled path ran with (column ``path_options``)."""
     return " ".join(f"{name}={options.get(name, off)}" for name, off in COMPILED_OPTIONS_OFF.items())
+
+
+def parse_compiled_options(text: str, field: str = "path_options") -> dict:
+    """The options ``name=value …`` of :func:`compiled_options_text` names (the rest off), each checked: ``feature_map``
+    one of :data:`FEATURE_MAPS`, ``causal_chunks`` a whole number ≥ 1, ``tf32_scores`` True or False; ``field``
+    names the input in an error."""
+    options = {}
+    for token in text.split():
+        name, _, value = token.partition("=")
+        if name not in COMPILED_OPTIONS_OFF or name in options:
+            raise ConfigError(f"{field}: {token!r} is not allowed; allowed values: each of "
+                              f"{', '.join(COMPILED_OPTIONS_OFF)} at most once, as name=value")
+        if name == "feature_map" and value in FEATURE_MAPS:
+            options[name] = value
+        elif name == "causal_chunks" and value.isdigit() and int(value) >= 1:
+            options[name] = int(value)
+        elif name == "tf32_scores" and value in ("True", "False"):
+            options[name] = value == "True"
+        else:
+            allowed = {"feature_map": ", ".join(FEATURE_MAPS), "causal_chunks": "a whole number ≥ 1",
+                       "tf32_scores": "True, False"}[name]
+            raise ConfigError(f"{field}: {name}={value} is not allowed; allowed values: {allowed}")
+    return {**COMPILED_OPTIONS_OFF, **options}
 
 
 @dataclass(kw_only=True)
