@@ -129,8 +129,6 @@ def _measure(case: dict, device_name: str, steps: int, warmup: int, threads: int
         *MODEL_EXTRAS, *TRAIN_EXTRAS)}, "grad_accum": case["grad_accum"],
            "attention_path": resolve_attention_impl(cfg.attention_impl, device), "pieces": pieces,
            "recompute_scores": cfg.recompute_scores, "steps_timed": steps, "warmup": warmup}
-    if row["attention_path"] in ("materialized", "compiled"):  # the options that path ran with
-        row["path_options"] = compiled_options_text(path_options(row["attention_path"], device.type))
     dtype = AUTOCAST_DTYPES[case["precision"]]
     try:
         torch.manual_seed(0)
@@ -139,6 +137,9 @@ def _measure(case: dict, device_name: str, steps: int, warmup: int, threads: int
         optimizer = optimizer_for(model, TrainSettings(train_len=case["train_len"], batch_size=case["micro_batch"],
                                                         **{k: case[k] for k in TRAIN_EXTRAS}))
         autocast = torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None)
+        if row["attention_path"] in ("materialized", "compiled"):  # the options that path runs with, under autocast
+            with autocast:
+                row["path_options"] = compiled_options_text(path_options(row["attention_path"], device.type))
         tokens = torch.randint(0, cfg.vocab_size, (case["grad_accum"], case["micro_batch"], case["train_len"] + 1),
                                device=device)
         model.train()

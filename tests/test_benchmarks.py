@@ -183,6 +183,7 @@ def test_a_rows_scope_gives_the_paths_exactly_its_options_whatever_the_cuda_defa
 
     monkeypatch.setattr(implementations, "CUDA_COMPILED_OPTIONS", {"feature_map": "triton", "causal_chunks": 4,
                                                                    "tf32_scores": True})
+    monkeypatch.setattr(implementations, "half_autocast", lambda device_type: True)  # as under bf16 autocast
     entry, before = attention.path_options, torch.backends.cuda.matmul.fp32_precision
     assert entry("compiled", "cuda")["causal_chunks"] == 4
     with path_options(tf32_scores=True):
@@ -663,7 +664,7 @@ def test_the_device_script_states_the_options_its_rows_support_and_calibrates_wi
     assert "--path-options" not in next(c for c in calls if c.startswith("benchmarks/calibrate_gpu.py"))
 
 
-def test_calibrate_gpu_takes_the_compiled_paths_options_it_is_given_and_refuses_others_by_name():
+def test_calibrate_gpu_takes_the_compiled_paths_options_it_is_given_and_refuses_others_by_name(monkeypatch):
     import importlib
 
     import calibrate_gpu
@@ -671,6 +672,7 @@ def test_calibrate_gpu_takes_the_compiled_paths_options_it_is_given_and_refuses_
     import dape_core.implementations as implementations
     from dape_core.settings.attention import parse_compiled_options
 
+    monkeypatch.setattr(implementations, "half_autocast", lambda device_type: True)  # as under bf16 autocast
     given = parse_compiled_options("causal_chunks=4 feature_map=triton")
     assert given == {"feature_map": "triton", "causal_chunks": 4, "tf32_scores": False}
     with calibrate_gpu.cuda_compiled_options(given):

@@ -126,10 +126,20 @@ def test_the_paths_run_every_score_product_under_tf32_where_q_and_k_are_16_bit(i
     dynamo.reset()
 
 
-def test_path_options_are_the_compiled_paths_on_cuda_and_none_elsewhere():
+def test_path_options_are_the_compiled_paths_on_cuda_under_16_bit_autocast_and_none_elsewhere(monkeypatch):
+    """Under bf16 or fp16 autocast on CUDA (where they are measured) the compiled path takes CUDA_COMPILED_OPTIONS;
+    without it (fp32), on other devices and on the materialized path, none."""
+    assert not implementations.half_autocast("cuda")  # no CUDA autocast on this machine
+    assert implementations.path_options("compiled", "cuda") == {}
+    modes = {"cuda": torch.bfloat16, "cpu": torch.bfloat16}
+    monkeypatch.setattr(torch, "is_autocast_enabled", lambda device_type: device_type in modes)
+    monkeypatch.setattr(torch, "get_autocast_dtype", lambda device_type: modes[device_type])
+    assert implementations.half_autocast("cuda") and implementations.half_autocast("cpu")
     assert implementations.path_options("compiled", "cuda") == dict(CUDA_COMPILED_OPTIONS)
     for impl, device in (("compiled", "cpu"), ("materialized", "cuda"), ("materialized", "cpu")):
         assert implementations.path_options(impl, device) == {}
+    modes["cuda"] = torch.float32  # fp32 autocast: no 16-bit products
+    assert not implementations.half_autocast("cuda") and implementations.path_options("compiled", "cuda") == {}
 
 
 def test_the_compiled_paths_cuda_options_are_arguments_it_takes_with_allowed_values():

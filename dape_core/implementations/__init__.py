@@ -85,18 +85,25 @@ def training_path(name: str) -> str:
 
 
 def path_options(impl: str, device_type: str) -> dict:
-    """The options of the materialized or compiled path ``impl`` running on ``device_type`` (``feature_map``,
+    """The options of the materialized or compiled path ``impl`` running now on ``device_type`` (``feature_map``,
     ``causal_chunks``, ``tf32_scores`` of :func:`~dape_core.implementations.materialized.attend_materialized`): on
-    CUDA the compiled path's, :data:`~dape_core.settings.attention.CUDA_COMPILED_OPTIONS`; else none (the
-    functions' defaults)."""
-    return dict(CUDA_COMPILED_OPTIONS) if impl == "compiled" and device_type == "cuda" else {}
+    CUDA under bf16 or fp16 autocast, where they are measured, the compiled path's
+    :data:`~dape_core.settings.attention.CUDA_COMPILED_OPTIONS`; else none (the functions' defaults: an fp32 pass
+    would run the Triton feature map's kernels in fp32, which spill registers on sm_90, and has no 16-bit q and k
+    for TF32)."""
+    on = impl == "compiled" and device_type == "cuda" and half_autocast(device_type)
+    return dict(CUDA_COMPILED_OPTIONS) if on else {}
+
+
+def half_autocast(device_type: str) -> bool:
+    """Whether the pass now running runs under bf16 or fp16 autocast on ``device_type``."""
+    return torch.is_autocast_enabled(device_type) and torch.get_autocast_dtype(device_type) in HALF_DTYPES
 
 
 def inference_pass(device_type: str) -> bool:
     """Whether the pass now running takes no gradients and runs under bf16 or fp16 autocast on ``device_type`` (the
     case where the fused kernel measured faster than the materialized path)."""
-    return (not torch.is_grad_enabled() and torch.is_autocast_enabled(device_type)
-            and torch.get_autocast_dtype(device_type) in HALF_DTYPES)
+    return not torch.is_grad_enabled() and half_autocast(device_type)
 
 
 def _fused_available() -> bool:
