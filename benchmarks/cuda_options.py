@@ -13,8 +13,10 @@ in the layer at each shape and in the training step at each length. An option's 
   dk, dv) at most max(2e-2, 2 × the row without it's), the rule by which ``benchmarks/fused_check.py`` accepts the
   fused kernel's error against the materialized path's.
 
-Of several causal chunk counts that pass, the one with the least layer time summed over its pairs. An option that
-does not pass stays off (its default). Printed: each pair, each option's verdict and why, and the
+The options are judged in turn, the feature map, the chunk count, TF32, each on the pairs whose other options are
+those chosen before it (and off for those after), so that an option is set only where it was measured faster in
+the configuration it is set in. Of several causal chunk counts that pass, the one with the least layer time summed
+over its pairs. An option that does not pass stays off (its default). Printed: each pair, each option's verdict and why, and the
 ``CUDA_COMPILED_OPTIONS`` to write into ``dape_core/settings/attention.py``; the rule decides, a person commits.
 With ``--text`` only the options, as ``benchmarks/calibrate_gpu.py --path-options`` takes them.
 
@@ -85,13 +87,20 @@ def step_table(frame: pd.DataFrame | None) -> dict:
     return steps
 
 
-def judge(option: str, value, times: dict, errors: dict, steps: dict) -> tuple[bool, float, list[str]]:
-    """(passes, summed layer ms with it, lines) of one option value under the module's rule."""
+def judge(option: str, value, chosen: dict, times: dict, errors: dict, steps: dict) -> tuple[bool, float, list[str]]:
+    """(passes, summed layer ms with it, lines) of one option value under the module's rule, from the pairs whose
+    other options are those ``chosen`` so far."""
     lines, reasons, total = [], [], 0.0
     shapes = sorted({shape for shape, _ in times})
     paired = set()
+
+    def pair(key) -> bool:
+        options = dict(key[1])
+        return options.get(option) == value and all(options.get(other, OFF[other]) == chosen[other]
+                                                     for other in OFF if other != option)
+
     for (shape, key), ms in sorted(times.items(), key=str):
-        if dict(key[1]).get(option) != value or (shape, without(key, option)) not in times:
+        if not pair(key) or (shape, without(key, option)) not in times:
             continue
         base = without(key, option)
         base_ms = times[shape, base]
@@ -112,7 +121,7 @@ def judge(option: str, value, times: dict, errors: dict, steps: dict) -> tuple[b
             reasons.append(f"no error rows for the pair at B {shape[0]} × T {shape[1]}")
         lines.append(line)
     for (method, length, key), ms in sorted(steps.items(), key=str):
-        if dict(key[1]).get(option) != value or (method, length, without(key, option)) not in steps:
+        if not pair(key) or (method, length, without(key, option)) not in steps:
             continue
         base_ms = steps[method, length, without(key, option)]
         lines.append(f"  step {method} T {length}: {name_of(key)} {ms:.1f} ms, {name_of(without(key, option))} "
@@ -120,8 +129,9 @@ def judge(option: str, value, times: dict, errors: dict, steps: dict) -> tuple[b
         if ms >= base_ms:
             reasons.append(f"not faster in the {method} step at T {length}")
     missing = [s for s in shapes if s not in paired]
+    context = " ".join(f"{other}={chosen[other]}" for other in OFF if other != option)
     if not paired:
-        reasons.append("not measured (no layer pair)")
+        reasons.append(f"not measured (no layer pair with {context})")
     elif missing:
         reasons.append("not measured at " + ", ".join(f"B {b} × T {n}" for b, n in missing))
     verdict = "set" if not reasons else "off: " + "; ".join(dict.fromkeys(reasons))
@@ -138,24 +148,23 @@ def name_of(key: tuple[str, frozenset]) -> str:
 
 
 def decide(times: dict, errors: dict, steps: dict) -> tuple[dict, list[str]]:
-    """(the CUDA_COMPILED_OPTIONS the run supports, the report's lines)."""
+    """(the CUDA_COMPILED_OPTIONS the run supports, the report's lines): the options in turn — the feature map, the
+    chunk count, TF32 — each judged on the pairs whose other options are those chosen before it (off for those
+    after), so that what is set was measured faster in the configuration it is set in."""
     chosen, lines = dict(OFF), []
     chunk_counts = sorted({dict(key[1])["causal_chunks"] for _, key in times if "causal_chunks" in dict(key[1])})
-    candidates = [("feature_map", "triton"), *(("causal_chunks", n) for n in chunk_counts if n != 1),
-                  ("tf32_scores", True)]
-    if not [n for n in chunk_counts if n != 1]:
-        lines.append("causal_chunks: off: not measured (no -cN row)")
-    best_chunks = None
-    for option, value in candidates:
-        passes, total, report = judge(option, value, times, errors, steps)
-        lines += report
-        if passes and option == "causal_chunks":
-            if best_chunks is None or total < best_chunks[1]:
-                best_chunks = (value, total)
-        elif passes:
-            chosen[option] = value
-    if best_chunks is not None:
-        chosen["causal_chunks"] = best_chunks[0]
+    chunk_counts = [n for n in chunk_counts if n != OFF["causal_chunks"]]
+    for option, values in (("feature_map", ["triton"]), ("causal_chunks", chunk_counts), ("tf32_scores", [True])):
+        if not values:
+            lines.append(f"{option}: off: not measured (no row with it)")
+        passing = []
+        for value in values:
+            passes, total, report = judge(option, value, chosen, times, errors, steps)
+            lines += report
+            if passes:
+                passing.append((total, value))
+        if passing:  # of several chunk counts that pass, the least summed layer time
+            chosen[option] = min(passing, key=lambda item: item[0])[1]
     return chosen, lines
 
 
