@@ -33,6 +33,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fused_check import BASELINE_FACTOR, BOUNDS  # noqa: E402
 from harness import path_variant  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,8 +43,7 @@ from dape_core.settings.attention import (COMPILED_OPTIONS_OFF, CUDA_COMPILED_OP
 
 OFF = dict(COMPILED_OPTIONS_OFF)  # each option's value when it is off
 ERRORS = ("error_output", "error_grad_q", "error_grad_k", "error_grad_v")
-BF16_BOUND = 2e-2  # benchmarks/fused_check.py's bound for bf16
-ERROR_FACTOR = 2.0  # ... and its factor on the baseline's own error
+BF16_BOUND, ERROR_FACTOR = BOUNDS["bf16"], BASELINE_FACTOR  # fused_check.py's rule for a bf16 error
 
 
 def row_key(name: str) -> tuple[str, frozenset] | None:
