@@ -43,6 +43,8 @@ from dape_core.settings.attention import (COMPILED_OPTIONS_OFF, CUDA_COMPILED_OP
 
 OFF = dict(COMPILED_OPTIONS_OFF)  # each option's value when it is off
 ERRORS = ("error_output", "error_grad_q", "error_grad_k", "error_grad_v")
+LAYER_COLUMNS = ("batch", "train_len", "row", "ms", *ERRORS)  # fused_layer.py --check
+STEP_COLUMNS = ("method", "train_len", "status", "step_ms")  # gpu_step.py
 BF16_BOUND, ERROR_FACTOR = BOUNDS["bf16"], BASELINE_FACTOR  # fused_check.py's rule for a bf16 error
 
 
@@ -168,6 +170,25 @@ def decide(times: dict, errors: dict, steps: dict) -> tuple[dict, list[str]]:
     return chosen, lines
 
 
+def read_table(parser: argparse.ArgumentParser, path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
+    """A run's CSV with ``columns``; a cut, damaged or foreign one stops the script with one line naming it."""
+    try:
+        frame = pd.read_csv(path)
+        for column in ("batch", "train_len", "ms", "step_ms", *ERRORS):
+            if column in frame.columns:
+                frame[column] = pd.to_numeric(frame[column], errors="raise")
+        for column in ("batch", "train_len"):  # every row names its shape
+            if column in frame.columns and frame[column].isna().any():
+                raise ValueError(f"a row without {column}")
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as error:
+        parser.error(f"{path} is damaged ({type(error).__name__}); allowed: the CSV its benchmark writes, which "
+                     "a new device run rewrites")
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        parser.error(f"{path} lacks the columns {', '.join(missing)}; allowed: the CSV its benchmark writes")
+    return frame
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="a device run's directory (fused_layer.csv, gpu_step.csv)")
@@ -178,8 +199,8 @@ def main(argv=None) -> int:
     if not layer_csv.is_file():
         parser.error(f"run: {args.run} has no fused_layer.csv; allowed: a directory benchmarks/fused_device.sh "
                      "wrote with its layer step")
-    times, errors = layer_table(pd.read_csv(layer_csv))
-    steps = step_table(pd.read_csv(step_csv) if step_csv.is_file() else None)
+    times, errors = layer_table(read_table(parser, layer_csv, LAYER_COLUMNS))
+    steps = step_table(read_table(parser, step_csv, STEP_COLUMNS) if step_csv.is_file() else None)
     chosen, lines = decide(times, errors, steps)
     if args.text:
         print(compiled_options_text(chosen))

@@ -643,6 +643,16 @@ def test_cuda_options_takes_the_fastest_passing_chunk_count_and_refuses_a_run_wi
     with pytest.raises(SystemExit) as refused:
         cuda_options.main([str(tmp_path / "empty")])
     assert refused.value.code == 2 and "has no fused_layer.csv" in capsys.readouterr().err
+    layer_csv = run / "fused_layer.csv"
+    whole = layer_csv.read_text()
+    for damaged, message in ((whole[: len(whole) // 2] + "\x00garbage,", "is damaged"),
+                             (whole.replace("error_grad_k", "other"), "lacks the columns error_grad_k"),
+                             ("", "is damaged")):
+        layer_csv.write_text(damaged)
+        with pytest.raises(SystemExit) as refused:
+            cuda_options.main([str(run)])
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert refused.value.code == 2 and str(layer_csv) in err and message in err, err
 
 
 def test_the_device_script_states_the_options_its_rows_support_and_calibrates_with_them(tmp_path):

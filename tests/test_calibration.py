@@ -259,3 +259,7 @@ def test_dape_rows_measured_with_other_compiled_path_options_are_named_upper_bou
     frame.assign(path_options=now).to_csv(tmp_path / "calibration.csv", index=False)
     config["estimate"]["calibration"] = str(tmp_path / "calibration.csv")
     assert "path's options" not in grid.estimate_line(grid.build_plan(config))
+    frame.assign(path_options="feature_map=cudnn").to_csv(tmp_path / "calibration.csv", index=False)
+    with pytest.raises(ConfigError, match="estimate.calibration's path_options: feature_map=cudnn is not allowed; "
+                                         "allowed values: conv, triton"):
+        grid.estimate_line(grid.build_plan(config))

@@ -59,7 +59,8 @@ from dape_core.config import dispatch
 from dape_core.encoding_facts import facts
 from dape_core.errors import ConfigError
 from dape_core.model_arithmetic import decoder_flops_per_token, gpt_flops_per_token
-from dape_core.settings.attention import CUDA_COMPILED_OPTIONS, CUDA_TRAINING_PATH, compiled_options_text
+from dape_core.settings.attention import (CUDA_COMPILED_OPTIONS, CUDA_TRAINING_PATH, compiled_options_text,
+                                         parse_compiled_options)
 from dape_core.settings.finetune import SUPPORTED_MODEL_TYPES, is_finetuned
 
 MEASURED, SCALED, FLOPS = "measured", "scaled", "FLOP estimate"
@@ -284,9 +285,10 @@ def _older_options(rows: list[dict]) -> str:
 
 
 def _recorded_options(value) -> str:
-    """A calibration row's ``path_options``; missing (measured before the column): all off."""
-    return compiled_options_text({}) if value is None or (isinstance(value, float) and math.isnan(value)) else \
-        str(value)
+    """A calibration row's ``path_options``, checked; missing (measured before the column): all off."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return compiled_options_text({})
+    return compiled_options_text(parse_compiled_options(str(value), field="estimate.calibration's path_options"))
 
 
 def _older_path(rows: list[dict]) -> str:
