@@ -8,8 +8,10 @@ cases take turns, one timed step each per round (``--rounds``), so that drift of
 them; on CUDA each step is bracketed by ``torch.cuda.synchronize`` and the peak is ``torch.cuda.max_memory_allocated``
 since the case's last reset. A case that does not fit is recorded ``out_of_memory``. Printed and written (CSV): the
 median step ms, its ratio to NoPE's at the same length and mode (the issue's "× NoPE"), DAPE's ratio to Kerple's,
-and the peak GiB. ``--dape-impls`` times each DAPE method on each named ``attention_impl`` (default on CUDA:
-``materialized``, ``compiled`` and ``fused``), as the row ``DAPE1x3-Kerple (fused)``; an impl ending in ``-keep``
+the peak GiB (every case of a length stays resident while each is timed: ``benchmarks/memory_fit.py`` takes the
+others' states off), the vocabulary and the path options the case ran with (``path_options``). ``--dape-impls``
+times each DAPE method on each named ``attention_impl`` (default on CUDA: ``materialized``, ``compiled`` and
+``fused``), as the row ``DAPE1x3-Kerple (fused)``; an impl ending in ``-keep``
 (``compiled-keep``) runs that path with ``recompute_scores: false``, one with ``-triton`` (``compiled-triton``,
 ``compiled-triton-keep``, ``materialized-triton``) with the Triton feature map (``feature_map="triton"``), one with
 ``-tf32`` (``compiled-keep-tf32``) with the fp32 score products on TF32 tensor cores, one with ``-cN``
@@ -39,6 +41,7 @@ from harness import machine_info, path_options, path_variant, write_rows  # noqa
 
 from dape_core.methods import parse_method  # noqa: E402
 from dape_core.model import GPT, GPTConfig  # noqa: E402
+from dape_core.settings.attention import compiled_options_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "gpu_step.csv"
@@ -63,6 +66,23 @@ def build_case(method: str, size: str, length: int, vocab_size: int, device: tor
     forward = torch.compile(model) if compiled else model
     scope = functools.partial(path_options, **options) if impl else contextlib.nullcontext
     return model, optimizer, forward, scope
+
+
+def case_options(method: str, device: torch.device, precision: str) -> dict:
+    """The options of the materialized and compiled paths a case's step runs with (``feature_map``,
+    ``causal_chunks``, ``tf32_scores``): those its impl names, or for a method without one those of the path
+    training takes on ``device`` under the precision's autocast (none without a processor)."""
+    from dape_core.implementations import path_options as training_options, resolve_attention_impl
+
+    name, _, impl = method.partition(" (")
+    if parse_method(name)["processor"] == "none":
+        return {}
+    if impl:
+        options = path_variant(impl.rstrip(")"))[1]
+        options.pop("recompute_scores", None)
+        return options
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+        return training_options(resolve_attention_impl("auto", device), device.type)
 
 
 def one_step(forward, optimizer, idx, precision: str, device: torch.device, scope=contextlib.nullcontext) -> None:
@@ -144,8 +164,10 @@ def main(argv: list[str] | None = None) -> int:
             for method in args.methods:
                 key = (method, mode)
                 ms = medians.get(method)
-                rows.append({**info, "size": args.size, "method": method, "mode": mode, "train_len": length,
-                             "micro_batch": batch, "precision": args.precision, "status": status.get(key, "skipped"),
+                rows.append({**info, "size": args.size, "vocab_size": args.vocab_size, "method": method, "mode": mode,
+                             "train_len": length, "micro_batch": batch, "precision": args.precision,
+                             "path_options": compiled_options_text(case_options(method, device, args.precision)),
+                             "status": status.get(key, "skipped"),
                              "step_ms": ms, "x_nope": ms / medians["NoPE"] if ms and "NoPE" in medians else None,
                              "x_kerple": ms / medians["Kerple"] if ms and "Kerple" in medians else None,
                              "peak_gib": peaks[key] / 2**30 if key in peaks else None, "rounds": len(times.get(key, []))})

@@ -11,7 +11,11 @@ A training job's peak on one device is modelled as
   guessed: the model runs on the ``meta`` device (shapes without data, no compute) under
   ``torch.autograd.graph.saved_tensors_hooks`` and the distinct storages it saves are summed; that sum is affine in
   b (batch-free tensors such as a bias [H, T, T] are its intercept) and in the number of layers, so four traces of
-  models of 1 and 2 layers at b = 1 and 2 give it for any batch and depth (:func:`model_saved_bytes`). On an accelerator SDPA
+  models of 1 and 2 layers at b = 1 and 2 give it for any batch and depth (:func:`model_saved_bytes`; the DAPE
+  path's chunks cut as at b). The trace stands for the job's pass on CUDA: under bf16 the feature map in bf16, as
+  autocast runs it, and on the compiled path the options it runs there (:func:`job_path_options`: the Triton
+  feature map, causal chunks), whose kept scores' saved bytes are scaled by :data:`COMPILED_KEPT_SCALE`, fitted to
+  the peaks GPUs measured (``benchmarks/memory_fit.py``). On an accelerator SDPA
   runs the flash or memory-efficient kernel, which keep q, k, v, the output and the log-sum-exp (and the mask); the
   trace runs the memory-efficient kernel's operator for every SDPA call (``attention_kernel="efficient"``). A CPU
   runs the math kernel, which also keeps the probabilities (``attention_kernel="math"``: what the CPU tests
@@ -57,9 +61,10 @@ CPU_RESERVE_BYTES = 2**29  # on a CPU: the interpreter, torch and the data loade
 RESERVE_SHARE = 0.10  # the caching allocator's fragmentation, of the modelled bytes
 GIB = 2**30
 #: what the compiled path's graphs keep without recomputation, over the eager trace's count (the trace stands for
-#: them): a whole training step's peak measured up to 1.23× the modelled states + saved + transient for DAPE V1 and
-#: 0.96–1.01× for DAPE1×3 (125M Kerple, bf16, H200, T 512 × 32 and 2048 × 8; benchmarks/results/h200-compiled/run3)
-COMPILED_KEPT_SCALE = 1.3
+#: them): the largest scale of the trace's saved bytes that a measured peak needs, rounded up to 0.05 — 1.04 for
+#: 125M DAPE1×3-Kerple at T 512 × 32, 0.81–0.96 for the other kept steps measured (bf16, H200; the committed peaks
+#: against the model: benchmarks/memory_fit.py, benchmarks/results/memory_fit.csv)
+COMPILED_KEPT_SCALE = 1.05
 
 
 @dataclass(frozen=True)
@@ -107,21 +112,30 @@ def efficient_sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, **_)
 _SAVED: dict[tuple, int] = {}
 
 
-def saved_bytes(cfg, micro_batch: int, *, precision: str = "fp32", attention_kernel: str = "efficient") -> int:
+def saved_bytes(cfg, micro_batch: int, *, precision: str = "fp32", attention_kernel: str = "efficient",
+                path_options: dict | None = None) -> int:
     """Bytes of the distinct storages a training forward pass of ``micro_batch`` sequences of ``cfg.train_len``
-    tokens keeps for its backward pass, counted on the ``meta`` device (the model built there from ``cfg``)."""
+    tokens keeps for its backward pass, counted on the ``meta`` device (the model built there from ``cfg``), the
+    DAPE path run with ``path_options`` (None: the job's, :func:`job_path_options`)."""
     require_choice("attention_kernel", attention_kernel, KERNELS)
-    key = (json.dumps(dataclasses.asdict(cfg), sort_keys=True), micro_batch, precision, attention_kernel)
+    options = job_path_options(cfg, precision) if path_options is None else dict(path_options)
+    key = (json.dumps(dataclasses.asdict(cfg), sort_keys=True), micro_batch, precision, attention_kernel,
+           json.dumps(options, sort_keys=True))
     if key not in _SAVED:
-        _SAVED[key] = _count_saved(cfg, micro_batch, precision, attention_kernel)
+        _SAVED[key] = _count_saved(cfg, micro_batch, precision, attention_kernel, options)
     return _SAVED[key]
 
 
-def _count_saved(cfg, micro_batch: int, precision: str, attention_kernel: str) -> int:
+def _count_saved(cfg, micro_batch: int, precision: str, attention_kernel: str, options: dict) -> int:
+    from dape_core.implementations import options_on_meta
     from dape_core.model import GPT
 
+    # under bf16 autocast on CUDA the feature map runs in bf16 (the materialized path's autocast dtype), which meta,
+    # without autocast, learns from dape_dtype; its convolutions' operands are cast as CUDA's autocast casts them
+    traced = dataclasses.replace(cfg, attention_impl=_accelerator_path(cfg.attention_impl),
+                                 dape_dtype="bfloat16" if precision == "bf16" else cfg.dape_dtype)
     with torch.device("meta"):
-        model = GPT(dataclasses.replace(cfg, attention_impl=_accelerator_path(cfg.attention_impl)))
+        model = GPT(traced)
     model.train()
     idx = torch.zeros(micro_batch, cfg.train_len, dtype=torch.long, device="meta")
     storages: dict[int, int] = {}
@@ -133,7 +147,7 @@ def _count_saved(cfg, micro_batch: int, precision: str, attention_kernel: str) -
 
     kernel = _EfficientSDPA() if attention_kernel == "efficient" else _nothing()
     autocast = _meta_autocast(precision)
-    with saved_tensors_hooks(pack, lambda tensor: tensor), kernel, autocast:
+    with saved_tensors_hooks(pack, lambda tensor: tensor), kernel, autocast, options_on_meta(options):
         model(idx, idx)
     parameters = {p.untyped_storage()._cdata for p in model.parameters()}
     return sum(size for key, size in storages.items() if key not in parameters)  # weights are in the states
@@ -147,6 +161,16 @@ def _accelerator_path(attention_impl: str) -> str:
     return "materialized" if path == "compiled" else path
 
 
+def job_path_options(cfg, precision: str) -> dict:
+    """The options a job's DAPE path runs with on CUDA (``feature_map``, ``causal_chunks``, ``tf32_scores``;
+    :func:`dape_core.implementations.path_options`): the compiled path's
+    :data:`~dape_core.settings.attention.CUDA_COMPILED_OPTIONS` under bf16 autocast, else none (each off)."""
+    from dape_core import implementations
+
+    on = cfg.processor != "none" and training_path(cfg.attention_impl) == "compiled" and precision == "bf16"
+    return dict(implementations.CUDA_COMPILED_OPTIONS) if on else {}
+
+
 class _nothing:
     def __enter__(self):
         return self
@@ -158,9 +182,10 @@ class _nothing:
 class _meta_autocast(TorchFunctionMode):
     """bf16 autocast's effect on what is saved, on a device without autocast (``meta``): the inputs of the linear
     layers and of SDPA in bf16, as CUDA's autocast casts them (fp32: nothing changes; DAPE's materialized path
-    turns autocast off for its scores anyway)."""
+    turns autocast off for its scores anyway) and of the convolutions (the feature map's, which the trace runs in
+    bf16 as CUDA's autocast does: :func:`_count_saved`)."""
 
-    LOWER = {F.linear, F.scaled_dot_product_attention}
+    LOWER = {F.linear, F.scaled_dot_product_attention, F.conv2d}
 
     def __init__(self, precision: str):
         super().__init__()
@@ -186,23 +211,23 @@ def state_bytes(cfg, *, precision: str = "fp32", shards: int = 1) -> int:
     return 16 * parameters // shards + (2 * matrices if precision == "bf16" else 0)
 
 
-def transient_bytes(cfg, micro_batch: int, *, precision: str = "fp32") -> int:
-    """The largest working set of one backward step beyond the saved tensors (module docstring)."""
+def transient_bytes(cfg, micro_batch: int, *, precision: str = "fp32", path_options: dict | None = None) -> int:
+    """The largest working set of one backward step beyond the saved tensors (module docstring); a DAPE chunk's
+    rows as the path runs them with ``path_options`` (None: the job's; ``causal_chunks`` makes them fewer)."""
     from dape_core.attention import accelerator_chunk_rows
-    from dape_core.dape import build_processor
     from dape_core.encodings import ENCODINGS
-    from dape_core.implementations.compiled import CHUNK_BYTES as COMPILED_CHUNK_BYTES
-    from dape_core.implementations.materialized import chunk_bytes, chunk_rows
+    from dape_core.implementations.materialized import causal_chunk, chunk_bytes
 
     b, n, heads = micro_batch, cfg.train_len, cfg.n_head
-    itemsize = 2 if precision == "bf16" else 4
+    itemsize = _feature_itemsize(cfg, precision)
     loss = 2 * b * n * cfg.vocab_size * 4
     attention = 0
     bias = ENCODINGS[cfg.encoding].has_bias
     if cfg.processor != "none":
-        processor = build_processor(heads, cfg.attention_settings(), bias_channels=bias)
-        budget = COMPILED_CHUNK_BYTES if training_path(cfg.attention_impl) == "compiled" else None
-        rows = chunk_rows(processor, b, n, budget=budget, feature_itemsize=itemsize)
+        processor = _processor(cfg)
+        options = job_path_options(cfg, precision) if path_options is None else path_options
+        rows = causal_chunk(dape_chunk_rows(cfg, b, precision), n, causal=True,
+                            causal_chunks=options.get("causal_chunks", 1))
         attention = 2 * chunk_bytes(processor, b, rows, n, itemsize)
     elif bias:
         rows = accelerator_chunk_rows(b, heads, n, itemsize)
@@ -210,12 +235,42 @@ def transient_bytes(cfg, micro_batch: int, *, precision: str = "fp32") -> int:
     return max(loss, attention)
 
 
-def model_saved_bytes(cfg, micro_batch: int, *, precision: str = "fp32", attention_kernel: str = "efficient") -> int:
+def _processor(cfg):
+    from dape_core.dape import build_processor
+    from dape_core.encodings import ENCODINGS
+
+    return build_processor(cfg.n_head, cfg.attention_settings(), bias_channels=ENCODINGS[cfg.encoding].has_bias)
+
+
+def _feature_itemsize(cfg, precision: str) -> int:
+    """Bytes per element of DAPE's feature map on an accelerator: bf16 under bf16 autocast or ``dape_dtype``."""
+    return 2 if precision == "bf16" or cfg.dape_dtype == "bfloat16" else 4
+
+
+def dape_chunk_rows(cfg, micro_batch: int, precision: str) -> int:
+    """Query rows per chunk of the DAPE path a job trains with at ``micro_batch`` sequences (its chunk budget,
+    before ``causal_chunks``): the compiled path's 4 GiB, else the materialized path's 1 GiB."""
+    from dape_core.implementations.compiled import CHUNK_BYTES as COMPILED_CHUNK_BYTES
+    from dape_core.implementations.materialized import chunk_rows
+
+    budget = COMPILED_CHUNK_BYTES if training_path(cfg.attention_impl) == "compiled" else None
+    return chunk_rows(_processor(cfg), micro_batch, cfg.train_len, budget=budget,
+                      feature_itemsize=_feature_itemsize(cfg, precision))
+
+
+def model_saved_bytes(cfg, micro_batch: int, *, precision: str = "fp32", attention_kernel: str = "efficient",
+                      path_options: dict | None = None) -> int:
     """:func:`saved_bytes` of the whole model from four small traces: it is affine in the batch and in the number of
-    layers (every block saves the same), so models of 1 and 2 layers at batches 1 and 2 give it for any b and depth."""
+    layers (every block saves the same), so models of 1 and 2 layers at batches 1 and 2 give it for any b and depth.
+    The DAPE path sizes its chunks by the whole batch, so the traces cut the chunks of ``micro_batch``
+    (:func:`dape_chunk_rows`): traced at a smaller batch it would cut fewer, and keep other maps."""
+    if (cfg.processor != "none" and cfg.query_chunk_size is None
+            and training_path(cfg.attention_impl) in ("materialized", "compiled")):
+        cfg = dataclasses.replace(cfg, query_chunk_size=dape_chunk_rows(cfg, micro_batch, precision))
+
     def traced(b, layers):
         return saved_bytes(dataclasses.replace(cfg, n_layer=layers), b, precision=precision,
-                           attention_kernel=attention_kernel)
+                           attention_kernel=attention_kernel, path_options=path_options)
 
     def at(b):  # fixed part + n_layer × one block
         one, two = traced(b, 1), traced(b, 2)
@@ -226,13 +281,16 @@ def model_saved_bytes(cfg, micro_batch: int, *, precision: str = "fp32", attenti
 
 
 def training_memory(cfg, micro_batch: int, *, precision: str = "fp32", shards: int = 1,
-                    attention_kernel: str = "efficient", reserve_bytes: int = RESERVE_BYTES) -> TrainingMemory:
-    """The modelled peak of a training step of ``micro_batch`` sequences on one device (module docstring)."""
-    saved = model_saved_bytes(cfg, micro_batch, precision=precision, attention_kernel=attention_kernel)
+                    attention_kernel: str = "efficient", reserve_bytes: int = RESERVE_BYTES,
+                    path_options: dict | None = None) -> TrainingMemory:
+    """The modelled peak of a training step of ``micro_batch`` sequences on one device (module docstring), the
+    DAPE path run with ``path_options`` (None: the job's, :func:`job_path_options`)."""
+    saved = model_saved_bytes(cfg, micro_batch, precision=precision, attention_kernel=attention_kernel,
+                              path_options=path_options)
     if keeps_compiled_scores(cfg):
         saved = int(COMPILED_KEPT_SCALE * saved)
     states = state_bytes(cfg, precision=precision, shards=shards)
-    transient = transient_bytes(cfg, micro_batch, precision=precision)
+    transient = transient_bytes(cfg, micro_batch, precision=precision, path_options=path_options)
     reserve = reserve_bytes + int(RESERVE_SHARE * (states + saved + transient))
     return TrainingMemory(micro_batch, states, saved, transient, reserve)
 

@@ -133,6 +133,11 @@ def test_gpu_step_times_dape_on_each_named_path(tmp_path):
     assert (rows["status"] == "ok").all()
     fused = rows.loc["DAPE1x3-Kerple (fused)"]
     assert fused["x_kerple"] == pytest.approx(fused["step_ms"] / rows.loc["Kerple", "step_ms"])
+    assert (rows["vocab_size"] == 64).all()  # what benchmarks/memory_fit.py rebuilds each case from
+    assert rows.loc["DAPE1x3-Kerple (materialized-triton)", "path_options"] == (
+        "feature_map=triton causal_chunks=1 tf32_scores=False")
+    assert rows.loc["DAPE1x3-Kerple (materialized-keep)", "path_options"] == rows.loc["Kerple", "path_options"] == (
+        "feature_map=conv causal_chunks=1 tf32_scores=False")
 
 
 def test_path_variants_name_the_paths_options():

@@ -43,6 +43,8 @@ A new implementation is a module here whose scores function takes the arguments 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib.util
 
 import torch
@@ -58,6 +60,8 @@ INFERENCE_PATH = "fused"  # what ``auto`` runs on CUDA for a pass without gradie
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 # TorchInductor compiles GPU kernels with Triton (CUDA builds of torch ship it); looked up once, not imported
 TRITON_IMPORTABLE = importlib.util.find_spec("triton") is not None
+# the options of a pass traced on ``meta`` (:func:`options_on_meta`): none unless a trace says which pass it stands for
+_META_OPTIONS = contextvars.ContextVar("meta_path_options", default=None)
 
 
 def resolve_attention_impl(name: str, device: torch.device | str) -> str:
@@ -90,9 +94,23 @@ def path_options(impl: str, device_type: str) -> dict:
     CUDA under bf16 or fp16 autocast, where they are measured, the compiled path's
     :data:`~dape_core.settings.attention.CUDA_COMPILED_OPTIONS`; else none (the functions' defaults: an fp32 pass
     would run the Triton feature map's kernels in fp32, which spill registers on sm_90, and has no 16-bit q and k
-    for TF32)."""
+    for TF32). On ``meta`` (shapes without data: the memory model's trace) the options of the pass the trace stands
+    for, :func:`options_on_meta`'s."""
+    if device_type == "meta":
+        return dict(_META_OPTIONS.get() or {})
     on = impl == "compiled" and device_type == "cuda" and half_autocast(device_type)
     return dict(CUDA_COMPILED_OPTIONS) if on else {}
+
+
+@contextlib.contextmanager
+def options_on_meta(options: dict):
+    """Inside, a pass on ``meta`` runs the materialized path with ``options`` (:func:`path_options`): a trace of the
+    memory model stands for a CUDA pass under 16-bit autocast, which ``meta`` has no autocast to show."""
+    token = _META_OPTIONS.set(dict(options))
+    try:
+        yield
+    finally:
+        _META_OPTIONS.reset(token)
 
 
 def half_autocast(device_type: str) -> bool:

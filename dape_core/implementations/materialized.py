@@ -247,8 +247,9 @@ def padded_feature_map(processor: ScoreProcessor, x: torch.Tensor) -> torch.Tens
 
 
 def _feature_precision(device_type: str, dtype: torch.dtype):
-    """The feature map's precision: autocast to ``dtype`` below fp32, else autocast off (the weights' dtype)."""
-    if dtype.itemsize >= 4:
+    """The feature map's precision: autocast to ``dtype`` below fp32, else autocast off (the weights' dtype); on a
+    device without autocast (``meta``) the operands' dtypes as they are."""
+    if dtype.itemsize >= 4 or not has_autocast(device_type):
         return autocast_off(device_type)
     return torch.autocast(device_type, dtype=dtype)
 
