@@ -370,12 +370,14 @@ def cpu_preflight(cfg, micro_batch: int, *, precision: str = "fp32", mem_mb: int
     name, limit = min(limits, key=lambda item: item[1], default=(None, None))
     # without the saved activations first: the states, the transient and the reserve cost no trace, and a job far
     # beyond its memory (whose trace at its length would itself take minutes) is refused from them alone
-    states, transient = state_bytes(cfg, precision=precision), transient_bytes(cfg, micro_batch, precision=precision)
+    # a CPU runs none of the compiled path's options on CUDA
+    states = state_bytes(cfg, precision=precision)
+    transient = transient_bytes(cfg, micro_batch, precision=precision, path_options={})
     memory = TrainingMemory(micro_batch, states, 0, transient,
                             CPU_RESERVE_BYTES + int(RESERVE_SHARE * (states + transient)))
     if limit is None or memory.peak <= limit:
         memory = training_memory(cfg, micro_batch, precision=precision, attention_kernel="math",
-                                 reserve_bytes=CPU_RESERVE_BYTES)
+                                 reserve_bytes=CPU_RESERVE_BYTES, path_options={})
     if limit is not None and memory.peak > limit:
         at_least = "at least " if memory.saved == 0 else ""
         raise ConfigError(

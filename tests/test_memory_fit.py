@@ -112,5 +112,11 @@ def test_the_trace_and_the_transient_follow_the_compiled_path_s_options(monkeypa
     assert memory.job_path_options(cfg, "bf16") == TRITON_C4
     assert memory.training_memory(cfg, 32, precision="bf16") == on  # the job's options: today's on CUDA
     assert memory.job_path_options(cfg, "fp32") == {}  # the options apply under 16-bit autocast only
+    small = GPTConfig(**{**KEPT, "size": "tiny", "train_len": 64})  # a CPU job runs none of them
+    assert memory.cpu_preflight(small, 4, precision="bf16", machine_bytes=2**40) == memory.training_memory(
+        small, 4, precision="bf16", attention_kernel="math", reserve_bytes=memory.CPU_RESERVE_BYTES, path_options={})
+    assert memory.training_memory(small, 4, precision="bf16", attention_kernel="math",
+                                  reserve_bytes=memory.CPU_RESERVE_BYTES) != memory.cpu_preflight(
+        small, 4, precision="bf16", machine_bytes=2**40)
     assert memory.job_path_options(dataclasses.replace(cfg, attention_impl="materialized"), "bf16") == {}
     assert memory.job_path_options(dataclasses.replace(cfg, processor="none", kernel_size=1), "bf16") == {}
