@@ -48,19 +48,26 @@ DEFAULT_OUT = ROOT / "benchmarks" / "results" / "gpu_step.csv"
 METHODS = ("NoPE", "RoPE", "ALiBi", "T5", "Kerple", "FIRE", "DAPE-Kerple", "DAPE1x3-Kerple")
 
 
-def build_case(method: str, size: str, length: int, vocab_size: int, device: torch.device, compiled: bool):
-    """(model, optimizer, forward, scope) of one case: a fresh model of ``method`` on ``device`` (``method
-    (impl)``: on ``attention_impl`` impl, named as :func:`harness.path_variant` reads it: ``-keep`` without
-    recomputation, ``-triton`` with the Triton feature map, ``-tf32`` with TF32 score products, ``-cN`` with N causal
-    chunks); ``scope()``: the context its whole step runs in, the impl's options (:func:`harness.path_options`; none
-    without an impl: the step as training runs it)."""
+def case_settings(method: str) -> tuple[dict, dict, str]:
+    """(model settings, path options, impl) of a case named ``method`` or ``method (impl)``: on ``attention_impl``
+    impl, named as :func:`harness.path_variant` reads it (``-keep`` without recomputation, ``-triton`` with the
+    Triton feature map, ``-tf32`` with TF32 score products, ``-cN`` with N causal chunks)."""
     method, _, impl = method.partition(" (")
+    impl = impl.rstrip(")")
     settings = parse_method(method)
-    path, options = path_variant(impl.rstrip(")"))
+    path, options = path_variant(impl)
     if "recompute_scores" in options:
         settings["recompute_scores"] = options.pop("recompute_scores")
     if path:
         settings["attention_impl"] = path
+    return settings, options, impl
+
+
+def build_case(method: str, size: str, length: int, vocab_size: int, device: torch.device, compiled: bool):
+    """(model, optimizer, forward, scope) of one case: a fresh model of ``method`` on ``device``
+    (:func:`case_settings`); ``scope()``: the context its whole step runs in, the impl's options
+    (:func:`harness.path_options`; none without an impl: the step as training runs it)."""
+    settings, options, impl = case_settings(method)
     model = GPT(GPTConfig(size=size, vocab_size=vocab_size, train_len=length, **settings)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     forward = torch.compile(model) if compiled else model
@@ -74,12 +81,10 @@ def case_options(method: str, device: torch.device, precision: str) -> dict:
     training takes on ``device`` under the precision's autocast (none without a processor)."""
     from dape_core.implementations import path_options as training_options, resolve_attention_impl
 
-    name, _, impl = method.partition(" (")
-    if parse_method(name)["processor"] == "none":
+    settings, options, impl = case_settings(method)
+    if settings["processor"] == "none":
         return {}
     if impl:
-        options = path_variant(impl.rstrip(")"))[1]
-        options.pop("recompute_scores", None)
         return options
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
         return training_options(resolve_attention_impl("auto", device), device.type)

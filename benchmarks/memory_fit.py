@@ -38,12 +38,12 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from calibrate_gpu import case_model, cases  # noqa: E402
-from harness import path_variant  # noqa: E402
+from gpu_step import case_settings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from dape_core import memory  # noqa: E402
-from dape_core.methods import method_label, parse_method  # noqa: E402
+from dape_core.methods import method_label  # noqa: E402
 from dape_core.model import GPT, GPTConfig  # noqa: E402
 from dape_core.settings.attention import compiled_options_text, parse_compiled_options  # noqa: E402
 
@@ -101,13 +101,7 @@ def _source(path: Path) -> str:
 
 def step_config(row, vocab_size: int) -> tuple[GPTConfig, dict]:
     """(model, path options) of a gpu_step.py case: ``method (impl)`` as its ``build_case`` builds it."""
-    method, _, impl = str(row.method).partition(" (")
-    settings = parse_method(method)
-    path, options = path_variant(impl.rstrip(")"))
-    if "recompute_scores" in options:
-        settings["recompute_scores"] = options.pop("recompute_scores")
-    if path:
-        settings["attention_impl"] = path
+    settings, options, _ = case_settings(str(row.method))
     recorded = getattr(row, "path_options", None)
     if isinstance(recorded, str):
         options = parse_compiled_options(recorded, field=f"gpu_step row {row.method}'s path_options")
