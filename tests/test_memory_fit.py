@@ -120,3 +120,22 @@ def test_the_trace_and_the_transient_follow_the_compiled_path_s_options(monkeypa
         small, 4, precision="bf16", machine_bytes=2**40)
     assert memory.job_path_options(dataclasses.replace(cfg, attention_impl="materialized"), "bf16") == {}
     assert memory.job_path_options(dataclasses.replace(cfg, processor="none", kernel_size=1), "bf16") == {}
+
+
+def test_a_calibration_row_is_traced_with_the_options_it_ran_with_and_a_foreign_one_refused(tmp_path):
+    """A device run's calibration rows record their path options: the fit traces each row with its own (the Triton
+    feature map and causal chunks keep less than the committed row without them); a row whose configuration is
+    not here stops the script with one line naming the file and the row."""
+    committed = pd.read_csv(ROOT / "benchmarks" / "results" / "gpu_calibration.csv")
+    row = committed[(committed["method"] == "DAPE1x3-Kerple") & (committed["train_len"] == 512)
+                    & committed["gpu_mem_gb"].notna()].head(1)
+    path = tmp_path / "gpu_calibration.csv"
+    pd.concat([row, row.assign(path_options="feature_map=triton causal_chunks=4 tf32_scores=True")]).to_csv(
+        path, index=False)
+    off, on = memory_fit.calibration_rows(path)
+    assert off["path_options"] == "feature_map=conv causal_chunks=1 tf32_scores=False"
+    assert on["path_options"] == "feature_map=triton causal_chunks=4 tf32_scores=True"
+    assert on["saved_gib"] < off["saved_gib"] and on["own_gib"] == off["own_gib"]
+    row.assign(config="configs/elsewhere.yaml").to_csv(path, index=False)
+    with pytest.raises(SystemExit, match=r"gpu_calibration.csv: row DAPE1x3-Kerple T512 names configs/elsewhere"):
+        memory_fit.calibration_rows(path)
