@@ -39,6 +39,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from calibrate_gpu import case_model, cases  # noqa: E402
 from gpu_step import case_settings  # noqa: E402
+from harness import write_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -185,8 +186,7 @@ def main(argv=None) -> int:
     steps = sorted(RESULTS.rglob("gpu_step.csv")) if args.steps is None else args.steps
     calibrations = sorted(RESULTS.rglob("gpu_calibration.csv")) if args.calibrations is None else args.calibrations
     rows = [r for p in steps for r in step_rows(p)] + [r for p in calibrations for r in calibration_rows(p)]
-    frame = pd.DataFrame(rows)
-    frame.to_csv(args.out, index=False)
+    write_rows(rows, args.out)  # atomically: a cut run leaves the last whole fit
     for r in rows:
         kept = "" if math.isnan(r["kept_scale_needed"]) else f"  kept scale needed {r['kept_scale_needed']:.2f}"
         print(f"{r['source']:<48} {r['method']:<34} T{r['train_len']:<5} × {r['sequences']:<3} own "
