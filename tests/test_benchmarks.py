@@ -579,7 +579,8 @@ def write_device_run(run: Path, layer: dict, errors: dict | None = None, steps: 
 
 
 DEVICE_ROWS = ("sdpa-bias", "compiled-keep", "compiled-triton-keep", "compiled-triton-keep-c4",
-               "compiled-triton-keep-tf32-c4")
+               "compiled-triton-keep-tf32", "compiled-triton-keep-tf32-c4")
+DEVICE_TIMES = [(3.0, 7.7), (9.7, 29.6), (5.7, 18.0), (4.3, 12.0), (5.3, 16.5), (3.9, 11.0)]
 
 
 def test_cuda_options_sets_each_option_measured_faster_with_the_same_error(tmp_path, capsys):
@@ -587,7 +588,7 @@ def test_cuda_options_sets_each_option_measured_faster_with_the_same_error(tmp_p
     steps, errors as the row without it → all three set (and the names round-trip)."""
     import cuda_options
 
-    layer = dict(zip(DEVICE_ROWS, [(3.0, 7.7), (9.7, 29.6), (5.7, 18.0), (4.3, 12.0), (3.9, 11.0)]))
+    layer = dict(zip(DEVICE_ROWS, DEVICE_TIMES))
     steps = {"compiled-keep": (164.0, 399.0), "compiled-triton-keep": (120.0, 300.0),
              "compiled-triton-keep-tf32-c4": (95.0, 230.0), "compiled-triton-keep-c4": (100.0, 240.0)}
     run = write_device_run(tmp_path / "run", layer, steps=steps)
@@ -603,18 +604,20 @@ def test_cuda_options_sets_each_option_measured_faster_with_the_same_error(tmp_p
     ("slower at T 2048", "tf32_scores = True: off: not faster in the layer at B 8 × T 2048", ("triton", 4, False)),
     ("larger error", "feature_map = 'triton': off: its bf16 error exceeds the row without it at B 32 × T 512",
      ("conv", 1, False)),  # the device rows time chunks and TF32 only with the Triton feature map
-    ("slower step", "causal_chunks = 4: off: not faster in the DAPE1x3-Kerple step at T 512", ("triton", 1, False)),
+    # chunks off: TF32 is judged on its pair without them
+    ("slower step", "causal_chunks = 4: off: not faster in the DAPE1x3-Kerple step at T 512", ("triton", 1, True)),
     ("one shape", "tf32_scores = True: off: not measured at B 8 × T 2048", ("triton", 4, False)),
 ])
 def test_cuda_options_keeps_an_option_off_where_the_run_does_not_show_it_faster_at_the_same_error(
         tmp_path, capsys, case, expected, chosen):
     """An option stays off where it is slower in a pair, its error exceeds the other's, or a shape lacks its pair;
-    an option after it in turn, measured only beside it, is not measured in the configuration then chosen."""
+    an option after it in turn, measured only beside it, is not measured in the configuration then chosen, and one
+    measured without it too (TF32 without the chunks) is judged there."""
     import pandas as pd
 
     import cuda_options
 
-    layer = dict(zip(DEVICE_ROWS, [(3.0, 7.7), (9.7, 29.6), (5.7, 18.0), (4.3, 12.0), (3.9, 11.0)]))
+    layer = dict(zip(DEVICE_ROWS, DEVICE_TIMES))
     errors, steps = {}, None
     if case == "slower at T 2048":
         layer["compiled-triton-keep-tf32-c4"] = (3.9, 12.5)
