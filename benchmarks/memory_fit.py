@@ -14,8 +14,9 @@ It reads, on any machine (the model traces on ``meta``; nothing runs on a GPU):
   ``path_options`` where recorded, else those its impl names (``compiled-triton-keep-c4``; none: all off, as every
   row before the column ran).
 
-For each row: the measured and own peak, the modelled states, saved bytes (the trace, unscaled), transient and
-reserve; ``ratio`` = own / (states + saved + transient); ``bounded``: whether the modelled peak (the saved bytes
+For each row: the measured and own peak, the path the model takes it for (``modelled_path``: a method without
+an impl as training runs it today, whatever ran then; both DAPE paths trace alike but for the kept scale), the
+modelled states, saved bytes (the trace, unscaled), transient and reserve; ``ratio`` = own / (states + saved + transient); ``bounded``: whether the modelled peak (the saved bytes
 scaled where the model scales them, and the reserve: what a job is sized by) is at least the own peak; and for DAPE
 on the compiled path with its scores kept, ``kept_scale_needed`` = (own − states − transient) / saved, the scale of
 the trace's saved bytes that the measurement needs. ``COMPILED_KEPT_SCALE`` is the largest of these rounded up to a
@@ -88,7 +89,7 @@ def fit(cfg, sequences: int, precision: str, options: dict, own_bytes: float) ->
     saved = memory.model_saved_bytes(cfg, sequences, precision=precision, path_options=options)  # unscaled
     kept = memory.keeps_compiled_scores(cfg)
     return dict(
-        train_len=cfg.train_len, sequences=sequences, precision=precision, attention_path=memory.training_path(
+        train_len=cfg.train_len, sequences=sequences, precision=precision, modelled_path=memory.training_path(
             cfg.attention_impl), recompute_scores=cfg.recompute_scores, path_options=compiled_options_text(options),
         own_gib=own_bytes / GIB, states_gib=modelled.states / GIB, saved_gib=saved / GIB,
         transient_gib=modelled.transient / GIB, reserve_gib=modelled.reserve / GIB, peak_gib=modelled.peak / GIB,
