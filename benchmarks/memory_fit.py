@@ -45,14 +45,14 @@ from harness import write_rows  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from dape_core import memory  # noqa: E402
+from dape_core.errors import ConfigError  # noqa: E402
 from dape_core.methods import method_label  # noqa: E402
-from dape_core.model import GPT, GPTConfig  # noqa: E402
+from dape_core.model import GPTConfig  # noqa: E402
 from dape_core.settings.attention import compiled_options_text, parse_compiled_options  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 DEFAULT_OUT = RESULTS / "memory_fit.csv"
 GIB = 2**30
-STATE_BYTES = 16  # per parameter of a resident case: fp32 weights, gradients and AdamW's two moments
 SCALE_STEP = 0.05  # COMPILED_KEPT_SCALE is the needed scale rounded up to a multiple of this
 STEP_VOCAB = 50304  # gpu_step.py's --vocab-size default, which every row before its vocab_size column ran with
 STEP_COLUMNS = ("gpu", "size", "method", "mode", "train_len", "micro_batch", "precision", "status", "peak_gib")
@@ -75,12 +75,10 @@ def read_table(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
     return frame
 
 
-def parameters(cfg) -> int:
-    """The parameters of the model ``cfg`` builds (on ``meta``: no memory)."""
-    import torch
-
-    with torch.device("meta"):
-        return sum(p.numel() for p in GPT(cfg).parameters())
+def resident_bytes(cfg) -> int:
+    """What a built case holds between its steps: fp32 weights and gradients and AdamW's two moments, the memory
+    model's fp32 states (16 bytes a parameter; bf16 autocast's weight copies live only inside a step)."""
+    return memory.state_bytes(cfg)
 
 
 def fit(cfg, sequences: int, precision: str, options: dict, own_bytes: float) -> dict:
@@ -119,9 +117,12 @@ def step_rows(path: Path) -> list[dict]:
         built = []
         for row in group.itertuples(index=False):
             vocab = int(row.vocab_size) if "vocab_size" in group.columns else STEP_VOCAB
-            cfg, options = step_config(row, vocab)
+            try:
+                cfg, options = step_config(row, vocab)
+            except ConfigError as error:  # a path_options value no benchmark writes
+                raise SystemExit(f"{path}: {error}") from None
             resident = row.status in ("ok", "out_of_memory")
-            built.append((row, cfg, options, STATE_BYTES * parameters(cfg) if resident else 0))
+            built.append((row, cfg, options, resident_bytes(cfg) if resident else 0))
         states = sum(case[3] for case in built)
         for row, cfg, options, own_states in built:
             on_path = cfg.processor == "none" or memory.training_path(cfg.attention_impl) in ("materialized",
@@ -160,8 +161,10 @@ def calibration_rows(path: Path) -> list[dict]:
         if cfg.processor != "none":
             cfg = dataclasses.replace(cfg, recompute_scores=bool(row.recompute_scores))
         recorded = getattr(row, "path_options", None)
-        options = parse_compiled_options(recorded if isinstance(recorded, str) else "",
-                                         field=f"{path}'s path_options")
+        try:
+            options = parse_compiled_options(recorded if isinstance(recorded, str) else "", field="path_options")
+        except ConfigError as error:  # a path_options value no benchmark writes
+            raise SystemExit(f"{path}: row {row.method} T{row.train_len}: {error}") from None
         own = row.peak_mem_mb * 2**20
         out.append(dict(source=_source(path), device=row.device, method=row.method, others_gib=0.0,
                         measured_gib=own / GIB, **fit(cfg, int(row.pieces), "bf16", options, own)))

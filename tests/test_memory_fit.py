@@ -53,7 +53,7 @@ def test_a_resident_case_s_states_are_taken_off_the_measured_peak(tmp_path):
     pd.DataFrame(rows).to_csv(path, index=False)
     fit = {r["method"]: r for r in memory_fit.step_rows(path)}
     assert set(fit) == {"NoPE", "Kerple", "DAPE1x3-Kerple (compiled-keep)"}
-    states = {m: memory_fit.STATE_BYTES * memory_fit.parameters(memory_fit.step_config(
+    states = {m: memory_fit.resident_bytes(memory_fit.step_config(
         types.SimpleNamespace(**r), 512)[0]) / memory_fit.GIB for m, r in ((r["method"], r) for r in rows)}
     for method, row in fit.items():
         others = sum(v for m, v in states.items() if m not in (method, "ALiBi"))
@@ -136,6 +136,10 @@ def test_a_calibration_row_is_traced_with_the_options_it_ran_with_and_a_foreign_
     assert off["path_options"] == "feature_map=conv causal_chunks=1 tf32_scores=False"
     assert on["path_options"] == "feature_map=triton causal_chunks=4 tf32_scores=True"
     assert on["saved_gib"] < off["saved_gib"] and on["own_gib"] == off["own_gib"]
+    row.assign(path_options="feature_map=cudnn").to_csv(path, index=False)
+    with pytest.raises(SystemExit, match=r"gpu_calibration.csv: row DAPE1x3-Kerple T512: path_options: "
+                                         r"feature_map=cudnn is not allowed; allowed values: conv, triton"):
+        memory_fit.calibration_rows(path)
     row.assign(config="configs/elsewhere.yaml").to_csv(path, index=False)
     with pytest.raises(SystemExit, match=r"gpu_calibration.csv: row DAPE1x3-Kerple T512 names configs/elsewhere"):
         memory_fit.calibration_rows(path)
