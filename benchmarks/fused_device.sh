@@ -46,6 +46,7 @@ for name in BUDGET MIN_STEP; do
         exit 2
     fi
 done
+exec > >(tee -a "$OUT/log.txt") 2>&1  # the whole log comes back with the results (log.txt)
 has() { [[ "$STEPS" == *" $1 "* ]]; }
 if [ "${SMOKE:-0}" = 1 ]; then
     export TRITON_INTERPRET=1
@@ -74,6 +75,7 @@ else
 fi
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw \
     --format=csv
+date -u +"measured %Y-%m-%dT%H:%M:%SZ"
 $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 
 elapsed() { echo $(( $(date +%s) - start )); }

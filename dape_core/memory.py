@@ -61,9 +61,9 @@ CPU_RESERVE_BYTES = 2**29  # on a CPU: the interpreter, torch and the data loade
 RESERVE_SHARE = 0.10  # the caching allocator's fragmentation, of the modelled bytes
 GIB = 2**30
 #: what the compiled path's graphs keep without recomputation, over the eager trace's count (the trace stands for
-#: them): the largest scale of the trace's saved bytes that a measured peak needs, rounded up to 0.05 — 1.04 for
-#: 125M DAPE1×3-Kerple at T 512 × 32, 0.81–0.96 for the other kept steps measured (bf16, H200; the committed peaks
-#: against the model: benchmarks/memory_fit.py, benchmarks/results/memory_fit.csv)
+#: them): the largest scale of the trace's saved bytes that a measured peak needs, rounded up to 0.05 (the committed
+#: peaks against the model, each row's scale in benchmarks/results/memory_fit.csv: benchmarks/memory_fit.py, which
+#: names it; benchmarks/adopt_device_run.py writes it)
 COMPILED_KEPT_SCALE = 1.05
 
 

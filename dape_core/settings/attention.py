@@ -29,8 +29,9 @@ FEATURE_MAPS = ("conv", "triton")
 # functions' defaults (tests/test_score_product.py checks they agree)
 COMPILED_OPTIONS_OFF = types.MappingProxyType({"feature_map": "conv", "causal_chunks": 1, "tf32_scores": False})
 # the compiled path's options on CUDA under bf16 or fp16 autocast, each set where a GPU measured it faster than off
-# with the same bf16 error (benchmarks/fused_device.sh, benchmarks/cuda_options.py; docs/performance.md); off until
-# measured
+# with the same bf16 error (benchmarks/fused_device.sh, benchmarks/cuda_options.py; docs/performance.md); the next
+# two lines are written by benchmarks/adopt_device_run.py
+# measured: no run yet (every option off)
 CUDA_COMPILED_OPTIONS = types.MappingProxyType(dict(COMPILED_OPTIONS_OFF))
 DAPE_DTYPES = ("float32", "bfloat16")
 
