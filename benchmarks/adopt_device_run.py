@@ -130,14 +130,13 @@ def one_match(path: Path, pattern: re.Pattern, what: str) -> str:
     return text
 
 
-def calibration_rows(path: Path, *, recorded_options: bool = True) -> pd.DataFrame:
-    """Calibration rows, checked as the estimate reads them (the key's columns; a run's also the options it ran
-    with: the committed CSV's rows from before that column ran with every option off)."""
+def calibration_rows(path: Path) -> pd.DataFrame:
+    """Calibration rows, checked as the estimate reads them (the key's columns; ``path_options`` where a row's path
+    has options, a missing one meaning all off, as the estimate reads it)."""
     from dape_core.config.estimate import CALIBRATION_COLUMNS
 
     frame = read_csv(path)
-    missing = [c for c in (*CALIBRATION_COLUMNS, *(("path_options",) if recorded_options else ()))
-               if c not in frame.columns]
+    missing = [c for c in CALIBRATION_COLUMNS if c not in frame.columns]
     if missing:
         stop(f"{path} lacks the columns {', '.join(missing)}; allowed: the CSV benchmarks/calibrate_gpu.py writes")
     return frame
@@ -191,8 +190,9 @@ def readme(name: str, device: str, date: str, versions: str, files: list[str], b
              "`benchmarks/fused_device.sh` wrote (its command is in docs/performance.md; `log.txt` is its log).", "",
              "- Files: " + ", ".join(f"`{f}`" for f in files) + ".",
              f"- The compiled path's options on CUDA by `benchmarks/cuda_options.py`'s rule (`cuda_options.txt` "
-             f"has each pair and verdict): `{compiled_options_text(after)}`, before "
-             f"`{compiled_options_text(before)}` (`dape_core/settings/attention.py`)."]
+             f"has each pair and verdict): `{compiled_options_text(after)}`"
+             + (" (unchanged" if after == before else f" (before `{compiled_options_text(before)}`")
+             + "; `dape_core/settings/attention.py`)."]
     if merged is None:
         lines.append("- No calibration rows (the run had no `calibrate` step).")
     else:
@@ -201,7 +201,9 @@ def readme(name: str, device: str, date: str, versions: str, files: list[str], b
                           for r in merged.itertuples(index=False))
         lines.append(f"- {len(merged)} calibration row{'s' * (len(merged) != 1)} merged into "
                      "`benchmarks/results/gpu_calibration.csv` "
-                     f"({cases}), with the options they ran with (column `path_options`).")
+                     f"({cases}), " + ("with the options they ran with (column `path_options`)."
+                                       if "path_options" in merged.columns
+                                       else "which record no options (`path_options`): every option off."))
     lines.append(f"- The memory model refitted to every committed peak, this run's among them: "
                  f"`COMPILED_KEPT_SCALE` {scale[0]:g} → {scale[1]:g} (`benchmarks/results/memory_fit.csv`).")
     return "\n".join(lines) + "\n"
@@ -223,7 +225,7 @@ def adopt(run: Path, name: str, root: Path = ROOT) -> int:
     merged = calibration_rows(calibration) if calibration.is_file() else None
     committed = root / RESULTS / CALIBRATION
     if merged is not None and committed.is_file():
-        calibration_rows(committed, recorded_options=False)
+        calibration_rows(committed)
     # every check passed: write
     date, versions = run_facts(run)
     files = copy_run(run, target)

@@ -70,7 +70,7 @@ def test_a_run_sets_the_options_merges_its_calibration_and_refits_the_memory_mod
     (target / "gpu_step.csv").write_text((target / "gpu_step.csv").read_text())  # writable
     text = (target / "README.md").read_text()
     assert "NVIDIA H200 (2026-12-01T10:00:00Z; torch 2.11.0+cu130 triton 3.6.0)" in text
-    assert f"`{TRITON_C4_TF32}`, before `feature_map=conv causal_chunks=1 tf32_scores=False`" in text
+    assert f"`{TRITON_C4_TF32}` (before `feature_map=conv causal_chunks=1 tf32_scores=False`;" in text
     # 2. the options by cuda_options.py's rule, as Python the module reads, the run named above them
     source = (root / "dape_core" / "settings" / "attention.py").read_text()
     line = next(line for line in source.splitlines() if line.startswith("CUDA_COMPILED_OPTIONS = "))
