@@ -98,15 +98,18 @@ def decided_options(run: Path) -> tuple[dict, list[str]]:
     layer_csv, step_csv = run / "fused_layer.csv", run / "gpu_step.csv"
     if not layer_csv.is_file():
         stop(f"{run} has no fused_layer.csv; allowed: a run whose layer step ran (STEPS with layer)")
-    parser = argparse.ArgumentParser(prog="adopt_device_run")
-    try:
-        times, errors = cuda_options.layer_table(cuda_options.read_table(parser, layer_csv,
-                                                                         cuda_options.LAYER_COLUMNS))
-        steps = cuda_options.step_table(cuda_options.read_table(parser, step_csv, cuda_options.STEP_COLUMNS)
-                                        if step_csv.is_file() else None)
-    except SystemExit:  # argparse printed the line naming the file
-        stop(f"{run}: a CSV the options are read from is damaged (the line above names it)")
+    parser = OneLine(prog="adopt_device_run")
+    times, errors = cuda_options.layer_table(cuda_options.read_table(parser, layer_csv, cuda_options.LAYER_COLUMNS))
+    steps = cuda_options.step_table(cuda_options.read_table(parser, step_csv, cuda_options.STEP_COLUMNS)
+                                    if step_csv.is_file() else None)
     return cuda_options.decide(times, errors, steps)
+
+
+class OneLine(argparse.ArgumentParser):
+    """cuda_options.read_table's refusal of a damaged CSV (the line naming it) as this script's one line."""
+
+    def error(self, message):
+        stop(message)
 
 
 def options_source(options: dict) -> str:

@@ -142,3 +142,14 @@ def test_a_run_it_cannot_adopt_stops_in_one_line_before_anything_is_written(tmp_
         adopt_device_run.adopt(run, name, root=root)
     assert message in str(stopped.value) and "\n" not in str(stopped.value)
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+
+
+def test_a_damaged_layer_csv_is_named_in_one_line(tmp_path):
+    root, run = repository(tmp_path), device_run(tmp_path)
+    layer = run / "fused_layer.csv"
+    layer.chmod(0o644)
+    layer.write_text(layer.read_text().replace("error_grad_k", "other"))
+    with pytest.raises(SystemExit) as stopped:
+        adopt_device_run.adopt(run, "h200-options", root=root)
+    assert str(stopped.value).startswith(f"adopt_device_run: {layer} lacks the columns error_grad_k")
+    assert "\n" not in str(stopped.value) and not (root / "benchmarks" / "results" / "h200-options").exists()
