@@ -46,7 +46,7 @@ for name in BUDGET MIN_STEP; do
         exit 2
     fi
 done
-exec > >(tee -a "$OUT/log.txt") 2>&1  # the whole log comes back with the results (log.txt)
+exec > >(tee "$OUT/log.txt") 2>&1  # the whole log comes back with the results (log.txt, this run's only)
 has() { [[ "$STEPS" == *" $1 "* ]]; }
 if [ "${SMOKE:-0}" = 1 ]; then
     export TRITON_INTERPRET=1
