@@ -24,7 +24,7 @@ from dape_core.encoding_facts import facts
 from dape_core.encodings import build_encoding
 from dape_core.implementations import resolve_attention_impl
 from dape_core.model_arithmetic import decoder_flops_per_token, gpt_flops_per_token
-from dape_core.settings.model import SIZE_PRESETS, EncoderConfig, GPTConfig, resolve_shape
+from dape_core.settings.model import SIZE_PRESETS, EncoderConfig, GPTConfig, layer_sizes, resolve_shape
 
 TORCH_DTYPES = {"float32": None, "bfloat16": torch.bfloat16}  # dape_dtype → DAPE's GEMMs (None: the scores')
 
@@ -131,7 +131,8 @@ class GPT(nn.Module):
 
     def resolved_attention_impl(self, device: torch.device | str | None = None) -> str:
         """The path ``attention_impl`` runs on ``device`` (default: the parameters'): ``auto`` resolved."""
-        return resolve_attention_impl(self.cfg.attention_impl, device or self.head.weight.device)
+        return resolve_attention_impl(self.cfg.attention_impl, device or self.head.weight.device,
+                                      layer_sizes(self.cfg))
 
     def attention_path(self, device: torch.device | str, fast_path: bool = True) -> AttentionPath:
         """How this decoder's layers attend on ``device`` (its settings resolved once; ``fast_path=False``: the
@@ -175,7 +176,8 @@ class Encoder(nn.Module):
 
     def resolved_attention_impl(self, device: torch.device | str | None = None) -> str:
         """The path ``attention_impl`` runs on ``device`` (default: the parameters'): ``auto`` resolved."""
-        return resolve_attention_impl(self.cfg.attention_impl, device or self.head.weight.device)
+        return resolve_attention_impl(self.cfg.attention_impl, device or self.head.weight.device,
+                                      layer_sizes(self.cfg))
 
 
 def _init_weights(module: nn.Module) -> None:

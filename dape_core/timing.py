@@ -49,6 +49,7 @@ from dape_core.implementations import resolve_attention_impl
 from dape_core.methods import method_label
 from dape_core.model import GPT, GPTConfig
 from dape_core.settings import AttentionSettings
+from dape_core.settings.model import layer_sizes
 from dape_core.settings.timing import MODES, PRECISIONS, TimingSettings  # noqa: F401 (importable from here)
 
 AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # precision → autocast dtype
@@ -124,7 +125,7 @@ class TimedCase:
             "warmup": case["warmup"], "device": device_name(self.device), "device_type": self.device.type,
             "cpu_model": cpu_model(), "threads": threads, "blocks": case.get("blocks", 1),
             "attention_impl": cfg.attention_impl,
-            "attention_path": resolve_attention_impl(cfg.attention_impl, self.device), "dape_dtype": cfg.dape_dtype,
+            "attention_path": pass_path(cfg, self.device, case["mode"], self.dtype), "dape_dtype": cfg.dape_dtype,
             "precision": precision,
         }
         self.peak = 0.0
@@ -161,7 +162,7 @@ class TimedCase:
             torch.cuda.empty_cache()
 
     def _once(self) -> None:
-        autocast = torch.autocast(self.device.type, dtype=self.dtype or torch.float32, enabled=self.dtype is not None)
+        autocast = pass_autocast(self.device, self.dtype)
         if self.optimizer is None:
             with torch.no_grad(), autocast:
                 self.model(self.x)
@@ -232,7 +233,19 @@ def _failed_row(case: dict) -> dict:
     return {**{k: case.get(k) for k in keys}, "method": timed_method(cfg, case.get("precision", "fp32")),
             "n_layer": cfg.n_layer, "d_model": cfg.d_model, "n_head": cfg.n_head, "vocab_size": cfg.vocab_size,
             "device": device_name(device), "device_type": device.type, "cpu_model": cpu_model(),
-            "attention_path": resolve_attention_impl(cfg.attention_impl, device)}
+            "attention_path": pass_path(cfg, device, case["mode"], AUTOCAST_DTYPES[case.get("precision", "fp32")])}
+
+
+def pass_autocast(device: torch.device, dtype: torch.dtype | None):
+    """The autocast a timed pass runs under (``dtype`` None: none)."""
+    return torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None)
+
+
+def pass_path(cfg: GPTConfig, device: torch.device, mode: str, dtype: torch.dtype | None) -> str:
+    """The path a timed pass of ``mode`` runs on (``auto`` resolved under the pass's own gradient mode and
+    autocast, as the model resolves it when it runs)."""
+    with torch.set_grad_enabled(mode == "train_step"), pass_autocast(device, dtype):
+        return resolve_attention_impl(cfg.attention_impl, device, layer_sizes(cfg))
 
 
 # ----------------------------------------------------------------------------------------------- the worker

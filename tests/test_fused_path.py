@@ -8,6 +8,7 @@ sequences: T = 1, 16, 17 and 33 are below, at and across the edges of the row bl
 relative to each tensor's scale beyond the fp32 reference's own rounding (``test_gpu_path.assert_all_close``).
 """
 
+import contextlib
 import copy
 import functools
 import itertools
@@ -30,6 +31,7 @@ from dape_core.dape import build_processor  # noqa: E402
 from dape_core.encodings import ENCODINGS, build_encoding  # noqa: E402
 from dape_core.errors import ConfigError  # noqa: E402
 from dape_core.implementations.fused import FusedTiles  # noqa: E402
+from dape_core.model import Encoder, EncoderConfig  # noqa: E402
 from dape_core.settings import AttentionSettings  # noqa: E402
 from test_gpu_path import (PROCESSORS, VOCAB, AttentionCase, assert_all_close, logits_and_gradients,  # noqa: E402
                            tiny_gpt)
@@ -195,6 +197,33 @@ def test_auto_picks_the_fused_kernel_on_cuda_for_gradient_free_half_precision_pa
     with torch.no_grad():
         assert tiny_gpt("kerple", processor="dape_v2", attention_impl="materialized").resolved_attention_impl(
             "cuda") == "materialized"  # a named path is itself
+
+
+def test_auto_picks_the_fused_kernel_only_at_layer_sizes_up_to_those_it_was_measured_at(cuda_autocast, monkeypatch):
+    """Heads, head size and D_DAPE padded as the kernel pads them, at most 16, 64 and 32 (the 125M and 350M layers,
+    where it measured faster): beyond, its forward spills far more or needs more shared memory than a block has, so
+    a gradient-free pass runs the compiled path; so does a caller that does not say the sizes."""
+    from dape_core import implementations, timing
+    monkeypatch.setattr(implementations, "TRITON_IMPORTABLE", True)
+    monkeypatch.setattr(implementations, "_fused_available", lambda: True)
+    assert fused.measured_at(12, 64, 32) and fused.measured_at(16, 64, 21) and fused.measured_at(4, 16, 10)
+    for sizes in ((17, 64, 32), (32, 80, 32), (12, 80, 32), (12, 64, 64)):
+        assert not fused.measured_at(*sizes), sizes
+    with torch.no_grad():
+        assert implementations.resolve_attention_impl("auto", "cuda", (16, 64, 32)) == "fused"
+        assert implementations.resolve_attention_impl("auto", "cuda", (32, 80, 32)) == "compiled"
+        assert implementations.resolve_attention_impl("auto", "cuda") == "compiled"  # sizes unknown
+        assert implementations.resolve_attention_impl("fused", "cuda", (32, 80, 32)) == "fused"  # asked for by name
+        for kwargs, expected in ((dict(), "fused"), (dict(dape_width=64), "compiled"), (dict(n_head=32), "compiled")):
+            model = tiny_gpt("kerple", processor="dape_v2", kernel_size=3, **kwargs)
+            assert model.resolved_attention_impl("cuda") == expected, kwargs
+        assert Encoder(EncoderConfig(n_layer=1, d_model=16, n_head=4, processor="dape_v2", kernel_size=3)
+                       ).resolved_attention_impl("cuda") == "fused"
+    # a timing row names the path its pass runs: a forward pass without gradients, a training step with them
+    monkeypatch.setattr(timing, "pass_autocast", lambda device, dtype: contextlib.nullcontext())
+    cfg = tiny_gpt("kerple", processor="dape_v2", kernel_size=3).cfg
+    assert timing.pass_path(cfg, torch.device("cuda"), "forward", torch.bfloat16) == "fused"
+    assert timing.pass_path(cfg, torch.device("cuda"), "train_step", torch.bfloat16) == "compiled"
 
 
 def test_fused_path_on_a_gpu_takes_bf16_and_fp16_only():

@@ -163,7 +163,8 @@ def dape_attention(
         raise ConfigError("padding: 'same' cannot decode with a KV cache (a cached step lacks the key right of the "
                           "query that Conv2 reads with same padding, so it differs from a full forward); allowed "
                           "values: causal (or generate with use_cache=False)")
-    impl = resolve_attention_impl(processor_setting(module, "attention_impl"), q.device)
+    impl = resolve_attention_impl(processor_setting(module, "attention_impl"), q.device,
+                                  (processor.n_head, head_dim, processor.dape_width))
     dape_dtype = TORCH_DTYPES[processor_setting(module, "dape_dtype")]
     position_ids = kwargs.get("position_ids")
     common = dict(encoding=encoding, processor=processor, dropout_p=dropout, attention_impl=impl, dape_dtype=dape_dtype,

@@ -6,9 +6,9 @@ gradients, which the tests prove (``tests/test_performance_paths.py``, ``tests/t
 ``attention_impl`` (:class:`~dape_core.settings.AttentionSettings`) chooses the path of a model:
 
 * ``auto`` (the default) — resolved where the model runs, by :func:`resolve_attention_impl`: ``fast`` on a CPU;
-  on CUDA ``fused`` for a pass without gradients under bf16 or fp16 autocast where Triton is installed
-  (evaluation: measured 0.66× ``materialized``'s time for a 350M model at T 8192 on an H200, with memory linear in
-  T), else ``compiled`` where ``torch.compile`` can compile for the GPU (Triton importable; training: a 125M
+  on CUDA ``fused`` for a pass without gradients under bf16 or fp16 autocast where Triton is installed, at layer
+  sizes up to those it was measured at (evaluation: measured 0.66× ``materialized``'s time for a 350M model at
+  T 8192 on an H200, with memory linear in T), else ``compiled`` where ``torch.compile`` can compile for the GPU (Triton importable; training: a 125M
   DAPE1×3-Kerple step measured 0.67× ``materialized``'s at T 512 and 0.57× at T 2048 on an H200, the fused step
   1.27–1.32×), else ``materialized``; ``materialized`` on any other non-CPU device;
 * ``plain`` — the reference itself (materialised [batch, 2H, T, T], ``nn.Conv2d``); kept selectable because the
@@ -64,17 +64,19 @@ TRITON_IMPORTABLE = importlib.util.find_spec("triton") is not None
 _META_OPTIONS = contextvars.ContextVar("meta_path_options", default=None)
 
 
-def resolve_attention_impl(name: str, device: torch.device | str) -> str:
+def resolve_attention_impl(name: str, device: torch.device | str, sizes: tuple[int, int, int] | None = None) -> str:
     """The path that ``attention_impl`` ``name`` runs on ``device`` now: ``auto`` → ``fast`` on a CPU; on CUDA with
-    Triton installed ``fused`` for a gradient-free pass under 16-bit autocast, else ``compiled``; ``materialized``
-    on CUDA without Triton and on other devices; every other name is itself."""
+    Triton installed ``fused`` for a gradient-free pass under 16-bit autocast of layers whose ``sizes`` (heads, head
+    size, D_DAPE: :func:`~dape_core.settings.model.layer_sizes`) are at most those it was measured faster at
+    (:func:`~dape_core.implementations.fused.measured_at`; unknown sizes: not), else ``compiled``;
+    ``materialized`` on CUDA without Triton and on other devices; every other name is itself."""
     require_choice("attention_impl", name, ATTENTION_IMPLS)
     if name != "auto":
         return name
     kind = torch.device(device).type
     if kind == "cpu":
         return CPU_PATH
-    if kind == "cuda" and inference_pass(kind) and _fused_available():
+    if kind == "cuda" and inference_pass(kind) and sizes is not None and _fused_measured(sizes):
         return INFERENCE_PATH
     if kind == "cuda" and TRITON_IMPORTABLE:
         return TRAINING_PATH
@@ -127,3 +129,9 @@ def inference_pass(device_type: str) -> bool:
 def _fused_available() -> bool:
     from dape_core.implementations.fused import fused_runs_on
     return fused_runs_on("cuda")
+
+
+def _fused_measured(sizes: tuple[int, int, int]) -> bool:
+    """Whether the fused kernel runs on CUDA here and was measured faster at layers of ``sizes``."""
+    from dape_core.implementations.fused import measured_at
+    return measured_at(*sizes) and _fused_available()

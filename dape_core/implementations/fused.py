@@ -73,6 +73,19 @@ class FusedTiles:
         return max(self.key_tile, _pow2(2 * (kernel_size - 1) + 8))
 
 
+# the padded layer sizes (heads, head size, D_DAPE) at which auto's choice of this path for gradient-free passes was
+# measured faster than the compiled path (the 125M layer and the 350M model's evaluation on an H200: 16, 64, 32);
+# beyond them its forward kernel, compiled for sm_90 at the default tiles, spills seven times as much (D_DAPE 64:
+# 9.0 KB of stack per thread against 1.3 KB) or needs more shared memory than a block has (32 heads of size 80:
+# 384 KB; benchmarks/fused_compile.py, docs/performance.md)
+MEASURED_SIZES = (16, 64, 32)
+
+
+def measured_at(heads: int, head_dim: int, dape_width: int) -> bool:
+    """Whether a layer's sizes, padded as the kernel pads them, are at most :data:`MEASURED_SIZES`."""
+    return all(dot_size(n) <= limit for n, limit in zip((heads, head_dim, dape_width), MEASURED_SIZES))
+
+
 def _pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 

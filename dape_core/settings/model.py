@@ -96,6 +96,12 @@ def resolve_shape(cfg) -> None:
     cfg.d_ff = cfg.d_ff or 4 * cfg.d_model
 
 
+def layer_sizes(cfg) -> tuple[int, int, int]:
+    """(heads, head size, D_DAPE) of a model's attention layers: what decides whether ``auto`` runs the fused kernel
+    (:func:`dape_core.implementations.resolve_attention_impl`)."""
+    return cfg.n_head, cfg.d_model // cfg.n_head, cfg.dape_width
+
+
 def randomized(cfg) -> bool:
     """Whether a model (anything with an ``encoding``) is trained and evaluated at random positions."""
     return facts(cfg.encoding).randomized_positions
