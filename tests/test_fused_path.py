@@ -234,6 +234,27 @@ def test_fused_path_on_a_gpu_takes_bf16_and_fp16_only():
     check_dtype(torch.float32, "cpu")
 
 
+def test_a_gpu_without_the_resources_the_kernel_needs_is_named_as_the_setting_s_error(monkeypatch):
+    """Where a launch needs more shared memory (or registers) than the GPU has (the forward at 2.7B's 32 heads of
+    size 80: 384 KB), the error names the setting, the sizes and the paths that run them."""
+    kt = fused._triton()
+
+    class Refused:
+        def __getitem__(self, grid):
+            def launch(*args, **meta):
+                raise kt.triton.runtime.errors.OutOfResources(393216, 232448, "shared memory")
+            return launch
+
+    monkeypatch.setattr(kt, "dape_forward_kernel", Refused())
+    enc = build_encoding("kerple", 4, 8, causal=True, train_len=8)
+    proc = build_processor(4, AttentionSettings(processor="dape_v2", kernel_size=3), bias_channels=True)
+    q, k, v = (torch.randn(1, 4, 9, 8) for _ in range(3))
+    with pytest.raises(ConfigError, match=r"attention_impl: fused needs 393216 of shared memory per program at heads "
+                                          r"padded to 16, head size 16 and D_DAPE 32, and this GPU has 232448; "
+                                          r"allowed here: auto \(the compiled path .*\), compiled, materialized"):
+        fused.attend_fused(q, k, v, encoding=enc, processor=proc, positions=torch.arange(9), causal=True)
+
+
 def test_tiles_must_be_powers_of_two():
     with pytest.raises(ConfigError, match="key_tile: 48 is not allowed; allowed values: powers of two"):
         FusedTiles(key_tile=48)

@@ -286,6 +286,18 @@ def _launch_settings(plan: _Plan, q: torch.Tensor, backward: bool = False):
                 num_warps=warps, **({"maxnreg": register_ceiling(warps)} if plan.tiles.cap_registers else {}))
 
 
+def _launch(kernel, programs: int, *args, **meta) -> None:
+    """``kernel[(programs,)](*args, **meta)``; a GPU without the shared memory or registers the kernel needs at these
+    sizes is named as the setting's error, with the paths that run them."""
+    try:
+        kernel[(programs,)](*args, **meta)
+    except _triton().triton.runtime.errors.OutOfResources as error:
+        raise ConfigError(
+            f"attention_impl: fused needs {error.required} of {error.name} per program at heads padded to {meta['HP']}, "
+            f"head size {meta['DHP']} and D_DAPE {meta['DP']}, and this GPU has {error.limit}; allowed here: auto "
+            "(the compiled path beyond the sizes it measured the fused kernel at), compiled, materialized") from error
+
+
 class _FusedDape(torch.autograd.Function):
     """The fused kernel's forward and backward passes (module docstring); gradients for q, k, v, the bias (table or
     tensor) and the padded weights."""
@@ -305,9 +317,10 @@ class _FusedDape(torch.autograd.Function):
         items = batch * -(-n_rows // bm)
         nprog = plan.programs(q.device, items)
         scratch = torch.empty(nprog * (2 * hp + dp) * bm * wide, device=q.device, dtype=torch.float32)
-        kt.dape_forward_kernel[(nprog,)](
-            q, k, v, out, lse, *_bias_arguments(bias, plan.form, batch, q), *_weight_arguments(w1a, w1b, b1, w2, b2),
-            scratch, 1.0 / math.sqrt(head_dim), plan.row_offset, batch, n_rows, n_keys, heads, head_dim, nprog, **meta)
+        _launch(kt.dape_forward_kernel, nprog,
+                q, k, v, out, lse, *_bias_arguments(bias, plan.form, batch, q), *_weight_arguments(w1a, w1b, b1, w2, b2),
+                scratch, 1.0 / math.sqrt(head_dim), plan.row_offset, batch, n_rows, n_keys, heads, head_dim, nprog,
+                **meta)
         ctx.save_for_backward(q, k, v, out, lse, bias, w1a, w1b, b1, w2, b2)
         ctx.plan = plan
         return out
@@ -335,9 +348,9 @@ class _FusedDape(torch.autograd.Function):
         stride = wide - 4 * (ks - 1)
         nprog_kv = plan.programs(q.device, batch * -(-n_keys // stride))
         scratch = torch.empty(nprog_kv * slab, device=q.device, dtype=torch.float32)
-        kt.dape_backward_kv_kernel[(nprog_kv,)](
-            q, k, v, grad_out, lse, delta, grad_k, grad_v, *bias_args, *weights, scratch,
-            scale, plan.row_offset, batch, n_rows, n_keys, heads, head_dim, nprog_kv, **meta)
+        _launch(kt.dape_backward_kv_kernel, nprog_kv,
+                q, k, v, grad_out, lse, delta, grad_k, grad_v, *bias_args, *weights, scratch,
+                scale, plan.row_offset, batch, n_rows, n_keys, heads, head_dim, nprog_kv, **meta)
 
         extent = _pow2(bm + wide - 1)
         nprog_q = plan.programs(q.device, batch * -(-n_rows // bm))
@@ -352,10 +365,10 @@ class _FusedDape(torch.autograd.Function):
         else:
             grad_bias = partial  # not written
         grad_q = torch.empty_like(q)
-        kt.dape_backward_q_kernel[(nprog_q,)](
-            q, k, v, grad_out, lse, delta, grad_q, grad_bias, *bias_args, *weights, scratch,
-            partial, part_size, scale, plan.row_offset, batch, n_rows, n_keys, heads, head_dim, nprog_q,
-            E=extent, BIAS_GRAD=bias_grad, Q_GRAD=True, WEIGHT_GRADS=True, **meta)
+        _launch(kt.dape_backward_q_kernel, nprog_q,
+                q, k, v, grad_out, lse, delta, grad_q, grad_bias, *bias_args, *weights, scratch,
+                partial, part_size, scale, plan.row_offset, batch, n_rows, n_keys, heads, head_dim, nprog_q,
+                E=extent, BIAS_GRAD=bias_grad, Q_GRAD=True, WEIGHT_GRADS=True, **meta)
 
         sums = partial.sum(0)
         sizes = (ks * hp * dp, hp, ks * dp * hp, ks * dp * hp, dp)
