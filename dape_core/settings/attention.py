@@ -81,7 +81,8 @@ class AttentionSettings:
                                                        "public code (only T5's table shared)")
     attention_impl: str = setting("auto", choices=ATTENTION_IMPLS,
                                   help="auto: fast on a CPU; on CUDA with Triton fused for gradient-free passes "
-                                       "under 16-bit autocast, else compiled; else materialized; fast: the blocked "
+                                       "under 16-bit autocast at layer sizes up to heads 16, head size 64, D_DAPE 32 "
+                                       "(where it was measured), else compiled; else materialized; fast: the blocked "
                                        "DAPE path (CPU); plain: the paper's materialised form; materialized: that "
                                        "form per chunk of query rows, few kernel launches (GPU); compiled: the "
                                        "materialized path with each chunk compiled by torch.compile (GPU); fused: "
