@@ -7,10 +7,11 @@ gradients, which the tests prove (``tests/test_performance_paths.py``, ``tests/t
 
 * ``auto`` (the default) — resolved where the model runs, by :func:`resolve_attention_impl`: ``fast`` on a CPU;
   on CUDA ``fused`` for a pass without gradients under bf16 or fp16 autocast where Triton is installed, at layer
-  sizes up to those it was measured at (evaluation: measured 0.66× ``materialized``'s time for a 350M model at
-  T 8192 on an H200, with memory linear in T), else ``compiled`` where ``torch.compile`` can compile for the GPU (Triton importable; training: a 125M
-  DAPE1×3-Kerple step measured 0.67× ``materialized``'s at T 512 and 0.57× at T 2048 on an H200, the fused step
-  1.27–1.32×), else ``materialized``; ``materialized`` on any other non-CPU device;
+  sizes up to those it was measured at (a forward pass: measured 0.66× ``materialized``'s time for a 350M model
+  at T 8192 on an H200, with memory linear in T), else ``compiled`` where ``torch.compile`` can compile for the
+  GPU (Triton importable; training: a 125M DAPE1×3-Kerple step measured 0.67× ``materialized``'s at T 512 and
+  0.57× at T 2048 on an H200, the fused step 1.27–1.32×), else ``materialized``; ``materialized`` on any other
+  non-CPU device;
 * ``plain`` — the reference itself (materialised [batch, 2H, T, T], ``nn.Conv2d``); kept selectable because the
   paper's timing table measured it;
 * ``fast`` — :mod:`dape_core.implementations.blocked`: blocked GEMMs shaped for a CPU core's caches, with the

@@ -74,8 +74,8 @@ class FusedTiles:
 
 
 # the padded layer sizes (heads, head size, D_DAPE) at which auto's choice of this path for gradient-free passes was
-# measured faster than the compiled path (the 125M layer and the 350M model's evaluation on an H200: 16, 64, 32);
-# beyond them its forward kernel, compiled for sm_90 at the default tiles, spills seven times as much (D_DAPE 64:
+# measured faster than the materialized path (the 125M layer's and the 350M model's forward pass on an H200: 16, 64,
+# 32); beyond them its forward kernel, compiled for sm_90 at the default tiles, spills seven times as much (D_DAPE 64:
 # 9.0 KB of stack per thread against 1.3 KB) or needs more shared memory than a block has (32 heads of size 80:
 # 384 KB; benchmarks/fused_compile.py, docs/performance.md)
 MEASURED_SIZES = (16, 64, 32)
@@ -293,9 +293,10 @@ def _launch(kernel, programs: int, *args, **meta) -> None:
         kernel[(programs,)](*args, **meta)
     except _triton().triton.runtime.errors.OutOfResources as error:
         raise ConfigError(
-            f"attention_impl: fused needs {error.required} of {error.name} per program at heads padded to {meta['HP']}, "
-            f"head size {meta['DHP']} and D_DAPE {meta['DP']}, and this GPU has {error.limit}; allowed here: auto "
-            "(the compiled path beyond the sizes it measured the fused kernel at), compiled, materialized") from error
+            f"attention_impl: fused needs {error.required} of {error.name} per program at heads padded to "
+            f"{meta['HP']}, head size {meta['DHP']} and D_DAPE {meta['DP']}, and this GPU has {error.limit}; allowed "
+            "here: auto (the compiled path beyond the sizes it measured the fused kernel at), compiled, "
+            "materialized") from error
 
 
 class _FusedDape(torch.autograd.Function):
@@ -318,8 +319,8 @@ class _FusedDape(torch.autograd.Function):
         nprog = plan.programs(q.device, items)
         scratch = torch.empty(nprog * (2 * hp + dp) * bm * wide, device=q.device, dtype=torch.float32)
         _launch(kt.dape_forward_kernel, nprog,
-                q, k, v, out, lse, *_bias_arguments(bias, plan.form, batch, q), *_weight_arguments(w1a, w1b, b1, w2, b2),
-                scratch, 1.0 / math.sqrt(head_dim), plan.row_offset, batch, n_rows, n_keys, heads, head_dim, nprog,
+                q, k, v, out, lse, *_bias_arguments(bias, plan.form, batch, q),
+                *_weight_arguments(w1a, w1b, b1, w2, b2), scratch, 1.0 / math.sqrt(head_dim), plan.row_offset, batch, n_rows, n_keys, heads, head_dim, nprog,
                 **meta)
         ctx.save_for_backward(q, k, v, out, lse, bias, w1a, w1b, b1, w2, b2)
         ctx.plan = plan
