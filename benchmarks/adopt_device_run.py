@@ -22,8 +22,8 @@ Nothing is committed: it prints what changed and what is left by hand (the figur
 suite, the commit). Before it writes anything it checks everything it needs, and stops with one line naming the
 file where a check fails: a run measured on no GPU (a ``SMOKE`` run: its rows name no device), rows naming
 different devices, a run without the layer's rows (``fused_layer.csv``, which the options are read from), a damaged
-CSV, a ``NAME`` already under ``benchmarks/results``, and a source file whose constant is not where this script
-writes it.
+CSV, a row the memory model cannot trace (a configuration or case not here), a ``NAME`` already under
+``benchmarks/results``, and a source file whose constant is not where this script writes it.
 """
 
 from __future__ import annotations
@@ -229,6 +229,10 @@ def adopt(run: Path, name: str, root: Path = ROOT) -> int:
     committed = root / RESULTS / CALIBRATION
     if merged is not None and committed.is_file():
         calibration_rows(committed)
+    if (run / "gpu_step.csv").is_file():  # the run's peaks trace on the model: a foreign row stops here, unwritten
+        memory_fit.step_rows(run / "gpu_step.csv")
+    if merged is not None:
+        memory_fit.calibration_rows(calibration)
     # every check passed: write
     date, versions = run_facts(run)
     files = copy_run(run, target)

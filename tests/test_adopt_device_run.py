@@ -117,6 +117,7 @@ def test_a_run_that_measures_no_option_faster_leaves_them_off(tmp_path, capsys):
     ("taken", "h200-options exists"),
     ("moved constant", "memory.py does not hold the line COMPILED_KEPT_SCALE"),
     ("name", "NAME '../x' is not allowed"),
+    ("foreign calibration row", "row DAPE1x3-Kerple T512 names configs/elsewhere.yaml"),
 ])
 def test_a_run_it_cannot_adopt_stops_in_one_line_before_anything_is_written(tmp_path, case, message):
     root = repository(tmp_path)
@@ -134,6 +135,9 @@ def test_a_run_it_cannot_adopt_stops_in_one_line_before_anything_is_written(tmp_
         (run / "gpu_step.csv").write_text("")
     elif case == "taken":
         (root / "benchmarks" / "results" / "h200-options").mkdir()
+    elif case == "foreign calibration row":
+        pd.read_csv(run / "gpu_calibration.csv").assign(config="configs/elsewhere.yaml").to_csv(
+            run / "gpu_calibration.csv", index=False)
     elif case == "moved constant":
         memory = root / "dape_core" / "memory.py"
         memory.write_text(memory.read_text().replace("COMPILED_KEPT_SCALE = ", "COMPILED_KEPT_SCALE: float = "))
