@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import contextlib
-import io
 import math
 import re
 import shutil
@@ -165,12 +163,10 @@ def copy_run(run: Path, target: Path) -> list[str]:
 def refit(root: Path) -> float:
     """benchmarks/memory_fit.py over every committed peak under ``root``: its CSV rewritten; the scale it names."""
     results = root / RESULTS
-    out = results / "memory_fit.csv"
-    with contextlib.redirect_stdout(io.StringIO()) as printed:
-        memory_fit.main(["--steps", *map(str, sorted(results.rglob("gpu_step.csv"))),
-                         "--calibrations", *map(str, sorted(results.rglob(CALIBRATION))), "--out", str(out)])
-    print(printed.getvalue().strip().splitlines()[-1])
-    return memory_fit.needed_scale(pd.read_csv(out).to_dict("records"))
+    rows = memory_fit.fit_all(sorted(results.rglob("gpu_step.csv")), sorted(results.rglob(CALIBRATION)),
+                              results / "memory_fit.csv")
+    print(f"memory fit: {len(rows)} peaks, {sum(not r['bounded'] for r in rows)} above the model's at today's scale")
+    return memory_fit.needed_scale(rows)
 
 
 def run_facts(run: Path) -> tuple[str, str]:

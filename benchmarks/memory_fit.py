@@ -179,6 +179,13 @@ def needed_scale(rows: list[dict]) -> float:
     return round(math.ceil(max(needed) / SCALE_STEP - 1e-9) * SCALE_STEP, 10)
 
 
+def fit_all(steps: list[Path], calibrations: list[Path], out: Path) -> list[dict]:
+    """Every row of the ``gpu_step.csv`` and ``gpu_calibration.csv`` files against the model, written to ``out``."""
+    rows = [r for p in steps for r in step_rows(p)] + [r for p in calibrations for r in calibration_rows(p)]
+    write_rows(rows, out)  # atomically: a cut run leaves the last whole fit
+    return rows
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=Path, nargs="*", default=None,
@@ -189,8 +196,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     steps = sorted(RESULTS.rglob("gpu_step.csv")) if args.steps is None else args.steps
     calibrations = sorted(RESULTS.rglob("gpu_calibration.csv")) if args.calibrations is None else args.calibrations
-    rows = [r for p in steps for r in step_rows(p)] + [r for p in calibrations for r in calibration_rows(p)]
-    write_rows(rows, args.out)  # atomically: a cut run leaves the last whole fit
+    rows = fit_all(steps, calibrations, args.out)
     for r in rows:
         kept = "" if math.isnan(r["kept_scale_needed"]) else f"  kept scale needed {r['kept_scale_needed']:.2f}"
         print(f"{r['source']:<48} {r['method']:<34} T{r['train_len']:<5} × {r['sequences']:<3} own "
