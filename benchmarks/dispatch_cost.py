@@ -19,7 +19,7 @@ The CSV has the machine columns of ``benchmarks/harness.py`` (cpu, cores, torch,
 host the figure describes; on a GPU node the same call also pays a kernel launch, so the figure there is a lower
 bound until ``benchmarks/calibrate_gpu.py`` measures the GPU's steps.
 
-    python benchmarks/dispatch_cost.py              # → benchmarks/results/dispatch_cost.csv (about a minute)
+    python benchmarks/dispatch_cost.py              # → dape_core/config/measured/dispatch_cost.csv (about a minute)
     python benchmarks/dispatch_cost.py --calls 200 --repeats 5 --out /tmp/dispatch_cost.csv   # a smoke run
 """
 
@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import machine_info, write_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_OUT = ROOT / "benchmarks" / "results" / "dispatch_cost.csv"
+DEFAULT_OUT = ROOT / "dape_core" / "config" / "measured" / "dispatch_cost.csv"
 ESTIMATE_CASE = "tiny_step"  # the row dape_core.config.dispatch reads
 
 

@@ -40,7 +40,7 @@ from dape_core.model import GPT, GPTConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "op_counts.csv"
-STEP_OUT = ROOT / "benchmarks" / "results" / "step_op_counts.csv"  # --training-step (dape_core.config.dispatch)
+STEP_OUT = ROOT / "dape_core" / "config" / "measured" / "step_op_counts.csv"  # --training-step (dape_core.config.dispatch)
 #: the settings of a run that its step's operator calls depend on (dape_core.config.dispatch.STEP_KEY)
 STEP_METHOD = ("encoding", "processor", "kernel_size", "tril", "padding", "encoding_shared", "precision")
 STEP_DEPTHS = (1, 2, 3)  # 1 and 2 fit constant + per_layer × n_layer; 3 checks the fit

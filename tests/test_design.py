@@ -1,5 +1,5 @@
-"""The design stage (dape_core/report/design.py): the pilot's claims sized for fresh seeds, priced by its jobs'
-measured seconds, the cheapest kept within the budget, the plan extended by the fresh seeds, and the verdicts read
+"""The design stage (dape_core/report/design.py): the pilot's claims sized for fresh seeds, priced by the work of
+their jobs in reference seconds (the same on every machine), the cheapest kept within the budget, the plan extended by the fresh seeds, and the verdicts read
 on the fresh seeds alone; then the DAG: the pilot and the checkpoint in a dry run, a real run through it."""
 
 from __future__ import annotations
@@ -113,11 +113,17 @@ def test_claims_beyond_max_seeds_unpriced_or_of_timing_are_left_with_why():
     out = design.choose(claims, {"a": {"train": 1.0}}, SETTINGS)
     why = {c["claim_id"]: c["why"] for c in out["left"]}
     assert not out["chosen"] and "more than design.max_seeds = 8" in why["many"]
-    assert "no pilot job-seconds for z" in why["unpriced"] and "interleaved rounds" in why["timing_overhead_shrinks"]
+    assert why["unpriced"].startswith("no price for z (its method has no operator count")
     assert why["absent"] == "the pilot has no rows for it"
+    # the timing claim is decided on its own run (a pilot family), not left undecided by the design
+    assert "timing_overhead_shrinks" not in why
+    assert [c["claim_id"] for c in out["own_run"]] == ["timing_overhead_shrinks"]
+    lines = "\n".join(design.design_lines(out))
+    assert "- decided on its own run: `timing_overhead_shrinks`: read on its own run's interleaved rounds" in lines
+    assert "left undecided: `timing_overhead_shrinks`" not in lines and "decides no claim of seeds" in lines
 
 
-def test_prices_are_the_median_job_seconds_times_threads_and_a_damaged_benchmark_is_named(tmp_path, capsys):
+def test_measured_prices_are_the_median_job_seconds_times_threads_and_a_damaged_benchmark_is_named(tmp_path, capsys):
     paths = []
     for seed, (train, evaluate) in enumerate([(10.0, 2.0), (14.0, 4.0), (12.0, 3.0)]):
         for job, seconds in (("train", train), ("evaluate", evaluate)):
@@ -128,9 +134,13 @@ def test_prices_are_the_median_job_seconds_times_threads_and_a_damaged_benchmark
     cell = tmp_path / "logs/che/task-x/seed0.benchmark.tsv"
     cell.parent.mkdir(parents=True)
     cell.write_text("s\th:m:s\n")  # cut: no row
-    prices = design.unit_prices(paths + [str(cell)], {"train": 2, "evaluate": 1, "che": 1})
+    prices = design.measured_prices(paths + [str(cell)], {"train": 2, "evaluate": 1, "che": 1})
     assert prices == {"run-a": {"train": pytest.approx(2 * 12.0), "evaluate": pytest.approx(3.0)}}
     assert f"{cell}: not a job's benchmark" in capsys.readouterr().out
+    # this machine's speed against the reference prices estimates the wall time, nothing else
+    wall = design.wall_estimate({"prices_cpu_s": {"run-a": {"train": 12.0, "evaluate": 3.0}}, "minutes": 10.0},
+                                prices, "a CPU")
+    assert wall == {"machine": "a CPU", "speed": pytest.approx(27 / 15, abs=1e-3), "wall_minutes": 18.0}
 
 
 def test_the_plan_gets_the_fresh_seeds_in_every_family_of_a_run():
@@ -294,6 +304,47 @@ def test_a_design_run_trains_the_fresh_seeds_it_chose_and_decides_on_them_alone(
         assert seeds and max(seeds) <= claim["seeds"]  # read on the fresh seeds (at most the chosen number)
     again = snakemake(tmp_path, config, "-n", "--cores", "2")
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+    # the same pilot on a machine twice as fast or three times slower: the same claims and seeds, only the wall
+    # time it prints moves
+    assert chosen["chosen"] and chosen["wall"]["speed"] > 0
+    choice = ("chosen", "left", "own_run", "fresh", "fresh_maps", "minutes", "prices_cpu_s")
+    for scale in (0.5, 3.0):
+        again = redesign(tmp_path, plan, chosen, scale)
+        assert {k: again[k] for k in choice} == {k: chosen[k] for k in choice}
+        assert again["wall"]["speed"] == pytest.approx(scale * chosen["wall"]["speed"], rel=0.01)
+
+
+def redesign(tmp_path, plan, chosen, scale):
+    """`dape report design` again on a finished design run's pilot, its jobs' benchmark seconds × ``scale``."""
+    from dape_core.cli import main
+    from dape_core.config import configuration_name, job_cost, plan_path
+
+    def pilot(pattern, jobs):
+        return [str(tmp_path / pattern.format(*job)) for job in jobs]
+
+    benchmarks = []
+    for path in sorted((tmp_path / "logs").rglob("*.benchmark.tsv")):
+        frame = pd.read_csv(path, sep="\t")
+        copy = tmp_path / f"scaled{scale}" / path.relative_to(tmp_path)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        frame.assign(s=frame["s"] * scale).to_csv(copy, sep="\t", index=False)
+        benchmarks.append(str(copy))
+    lm, maps, cells = plan.train_jobs(), plan.attention_jobs(), plan.che_jobs()
+    out = tmp_path / f"design{scale}.json"
+    main(["report", "design", "--plan", str(tmp_path / plan_path(configuration_name([tmp_path / "design.yaml"]))),
+          "--evals", *pilot("results/lm/{}/seed{}/eval.csv", lm),
+          "--summaries", *pilot("results/lm/{}/seed{}/summary.json", lm),
+          "--windows", *pilot("results/lm/{}/seed{}/windows.csv", lm),
+          "--sinks", *pilot("results/lm/{}/seed{}/attention/L{}/sink.csv", maps),
+          "--cells", *pilot("results/che/{}/seed{}.csv", cells),
+          "--prices", json.dumps(job_cost.plan_prices(plan)), "--benchmarks", *benchmarks,
+          "--threads", *(f"{kind}={plan.resources(rule)['threads']}" for kind, rule in
+                         (("train", "train_lm"), ("evaluate", "evaluate_lm"), ("attention", "attention_maps"),
+                          ("che", "che"))),
+          "--budget-minutes", str(chosen["budget_minutes"]), "--fresh-seeds-from", str(chosen["fresh_seeds_from"]),
+          "--max-seeds", str(chosen["max_seeds"]), "--cores", str(chosen["cores"]),
+          "--out", str(out), "--out-md", str(tmp_path / f"design{scale}.md")])
+    return design.read_design(out)
 
 
 def test_the_shifted_configuration_draws_fresh_seeds_the_original_never_used():
@@ -310,7 +361,8 @@ def test_the_shifted_configuration_draws_fresh_seeds_the_original_never_used():
 
 @pytest.mark.parametrize("option, value, field", [("--budget-minutes", "0", "design.budget_minutes"),
                                                   ("--max-seeds", "1.5", "design.max_seeds"),
-                                                  ("--threads", "gpu=2", "threads")])
+                                                  ("--threads", "gpu=2", "threads"),
+                                                  ("--prices", '{"run": {"gpu": 1}}', "prices")])
 def test_the_design_command_refuses_a_bad_value_naming_the_field(option, value, field, capsys):
     from dape_core.cli import main
 
@@ -411,16 +463,22 @@ def test_attention_maps_are_priced_and_run_only_for_a_claim_that_reads_them():
 
 def test_a_design_of_the_previous_version_reads_as_it_ran(tmp_path):
     """A version-2 design.json (no ``fresh_maps``: every fresh seed drew its run's maps) is read with the maps it ran,
-    so a finished run of the previous version needs no manual step; another version is refused naming the rule."""
+    and a version-3 one (priced in measured seconds, the timing claim among those left) with the timing claim
+    decided on its own run, so a finished run of a previous version needs no manual step; another version is
+    refused naming the rule."""
     from dape_core import io
 
-    old = {"version": 2, "fresh_seeds_from": 100, "chosen": [], "left": [], "fresh": {"run-a": [100, 101]},
+    timing = {"claim_id": "timing_overhead_shrinks", "pilot_verdict": CONFIRMED, "why": "not a claim of seeds"}
+    old = {"version": 2, "fresh_seeds_from": 100, "chosen": [], "left": [timing], "fresh": {"run-a": [100, 101]},
            "pilot": {}, "pilot_checks": {}}
     io.write_json(tmp_path / "design.json", old, seal=True)
     read = design.read_design(tmp_path / "design.json")
     assert read["fresh_maps"] == {"run-a": [100, 101]} and read["version"] == design.VERSION
+    assert read["left"] == [] and [c["claim_id"] for c in read["own_run"]] == ["timing_overhead_shrinks"]
+    io.write_json(tmp_path / "v3.json", {**old, "version": 3, "fresh_maps": {}}, seal=True)
+    assert design.read_design(tmp_path / "v3.json")["own_run"][0]["why"] == design.OWN_RUN
     io.write_json(tmp_path / "other.json", {**old, "version": 1}, seal=True)
-    with pytest.raises(ConfigError, match="design version 1; allowed values: 3"):
+    with pytest.raises(ConfigError, match=f"design version 1; allowed values: {design.VERSION}"):
         design.read_design(tmp_path / "other.json")
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dape_core.config import build_plan, estimate, estimate_line, load_yaml
+from dape_core.config import build_plan, estimate, estimate_line, job_cost, load_yaml
 from dape_core.config.estimate import estimate_details, family_hours_text
 from dape_core.config.memory_plan import fit_micro_batches, micro_batch_lines
 from dape_core.errors import ConfigError
@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{family + role:<34} {spec['stage']:<8} " + ", ".join(f"{n} {rule}" for rule, n in counts.items())
               + family_hours_text(figures, family))
     print(estimate_line(plan, figures))
+    if job_cost.design_line(plan):
+        print(job_cost.design_line(plan))
     if figures["calibrated"] or figures["finetune_shapes"]:  # which figure each training shape used
         print("\n".join(estimate_details(figures)))
     if plan.memory:

@@ -16,7 +16,7 @@ counts bound its dispatch from above)::
 ``pieces`` is the number of equal pieces a micro-batch runs in (``micro_batch_size``; 1 without). The four
 coefficients of a method (encoding, processor, kernel_size, tril, padding, encoding_shared, precision, path,
 recompute) are fitted from the top-level aten calls that ``benchmarks/op_counts.py --training-step`` counted with
-``torch.profiler`` at n_layer 1 and 2 (``benchmarks/results/step_op_counts.csv``, :data:`STEP_COUNTS`); its rows at
+``torch.profiler`` at n_layer 1 and 2 (``dape_core/config/measured/step_op_counts.csv``, :data:`STEP_COUNTS`); its rows at
 n_layer 3 are a held-out depth the fit must reproduce (:func:`load_step_counts` refuses a CSV where it does not).
 Counts do not depend on width, batch or length while one query chunk holds every row of a layer (the
 ``materialized`` path's chunk budget is 1 GiB; beyond it each extra chunk adds calls that this model does not
@@ -26,7 +26,7 @@ one call whatever k), else it has no dispatch figure and the FLOP bound stands, 
 **Host cost of one call** (:func:`per_call_cost`): the calibration CSV's where there is one — the least measured
 step time per counted call among its rows of the device (the row closest to pure dispatch) — else the median host
 time per counted call of a training step on tiny tensors that ``benchmarks/dispatch_cost.py`` measured on a CPU
-(``benchmarks/results/dispatch_cost.csv``, :data:`DISPATCH_COST`, row ``tiny_step``: Python, the modules, nested
+(``dape_core/config/measured/dispatch_cost.csv``, :data:`DISPATCH_COST`, row ``tiny_step``: Python, the modules, nested
 aten calls and autograd around each counted call; its row ``ops_mix``, a bare operator call, is the floor), with
 that machine named. A GPU node's host runs the same Python and dispatcher and pays a kernel launch per kernel on
 top, while its CPU may be faster than this one: the figure is the host's, not a GPU measurement.
@@ -46,9 +46,9 @@ from typing import Mapping
 
 from dape_core.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[2]
-STEP_COUNTS = ROOT / "benchmarks" / "results" / "step_op_counts.csv"
-DISPATCH_COST = ROOT / "benchmarks" / "results" / "dispatch_cost.csv"
+MEASURED = Path(__file__).resolve().parent / "measured"  # package data: the tables the estimate reads
+STEP_COUNTS = MEASURED / "step_op_counts.csv"
+DISPATCH_COST = MEASURED / "dispatch_cost.csv"
 STEP_COUNTS_COMMAND = "python benchmarks/op_counts.py --training-step"
 DISPATCH_COST_COMMAND = "python benchmarks/dispatch_cost.py"
 COST_CASE = "tiny_step"  # the dispatch_cost.csv row read (benchmarks/dispatch_cost.py ESTIMATE_CASE)

@@ -21,8 +21,8 @@ in tokens/s of one GPU, taken in this order:
 
 Unless the row was measured (the bound ``measured``), a job's GPU-hours are the larger of that FLOP time (2. or 3.)
 and its **dispatch time**: operator calls per step (:func:`dape_core.config.dispatch.step_calls`, fitted from
-``benchmarks/results/step_op_counts.csv``) × the host cost of one call (the calibration's, else the one measured on
-a CPU in ``benchmarks/results/dispatch_cost.csv``) × steps, on each of the job's GPUs. Models this small are bound
+``dape_core/config/measured/step_op_counts.csv``) × the host cost of one call (the calibration's, else the one measured on
+a CPU in ``dape_core/config/measured/dispatch_cost.csv``) × steps, on each of the job's GPUs. Models this small are bound
 by dispatch: the 3-layer model's step makes about a thousand calls whatever its FLOPs. The bound that decides
 (``flops``, ``dispatch`` or ``measured``) is reported per job, shape and family; a missing or damaged count or cost
 CSV stops the estimate with one line naming the file.
@@ -73,7 +73,7 @@ CALIBRATION_COLUMNS = ("device", *CALIBRATION_KEY, "tokens_per_s", "status")
 NO_TRANSFORMERS = "fine-tune jobs not counted: transformers not installed (pip install -e '.[hf]')"
 
 
-def _shape(settings: dict, vocab_size: int):
+def run_shape(settings: dict, vocab_size: int):
     """The run's decoder settings with the shape resolved from its size (n_layer, n_head, d_model, d_ff)."""
     from dape_core.settings import field_names
     from dape_core.settings.model import GPTConfig
@@ -85,7 +85,7 @@ def _shape(settings: dict, vocab_size: int):
 
 
 def _flops_per_token(settings: dict, vocab_size: int, seq_len: int) -> float:
-    return gpt_flops_per_token(_shape(settings, vocab_size), seq_len)
+    return gpt_flops_per_token(run_shape(settings, vocab_size), seq_len)
 
 
 def training_flops(settings: dict, vocab_size: int) -> float:
@@ -105,7 +105,7 @@ def run_vocab(plan, settings: dict) -> int:
 
 def calibration_key(settings: dict, vocab_size: int) -> dict:
     """A run's calibration key (:data:`CALIBRATION_KEY`): its settings with the shape resolved from the size."""
-    cfg = _shape(settings, vocab_size)
+    cfg = run_shape(settings, vocab_size)
     key = {name: settings[name] for name in (*METHOD, "dape_width", "train_len", *PATH)}
     key.update(size=settings["size"], n_layer=cfg.n_layer, n_head=cfg.n_head, d_model=cfg.d_model,
                vocab_size=vocab_size, micro_batch=settings["batch_size"])
@@ -505,10 +505,6 @@ def estimate_line(plan, e: dict | None = None) -> str:
                  f"({FLOPS} at {flop_rate}, bound flops: the calibration and the operator counts describe `dape "
                  f"train` models only); ≈ {_hours(e['gpu_hours'])} GPU-hours in all")
     line += "; evaluation, timing and CHE jobs not included"
-    design = plan.config.get("design")
-    if design:
-        line += (f"; these are the design's pilot: the fresh seeds it then chooses take at most "
-                 f"{design['budget_minutes']:g} min on {design['cores']} cores (priced from the pilot's jobs)")
     return line
 
 

@@ -63,7 +63,7 @@ POWER_RULE = (
     "a training and an evaluation job (a CHE cell: one job) — in training CPU-hours as this run measured them "
     "(train_wall_s × train_threads) and GPU-hours, the larger of the FLOP time (flops_per_token × tokens / "
     "(gpu_tflops × utilisation)) and the dispatch time (operator calls per step × the per-call host cost measured "
-    "on this CPU, benchmarks/results/dispatch_cost.csv), as `python -m dape_core.config` prints them; the column "
+    "on this CPU, dape_core/config/measured/dispatch_cost.csv), as `python -m dape_core.config` prints them; the column "
     "bound says which decides.")
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -84,8 +85,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--windows", nargs="*", default=[])
     p.add_argument("--sinks", nargs="*", default=[])
     p.add_argument("--cells", nargs="*", default=[])
+    p.add_argument("--prices", type=_prices, required=True,
+                   help="JSON: run or cell → job kind → reference CPU-seconds of one more seed "
+                        "(dape_core.config.job_cost.plan_prices; the workflow passes them)")
     p.add_argument("--benchmarks", nargs="*", default=[], help="the pilot jobs' Snakemake benchmark files (their "
-                   "measured seconds price the fresh seeds; a missing one is priced at its kind's median)")
+                   "measured seconds estimate the fresh seeds' wall time here, never the choice)")
     p.add_argument("--threads", nargs="*", default=[], type=_kind_threads,
                    help="KIND=N: the threads of train, evaluate, attention, che")
     p.add_argument("--budget-minutes", type=_positive_field("design.budget_minutes"), required=True)
@@ -144,6 +148,23 @@ def _kind_threads(text: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(f"threads: {text!r} is not allowed; allowed values: KIND=N with KIND one of "
                                          f"{', '.join(kinds)} and N a whole number ≥ 1")
     return kind, int(n)
+
+
+def _prices(text: str) -> dict[str, dict[str, float]]:
+    """``--prices`` of ``dape report design``: JSON run or cell → job kind → non-negative reference CPU-seconds."""
+    from dape_core.config.job_cost import KINDS
+
+    try:
+        prices = json.loads(text)
+        ok = isinstance(prices, dict) and all(
+            isinstance(p, dict) and all(k in KINDS and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
+                                        for k, v in p.items()) for p in prices.values())
+    except ValueError:
+        ok = False
+    if not ok:
+        raise argparse.ArgumentTypeError(f"prices: {text[:60]!r} is not allowed; allowed values: JSON mapping each "
+                                         f"run or cell to {{kind: CPU-seconds}} with kind one of {', '.join(KINDS)}")
+    return prices
 
 
 def _share(text: str) -> float:
@@ -289,8 +310,10 @@ def draw_figure(args) -> None:
 
 def write_design(args) -> dict:
     """The design stage (:mod:`dape_core.report.design`): the pilot's per-job files aggregated as the reports
-    would, its claims sized for fresh seeds, priced by its jobs' measured seconds, the design written and printed."""
+    would, its claims sized for fresh seeds, priced in reference CPU-seconds of their jobs' work (``--prices``), the
+    design written and printed with its wall time on this machine (from the pilot jobs' measured seconds)."""
     from dape_core.report import aggregate, design
+    from dape_core.timing import cpu_model
     from dape_core.report.claims import evaluate_claims
 
     plan = aggregate.read_plan(args.plan)
@@ -301,7 +324,10 @@ def write_design(args) -> dict:
     pilot = evaluate_claims(lm, che=che, sink=sink, windows=windows, fresh=True)
     threads = dict(args.threads)
     settings = design.DesignSettings(args.budget_minutes, args.fresh_seeds_from, args.max_seeds, args.cores)
-    chosen = design.choose(pilot, design.unit_prices(args.benchmarks, threads), settings)
+    chosen = design.choose(pilot, args.prices, settings)
+    measured = design.measured_prices(args.benchmarks, threads)
+    chosen["measured_cpu_s"] = {u: {k: round(v, 2) for k, v in sorted(p.items())} for u, p in sorted(measured.items())}
+    chosen["wall"] = design.wall_estimate(chosen, measured, cpu_model())
     lines = design.design_lines(chosen)
     io.write_json(args.out, chosen, seal=True)
     io.write_text(args.out_md, "# Design\n\n" + "\n".join(lines) + "\n")

@@ -7,18 +7,21 @@ arithmetic of :func:`~dape_core.report.intervals.seeds_to_decide` at 80 % power 
 checks that must all be CONFIRMED at 0.8^(1/k), :func:`~dape_core.report.claim_costs.claim_power` —, n from 3 with
 ν = n − 1, a comparison's σ its own spread moderated towards its setting's pooled one and not below its own,
 :func:`~dape_core.report.claim_context.sizing_sd`; each check's runs get the seeds that check needs, a run of
-several checks the largest). Each claim's fresh seeds are priced from the pilot's own measured job-seconds
-(Snakemake's benchmark of every training, evaluation, attention-map and CHE job: the median over the pilot's
-seeds of a run's jobs, × the job's threads, spread over ``design.cores``; attention maps only for a claim read on
-them), and the claims are kept cheapest first — the claim whose *extra* cost, given the seeds already chosen for
-others, is the smallest — while the total fits ``design.budget_minutes``. The chosen claims' runs (LM runs or CHE
-cells) get fresh seeds ``fresh_seeds_from``, ``fresh_seeds_from + 1``, … — the same
-numbers on every run, so that runs of one setting pair by seed — and the verdicts come from those fresh seeds
-only (:func:`fresh_only`): no seed both chose a comparison and decides it, so the pilot needs no sequential
-correction. The same pilot results give the same design (nothing random, ties broken by the claims' order).
+several checks the largest). Each claim's fresh seeds are priced by the work of their jobs in *reference*
+CPU-seconds (:func:`dape_core.config.job_cost.plan_prices`: a start per job, operator calls and FLOPs, priced by
+one committed table; training, evaluation, CHE and — only for a claim read on them — attention-map jobs), and
+the claims are kept cheapest first — the claim whose *extra* cost, given the seeds already chosen for others, is
+the smallest — while the total fits ``design.budget_minutes`` reference minutes on ``design.cores``. The prices do
+not depend on the machine or its load, so the same pilot results choose the same claims and seeds everywhere;
+what varies is the wall time, which the design estimates from the pilot's own measured job-seconds
+(:func:`measured_prices`, :func:`wall_estimate`) and prints. The chosen claims' runs (LM runs or CHE cells) get
+fresh seeds ``fresh_seeds_from``, ``fresh_seeds_from + 1``, … — the same numbers on every run, so that runs of one
+setting pair by seed — and the verdicts of claims of seeds come from those fresh seeds only (:func:`fresh_only`):
+no seed both chose a comparison and decides it, so the pilot needs no sequential correction. The same pilot
+results give the same design (nothing random, ties broken by the claims' order).
 
-The timing claim is not a claim of seeds (its interval comes from interleaved rounds of its own run): the design
-leaves it to its run.
+The timing claim is not a claim of seeds: its interval comes from interleaved rounds of its own run, a pilot
+family, which decides it (``own_run``); the design gives it no seeds.
 """
 
 from __future__ import annotations
@@ -35,11 +38,13 @@ from dape_core import artefacts
 from dape_core.errors import ConfigError
 from dape_core.report.intervals import CONFIRMED, NOT_RUN, REFUTED, UNDECIDED
 
-VERSION = 3  # 2: the pilot's checks per claim (pilot_checks); 3: attention maps only where a chosen claim reads them
+VERSION = 4  # 2: the pilot's checks per claim (pilot_checks); 3: attention maps only where a chosen claim reads them;
+#             4: priced in reference CPU-seconds of the jobs' work (dape_core.config.job_cost), the timing claim own_run
 #: rules whose pilot jobs price one more seed of an LM run, and of a CHE cell
 LM_JOB_RULES = ("train", "evaluate", "attention")
 DESIGN = artefacts.Kind("seed design (rule design)", "design",
                         keys=("version", "fresh_seeds_from", "chosen", "left", "fresh", "pilot", "pilot_checks"))
+OWN_RUN = "read on its own run's interleaved rounds (a pilot family), not a claim of seeds"
 
 
 def _reads_maps() -> set[str]:
@@ -59,7 +64,8 @@ def _not_seeded() -> set[str]:
 
 @dataclass(frozen=True)
 class DesignSettings:
-    """The ``design`` block of a configuration (workflow/schemas/config.schema.yaml)."""
+    """The ``design`` block of a configuration (workflow/schemas/config.schema.yaml): ``budget_minutes`` reference
+    minutes on ``cores`` cores."""
 
     budget_minutes: float
     fresh_seeds_from: int = 100
@@ -70,7 +76,7 @@ class DesignSettings:
 # ------------------------------------------------------------------------------------------------ prices
 def benchmark_seconds(path: str | Path) -> float | None:
     """The wall seconds Snakemake's benchmark file records for one job (column ``s``); None, with one line
-    naming the file, when it is missing or damaged (the job is then priced at its kind's median)."""
+    naming the file, when it is missing or damaged (the job is then counted at its kind's median)."""
     try:
         frame = pd.read_csv(path, sep="\t")
         value = float(frame["s"].iloc[0])
@@ -78,7 +84,7 @@ def benchmark_seconds(path: str | Path) -> float | None:
             raise ValueError(f"{len(frame)} rows, s = {value}")
         return value
     except Exception as err:  # noqa: BLE001 - any damage: named, the job priced at its kind's median
-        print(f"dape design: {path}: not a job's benchmark ({type(err).__name__}: {err}); priced at its kind's "
+        print(f"dape design: {path}: not a job's benchmark ({type(err).__name__}: {err}); counted at its kind's "
               "median", flush=True)
         return None
 
@@ -95,11 +101,12 @@ def _job_of(path: Path) -> tuple[str, str, str] | None:
     return None
 
 
-def unit_prices(benchmarks: list[str], threads: dict[str, int]) -> dict[str, dict[str, float]]:
-    """CPU-seconds of one more seed of each LM run or CHE cell, per job kind (``train``, ``evaluate``,
-    ``attention``: its attention maps, ``che``): per job the median over the pilot's seeds of its wall seconds ×
-    the rule's threads (``threads``: train, evaluate, attention, che); a job whose benchmark is damaged is priced
-    at the median of its kind."""
+def measured_prices(benchmarks: list[str], threads: dict[str, int]) -> dict[str, dict[str, float]]:
+    """This machine's CPU-seconds of one more seed of each LM run or CHE cell, per job kind (``train``,
+    ``evaluate``, ``attention``: its attention maps, ``che``): per job the median over the pilot's seeds of its
+    wall seconds × the rule's threads (``threads``: train, evaluate, attention, che); a job whose benchmark is
+    damaged counts at the median of its kind. It estimates the wall time (:func:`wall_estimate`), never the
+    choice."""
     seconds: dict[tuple[str, str], dict[str, list[float]]] = {}
     by_kind: dict[str, list[float]] = {}
     missing = []
@@ -134,24 +141,36 @@ def seed_price(prices: dict[str, dict[str, float]], unit: str, maps: bool) -> fl
     return sum(v for kind, v in prices[unit].items() if maps or kind != "attention")
 
 
+def wall_estimate(design: dict, measured: dict[str, dict[str, float]], machine: str) -> dict | None:
+    """This machine's speed against the reference prices — its pilot's measured CPU-seconds over their prices,
+    summed over every (run, kind) both hold — and the chosen fresh seeds' wall minutes on ``design.cores`` at it;
+    None without a measured pilot job."""
+    prices = design["prices_cpu_s"]
+    pairs = [(measured[u][k], prices[u][k]) for u in measured if u in prices for k in measured[u] if k in prices[u]]
+    if not pairs or sum(p for _, p in pairs) <= 0:
+        return None
+    speed = sum(m for m, _ in pairs) / sum(p for _, p in pairs)
+    return {"machine": machine, "speed": round(speed, 3), "wall_minutes": round(design["minutes"] * speed, 1)}
+
+
 # ------------------------------------------------------------------------------------------------ the design
 def choose(pilot: pd.DataFrame, prices: dict[str, dict[str, float]], settings: DesignSettings) -> dict:
-    """The design from the pilot's claims (``pilot``: :func:`evaluate_claims` with ``fresh``) and the price of one
-    more seed of each run or cell per job kind (:func:`unit_prices`): the claims kept cheapest first while the
-    budget holds, the fresh seeds of each run or cell (``fresh``) and those of them that also get attention maps
+    """The design from the pilot's claims (``pilot``: :func:`evaluate_claims` with ``fresh``) and the reference
+    price of one more seed of each run or cell per job kind (:func:`dape_core.config.job_cost.plan_prices`): the
+    claims kept cheapest first while the budget holds, the fresh seeds of each run or cell (``fresh``) and those of them that also get attention maps
     (``fresh_maps``: the seeds of claims read on the maps, the sink claim's; no other claim reads them), and for
     every claim left out why (no affordable or no finite seed count, over the budget, no price) with what it would
     need."""
     budget = settings.budget_minutes * 60 * settings.cores  # CPU-seconds
     seeds: dict[str, int] = {}
     map_seeds: dict[str, int] = {}
-    candidates, left, not_seeded, reads_maps = [], [], _not_seeded(), _reads_maps()
+    candidates, left, own_run, not_seeded, reads_maps = [], [], [], _not_seeded(), _reads_maps()
     for order, r in enumerate(pilot.to_dict("records")):
         claim, n, runs = r["claim_id"], r.get("fresh_seeds"), list(r.get("fresh_runs") or [])
         per_run = r.get("fresh_run_seeds") if isinstance(r.get("fresh_run_seeds"), dict) else {}
         base = {"claim_id": claim, "pilot_verdict": r["verdict"], "fresh_text": r.get("fresh_text") or ""}
         if claim in not_seeded:
-            left.append({**base, "why": "not a claim of seeds: read on its own run's interleaved rounds"})
+            own_run.append({**base, "why": OWN_RUN})
         elif r["verdict"] == NOT_RUN:
             left.append({**base, "why": "the pilot has no rows for it"})
         elif n is None or (isinstance(n, float) and not math.isfinite(n)):
@@ -162,7 +181,8 @@ def choose(pilot: pd.DataFrame, prices: dict[str, dict[str, float]], settings: D
                                                         f"design.max_seeds = {settings.max_seeds}"})
         elif not runs or any(u not in prices for u in runs):
             unpriced = sorted(u for u in runs if u not in prices) or ["its runs"]
-            left.append({**base, "seeds": int(n), "why": f"no pilot job-seconds for {', '.join(unpriced)}"})
+            left.append({**base, "seeds": int(n), "why": f"no price for {', '.join(unpriced)} (its method has no "
+                                                        "operator count: benchmarks/op_counts.py)"})
         else:
             run_seeds = {u: int(per_run.get(u, n)) for u in sorted(runs)}
             candidates.append((order, {**base, "seeds": int(n), "runs": sorted(runs), "run_seeds": run_seeds,
@@ -198,7 +218,7 @@ def choose(pilot: pd.DataFrame, prices: dict[str, dict[str, float]], settings: D
     return {"version": VERSION, "budget_minutes": settings.budget_minutes, "cores": settings.cores,
             "max_seeds": settings.max_seeds, "fresh_seeds_from": start,
             "minutes": round(spent / settings.cores / 60, 2), "chosen": chosen,
-            "left": sorted(left, key=lambda c: list(pilot["claim_id"]).index(c["claim_id"])),
+            "left": sorted(left, key=lambda c: list(pilot["claim_id"]).index(c["claim_id"])), "own_run": own_run,
             "fresh": fresh, "fresh_maps": fresh_maps,
             "prices_cpu_s": {u: {kind: round(v, 2) for kind, v in sorted(p.items())} for u, p in sorted(prices.items())},
             "pilot": {r["claim_id"]: r["verdict"] for r in pilot.to_dict("records")},
@@ -246,28 +266,40 @@ def design_lines(design: dict) -> list[str]:
     """The design in a few lines (the console, design.md and claims.md)."""
     chosen = design["chosen"]
     out = [f"Design: {len(chosen)} claims get fresh seeds (from {design['fresh_seeds_from']}) in ≈ "
-           f"{design['minutes']:.1f} of {design['budget_minutes']:g} min on {design['cores']} cores, priced from "
-           "the pilot's measured job-seconds; the pilot chose them and decides none (verdicts from the fresh seeds "
-           "only)."]
+           f"{design['minutes']:.1f} of {design['budget_minutes']:g} reference minutes on {design['cores']} cores, "
+           "priced by their jobs' work (the same on every machine); the pilot chose them and decides no claim of "
+           "seeds (their verdicts come from the fresh seeds only)."]
+    wall = design.get("wall")
+    if wall:
+        out.append(f"On this machine ({wall['machine']}) the pilot's jobs took ×{wall['speed']:.2f} their reference "
+                   f"prices: the fresh seeds ≈ {wall['wall_minutes']:.1f} wall minutes on {design['cores']} cores.")
     for c in chosen:
         out.append(f"- seeds chosen: `{c['claim_id']}` {seeds_text(c)} per method on {len(c['runs'])} runs "
                    f"(+{c['extra_minutes']:.1f} min; pilot {c['pilot_verdict']}; {c['fresh_text']})")
     for c in design["left"]:
         out.append(f"- left undecided: `{c['claim_id']}`: {c['why']} (pilot {c['pilot_verdict']})")
+    for c in design.get("own_run", []):
+        out.append(f"- decided on its own run: `{c['claim_id']}`: {c['why']}")
     return out
 
 
 def read_design(path: str | Path) -> dict:
-    """A design.json, verified (its seal, its version, its keys). A version-2 design (written before ``fresh_maps``)
-    reads as it ran: attention maps at every fresh seed of a run that has them."""
+    """A design.json, verified (its seal, its version, its keys). An older design reads as it ran: version 2
+    (before ``fresh_maps``) with attention maps at every fresh seed of a run that has them; versions 2 and 3
+    (priced in measured seconds) with the claims not of seeds moved from ``left`` to ``own_run``."""
     design = artefacts.read_json(path, DESIGN)
     if design.get("version") == 2:
-        return {**design, "fresh_maps": dict(design["fresh"]), "version": VERSION}
+        design = {**design, "fresh_maps": dict(design["fresh"]), "version": 3}
+    if design.get("version") == 3 and "fresh_maps" in design:
+        not_seeded = _not_seeded()
+        design = {**design, "version": VERSION, "own_run": [{**c, "why": OWN_RUN} for c in design["left"]
+                                                             if c["claim_id"] in not_seeded],
+                  "left": [c for c in design["left"] if c["claim_id"] not in not_seeded]}
     if design.get("version") != VERSION:
         raise ConfigError(f"{path}: design version {design.get('version')!r}; allowed values: {VERSION} (rerun the "
                           "design rule)")
-    if "fresh_maps" not in design:
-        raise artefacts.fail(path, "a version-3 design without fresh_maps", DESIGN.rule)
+    if "fresh_maps" not in design or "own_run" not in design:
+        raise artefacts.fail(path, f"a version-{VERSION} design without fresh_maps or own_run", DESIGN.rule)
     return design
 
 
@@ -296,8 +328,10 @@ def annotate(verdicts: pd.DataFrame, design: dict) -> pd.DataFrame:
     judged_at = pilot_intervals(design)
     left = {c["claim_id"]: c for c in design["left"]}
     out = verdicts.copy()
+    own_run = {c["claim_id"] for c in design.get("own_run", [])}
     out["design"] = [("fresh seeds chosen" if cid in {c["claim_id"] for c in design["chosen"]}
-                      else f"left undecided: {left[cid]['why']}" if cid in left else "")
+                      else f"left undecided: {left[cid]['why']}" if cid in left
+                      else f"decided on its own run: {OWN_RUN}" if cid in own_run else "")
                      for cid in out["claim_id"]]
     lost = out["claim_id"].isin(left) & (out["verdict"] == NOT_RUN) & out["claim_id"].map(
         lambda c: design["pilot"].get(c, NOT_RUN) != NOT_RUN)

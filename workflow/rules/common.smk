@@ -9,6 +9,7 @@ reruns exactly the jobs it reaches. Resources (threads, mem_mb, runtime, gpu) co
 rules are local rules and need none.
 """
 
+import json
 import os
 import re
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 from snakemake.logging import logger
 
 from dape_core import config as grid
+from dape_core.config import job_cost
 from dape_core.errors import ConfigError
 
 # Jobs call `dape` of the Python that runs Snakemake, so a virtual environment need not be activated; under
@@ -46,6 +48,8 @@ DESIGN_JSON = f"{REPORTS}/design.json"
 DESIGNED_PLAN_JSON = PLAN_JSON.removesuffix(".json") + ".designed.json"
 if workflow.is_main_process:  # not again in every job step of a cluster run
     logger.info(grid.estimate_line(PLAN))
+    if job_cost.design_line(PLAN):
+        logger.info(job_cost.design_line(PLAN))
 
 DATA_FILES = ("train.bin", "val.bin", "train.docs.npy", "val.docs.npy", "token_bytes.npy", "tokenizer.json",
               "meta.json")

@@ -1,6 +1,7 @@
 """The design stage (a configuration's `design` block, dape_core/report/design.py): the families as written are the
 pilot; the checkpoint `design` sizes, per claim, the fresh seeds that would decide it at the pilot's effects and
-noise, keeps the cheapest that fit design.budget_minutes (priced from the pilot jobs' measured seconds) and writes
+noise, keeps the cheapest that fit design.budget_minutes (reference minutes: priced by the work of their jobs,
+dape_core/config/job_cost.py, the same on every machine) and writes
 {REPORTS}/design.json; the aggregates then read the pilot's and the fresh seeds' jobs (common.smk final_plan), and
 the claims the fresh seeds only. `snakemake -n` shows the pilot and the checkpoint; the fresh jobs appear once it ran."""
 
@@ -20,7 +21,8 @@ if DESIGN:
         params:
             # the fingerprint: a changed budget or seed range redoes the design (and what it reaches)
             settings=DESIGN,
-            benchmarks=pilot_benchmarks(),
+            prices=json.dumps(job_cost.plan_prices(PLAN), sort_keys=True),  # reference CPU-s: a changed price redoes it
+            benchmarks=pilot_benchmarks(),  # this machine's seconds: the wall time it prints, never the choice
             threads=" ".join(f"{kind}={threads_of(rule)}" for kind, rule in (("train", "train_lm"),
                              ("evaluate", "evaluate_lm"), ("attention", "attention_maps"), ("che", "che"))),
         localrule: True
@@ -31,7 +33,7 @@ if DESIGN:
         shell:
             "dape report design --plan {input.plan} --evals {input.evals} --summaries {input.summaries}"
             " --windows {input.windows} --sinks {input.sinks} --cells {input.cells}"
-            " --benchmarks {params.benchmarks} --threads {params.threads}"
+            " --prices '{params.prices}' --benchmarks {params.benchmarks} --threads {params.threads}"
             " --budget-minutes {params.settings[budget_minutes]} --fresh-seeds-from {params.settings[fresh_seeds_from]}"
             " --max-seeds {params.settings[max_seeds]} --cores {params.settings[cores]}"
             " --out {output.design} --out-md {output.markdown} > {log} 2>&1 && cat {output.markdown}"
