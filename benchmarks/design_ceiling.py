@@ -61,7 +61,7 @@ def ceiling(tables: dict, design: dict, budgets, caps) -> pd.DataFrame:
                 rows.append({"max_seeds": cap, "budget_minutes": budget, "claim_id": c["claim_id"], "kept": True,
                              "seeds": designs.seeds_text(c), "extra_minutes": c["extra_minutes"],
                              "cumulative_minutes": round(spent, 2), "why": ""})
-            for c in chosen["left"]:
+            for c in chosen["left"] + chosen["own_run"]:
                 rows.append({"max_seeds": cap, "budget_minutes": budget, "claim_id": c["claim_id"], "kept": False,
                              "seeds": str(c.get("seeds", "")), "extra_minutes": None, "cumulative_minutes": None,
                              "why": c["why"]})

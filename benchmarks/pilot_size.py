@@ -81,7 +81,7 @@ def main(argv=None) -> int:
         for c in chosen["chosen"]:
             rows.append({"pilot": pilot, "claim_id": c["claim_id"], "kept": True, "seeds": seeds_text(c),
                          "extra_minutes": c["extra_minutes"], "why": ""})
-        for c in chosen["left"]:
+        for c in chosen["left"] + chosen["own_run"]:
             rows.append({"pilot": pilot, "claim_id": c["claim_id"], "kept": False, "seeds": str(c.get("seeds", "")),
                          "extra_minutes": None, "why": c["why"]})
         print(f"{pilot}: {len(chosen['chosen'])} claims in {chosen['minutes']:.1f} of {args.budget_minutes:g} min: "

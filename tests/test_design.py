@@ -5,6 +5,7 @@ on the fresh seeds alone; then the DAG: the pilot and the checkpoint in a dry ru
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -12,7 +13,7 @@ import yaml
 
 from dape_core.config import build_plan, load_yaml
 from dape_core.errors import ConfigError
-from dape_core.report import design
+from dape_core.report import design, protocol
 from dape_core.report.claims import CONFIRMED, NOT_RUN, REFUTED, UNDECIDED, evaluate_claims
 from dape_core.report.intervals import Interval, seeds_to_decide
 from test_claims import frame, runs
@@ -298,6 +299,11 @@ def test_a_design_run_trains_the_fresh_seeds_it_chose_and_decides_on_them_alone(
     assert trained == set(plan.train_jobs()) | fresh  # the pilot's jobs and exactly the fresh seeds chosen
     claims = pd.read_csv(reports / "claims.csv").set_index("claim_id")
     assert "## Design" in (reports / "claims.md").read_text()
+    # the protocol was sealed with the design, before any fresh seed ran, and the verdicts were read under it
+    sealed = protocol.read_protocol(reports / "protocol.json")
+    assert sealed["fresh"] == chosen["fresh"] and sealed["fresh_results_present"] == []
+    assert "Protocol: **confirmatory**" in (reports / "claims.md").read_text()
+    assert set(claims["protocol"]) == {"confirmatory"}
     for claim in chosen["chosen"]:
         numbers = json.loads(claims.loc[claim["claim_id"], "numbers"])
         seeds = {check.get("n_seeds") for check in numbers.values()} - {None}
@@ -312,6 +318,9 @@ def test_a_design_run_trains_the_fresh_seeds_it_chose_and_decides_on_them_alone(
         again = redesign(tmp_path, plan, chosen, scale)
         assert {k: again[k] for k in choice} == {k: chosen[k] for k in choice}
         assert again["wall"]["speed"] == pytest.approx(scale * chosen["wall"]["speed"], rel=0.01)
+        # a design redone on a finished block seals its protocol after the data: not a confirmatory look
+        state, reasons = protocol.status(protocol.read_protocol(tmp_path / f"protocol{scale}.json"), again)
+        assert state == "exploratory" and "sealed after" in reasons[0]
 
 
 def redesign(tmp_path, plan, chosen, scale):
@@ -324,6 +333,9 @@ def redesign(tmp_path, plan, chosen, scale):
 
     benchmarks = []
     for path in sorted((tmp_path / "logs").rglob("*.benchmark.tsv")):
+        seed = re.search(r"seed(\d+)", str(path.relative_to(tmp_path)))
+        if seed and int(seed.group(1)) >= chosen["fresh_seeds_from"]:
+            continue  # the pilot's jobs only, as the design read them
         frame = pd.read_csv(path, sep="\t")
         copy = tmp_path / f"scaled{scale}" / path.relative_to(tmp_path)
         copy.parent.mkdir(parents=True, exist_ok=True)
@@ -343,7 +355,8 @@ def redesign(tmp_path, plan, chosen, scale):
                           ("che", "che"))),
           "--budget-minutes", str(chosen["budget_minutes"]), "--fresh-seeds-from", str(chosen["fresh_seeds_from"]),
           "--max-seeds", str(chosen["max_seeds"]), "--cores", str(chosen["cores"]),
-          "--out", str(out), "--out-md", str(tmp_path / f"design{scale}.md")])
+          "--out", str(out), "--out-md", str(tmp_path / f"design{scale}.md"),
+          "--out-protocol", str(tmp_path / f"protocol{scale}.json"), "--results", str(tmp_path / "results")])
     return design.read_design(out)
 
 

@@ -98,10 +98,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--cores", type=_positive_field("design.cores", integer=True), required=True)
     p.add_argument("--out", required=True, help="design.json")
     p.add_argument("--out-md", required=True, help="design.md")
+    p.add_argument("--out-protocol", required=True, help="protocol.json: the block's protocol, sealed before its "
+                   "fresh seeds run (dape_core.report.protocol)")
+    p.add_argument("--results", default="results", help="the results folder (fresh results already there are "
+                   "recorded in the protocol)")
 
     p = command("claims", "claim verdicts: claims.md and claims.csv")
     _add_sources(p)
     p.add_argument("--design", help="design.json: the verdicts read the fresh seeds only, and say the design")
+    p.add_argument("--protocol", help="protocol.json: the protocol sealed with the design; claims.md says whether "
+                   "the verdicts were read under it (confirmatory)")
+    p.add_argument("--ledger", help="ledger.csv (benchmarks/ledger.py): the looks the configuration's committed "
+                   "history holds, which claims.md states")
     p.add_argument("--windows", help="lm_windows.csv: per-window losses (the intervals' windows)")
     p.add_argument("--gpu-tflops", type=_positive_field("gpu_tflops"), help="estimate.gpu_tflops: the GPU-hours of "
                    "the extra seeds that would decide an open claim (default: the schema's)")
@@ -238,7 +246,7 @@ def run(args) -> int:
         write_claims(_read(args.lm), _read(args.timing), _read(args.che), _read(args.sink), args.out_md,
                      args.out_csv, windows=_read(args.windows), gpu_tflops=args.gpu_tflops,
                      utilisation=args.utilisation, timing_repeats=_read(args.timing_repeats),
-                     design=args.design)
+                     design=args.design, protocol_path=args.protocol, ledger_path=args.ledger)
     else:
         from dape_core.report.compare import compare_markdown, ordering
 
@@ -312,7 +320,7 @@ def write_design(args) -> dict:
     """The design stage (:mod:`dape_core.report.design`): the pilot's per-job files aggregated as the reports
     would, its claims sized for fresh seeds, priced in reference CPU-seconds of their jobs' work (``--prices``), the
     design written and printed with its wall time on this machine (from the pilot jobs' measured seconds)."""
-    from dape_core.report import aggregate, design
+    from dape_core.report import aggregate, design, protocol
     from dape_core.timing import cpu_model
     from dape_core.report.claims import evaluate_claims
 
@@ -329,6 +337,7 @@ def write_design(args) -> dict:
     chosen["measured_cpu_s"] = {u: {k: round(v, 2) for k, v in sorted(p.items())} for u, p in sorted(measured.items())}
     chosen["wall"] = design.wall_estimate(chosen, measured, cpu_model())
     lines = design.design_lines(chosen)
+    io.write_json(args.out_protocol, protocol.protocol(chosen, args.results), seal=True)
     io.write_json(args.out, chosen, seal=True)
     io.write_text(args.out_md, "# Design\n\n" + "\n".join(lines) + "\n")
     print("\n".join(f"dape design: {line}" for line in lines), flush=True)
@@ -337,12 +346,15 @@ def write_design(args) -> dict:
 
 def write_claims(lm, timing, che, sink, out_md: str | Path, out_csv: str | Path, windows=None,
                  gpu_tflops: float | None = None, utilisation: float | None = None,
-                 timing_repeats=None, design: str | Path | None = None) -> pd.DataFrame:
+                 timing_repeats=None, design: str | Path | None = None,
+                 protocol_path: str | Path | None = None, ledger_path: str | Path | None = None) -> pd.DataFrame:
     """The claim verdicts on this run, next to the same rules applied to the paper's own numbers, and the
     Spearman ρ of each setting's method ordering against the paper's; ``gpu_tflops`` and ``utilisation`` price
     the seeds that would decide the open claims. With ``design`` (design.json) the verdicts read the fresh seeds
-    only and claims.md shows the design."""
+    only and claims.md shows the design and whether they were read under the protocol sealed with it
+    (``protocol_path``; none: exploratory), and with ``ledger_path`` how many looks its history holds."""
     from dape_core.report import design as designs
+    from dape_core.report import protocol
     from dape_core.report.claims import claims_markdown, evaluate_claims, evaluate_claims_on_paper
     from dape_core.report.compare import setting_correlations
     from dape_core.report.holm import holm_verdicts
@@ -359,9 +371,17 @@ def write_claims(lm, timing, che, sink, out_md: str | Path, out_csv: str | Path,
         lm, timing=timing, che=che, sink=sink, windows=windows, timing_repeats=timing_repeats, claim_ids=ids,
         min_comparisons=at_least))
     verdicts["holm_verdict"] = holm.reindex(verdicts["claim_id"]).to_numpy()
+    block = None
+    if chosen is not None:
+        sealed = protocol.read_protocol(protocol_path) if protocol_path else None
+        state, reasons = protocol.status(sealed, chosen)
+        verdicts["protocol"] = state
+        block = protocol.status_line(state, reasons, sealed and sealed["analysis_digest"])
+        if ledger_path:
+            block += "\n\n" + protocol.looks_line(protocol.read_ledger(ledger_path))
     rho = setting_correlations(lm) if lm is not None and len(lm) else None
     io.write_text(out_md, claims_markdown(verdicts, paper=evaluate_claims_on_paper(), rho=rho,
-                                          design=designs.design_lines(chosen) if chosen else None))
+                                          design=[block, "", *designs.design_lines(chosen)] if chosen else None))
     table = verdicts.assign(numbers=verdicts["numbers"].map(lambda n: json.dumps(n, default=str, sort_keys=True)))
     io.write_csv(out_csv, table, seal=True)
     return verdicts

@@ -45,6 +45,7 @@ PLAN_JSON = grid.plan_path(CONFIGURATION)
 # a configuration with a design block runs its families as a pilot, then the seeds the design chose (design.smk)
 DESIGN = PLAN.config.get("design")
 DESIGN_JSON = f"{REPORTS}/design.json"
+PROTOCOL_JSON = f"{REPORTS}/protocol.json"
 DESIGNED_PLAN_JSON = PLAN_JSON.removesuffix(".json") + ".designed.json"
 if workflow.is_main_process:  # not again in every job step of a cluster run
     logger.info(grid.estimate_line(PLAN))

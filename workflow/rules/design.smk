@@ -18,6 +18,7 @@ if DESIGN:
         output:
             design=DESIGN_JSON,
             markdown=f"{REPORTS}/design.md",
+            protocol=PROTOCOL_JSON,  # sealed in this job, before any fresh seed can run
         params:
             # the fingerprint: a changed budget or seed range redoes the design (and what it reaches)
             settings=DESIGN,
@@ -36,7 +37,8 @@ if DESIGN:
             " --prices '{params.prices}' --benchmarks {params.benchmarks} --threads {params.threads}"
             " --budget-minutes {params.settings[budget_minutes]} --fresh-seeds-from {params.settings[fresh_seeds_from]}"
             " --max-seeds {params.settings[max_seeds]} --cores {params.settings[cores]}"
-            " --out {output.design} --out-md {output.markdown} > {log} 2>&1 && cat {output.markdown}"
+            " --out {output.design} --out-md {output.markdown} --out-protocol {output.protocol} --results results"
+            " > {log} 2>&1 && cat {output.markdown}"
 
     rule write_designed_plan:
         input:

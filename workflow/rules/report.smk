@@ -269,13 +269,16 @@ rule claims:
         unpack(
             lambda wildcards: report_inputs(wildcards)
             | ({"windows": f"{REPORTS}/lm_windows.csv"} if PLAN.lm_jobs() else {})
-            | ({"design": DESIGN_JSON} if DESIGN else {})  # the verdicts read the fresh seeds only
+            | ({"design": DESIGN_JSON, "protocol": PROTOCOL_JSON} if DESIGN else {})  # the fresh seeds only, read
+            # under the protocol sealed before they ran
         ),
     output:
         markdown=report(f"{REPORTS}/claims.md", caption="../report/claims.rst", category="Claims"),
         table=f"{REPORTS}/claims.csv",
     params:
         sources=report_sources,
+        # the looks the configuration's committed history holds (benchmarks/ledger.py writes it)
+        ledger=f"--ledger {REPORTS}/ledger.csv" if DESIGN and Path(f"{REPORTS}/ledger.csv").exists() else "",
         gpu_tflops=PLAN.config["estimate"]["gpu_tflops"],
         utilisation=PLAN.config["estimate"]["utilisation"],
     localrule: True
@@ -284,7 +287,8 @@ rule claims:
     conda:
         "../../envs/report.yaml"
     shell:
-        "dape report claims {params.sources} --gpu-tflops {params.gpu_tflops} --utilisation {params.utilisation}"
+        "dape report claims {params.sources} {params.ledger} --gpu-tflops {params.gpu_tflops}"
+        " --utilisation {params.utilisation}"
         " --out-md {output.markdown} --out-csv {output.table} > {log} 2>&1"
 
 
