@@ -14,7 +14,7 @@ if not workflow.overwrite_configfiles:
 
     configfile: "config.yaml"
 
-# common.smk's build_plan validates `config` against workflow/schemas/config.schema.yaml, fills in its defaults and
+# common.smk's build_plan validates `config` against dape_core/config/config.schema.yaml, fills in its defaults and
 # names a wrong field with its allowed values (dape_core.config.schema): once, with libyaml.
 
 

@@ -178,7 +178,7 @@ def test_timing_and_che_aggregation_carry_roles(tmp_path):
 
 
 def test_report_roles_are_the_schemas():
-    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    schema = yaml.safe_load((REPO / "dape_core" / "config" / "config.schema.yaml").read_text())
     enum = schema["$defs"]["family"]["properties"]["role"]["enum"]
     assert set(aggregate.ROLES) == {role for role in enum if role is not None}
 

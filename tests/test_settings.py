@@ -14,6 +14,7 @@ from dape_core.config import SCHEMA_PATH, group, load_yaml
 from dape_core.config.schema import SETTINGS_BLOCKS, full_schema
 from dape_core.errors import ConfigError
 from dape_core.settings import AttentionSettings
+from workflow_fixture import REPO
 
 SCHEMA = full_schema(load_yaml(SCHEMA_PATH))["$defs"]  # as validation uses it: completed from the dataclasses
 
@@ -133,7 +134,9 @@ def test_options_round_trip_through_the_derived_command_line():
 def test_the_settings_reference_is_generated_from_the_dataclasses():
     """docs/settings.md is what dape_core.settings.reference generates now: a changed default, help or allowed
     value in a dataclass shows up there (regenerate with `python -m dape_core.settings.reference --write ...`)."""
-    from dape_core.settings.reference import REFERENCE, reference
+    from dape_core.settings.reference import reference
+
+    REFERENCE = REPO / "docs" / "settings.md"
 
     text = reference()
     assert REFERENCE.read_text(encoding="utf-8") == text, "docs/settings.md is stale: regenerate it"

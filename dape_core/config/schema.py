@@ -1,7 +1,7 @@
 """The configuration's JSON schema: validation, defaults filled in, and its errors as messages that name the field
 and the allowed values.
 
-``workflow/schemas/config.schema.yaml`` holds the configuration's structure and what only the schema knows
+``dape_core/config/config.schema.yaml`` holds the configuration's structure and what only the schema knows
 (ranges, patterns, keys that are not settings). A setting that a settings dataclass declares is completed from
 that dataclass (:func:`full_schema`): its JSON type, default, allowed values (``enum``) and description are the
 dataclass field's, written there once; the YAML entry adds only constraints (``minimum: 1``, ``minItems``, …)."""
@@ -17,7 +17,7 @@ import yaml
 
 from dape_core.errors import ConfigError
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA_PATH = Path(__file__).resolve().parent / "config.schema.yaml"  # package data
 
 
 # libyaml's loader where PyYAML has it: the same documents as yaml.safe_load, several times faster (the schema

@@ -2,7 +2,7 @@
 not a copy of it — other training seeds, another data split and another training length, the same families and
 code — whose verdicts ``reports/robustness.md`` sets beside the original's.
 
-From the ``robustness`` block (workflow/schemas/config.schema.yaml):
+From the ``robustness`` block (dape_core/config/config.schema.yaml):
 
 - ``seed_shift``: added to every seed list (each family's ``seeds``, each of its ``grids``' ``seeds``), so every
   trained model, attention map and CHE cell gets seeds the original never used (a design's fresh seeds start

@@ -114,7 +114,7 @@ def _dape1x3_over(encodings, against=lambda enc: enc, beyond: str = "beyond") ->
 
 
 def _estimate_rate() -> tuple[float, float]:
-    """The estimate block's defaults (workflow/schemas/config.schema.yaml): gpu_tflops, utilisation."""
+    """The estimate block's defaults (dape_core/config/config.schema.yaml): gpu_tflops, utilisation."""
     from dape_core.config.schema import SCHEMA_PATH, load_yaml
 
     props = load_yaml(SCHEMA_PATH)["properties"]["estimate"]["properties"]

@@ -64,7 +64,7 @@ def _not_seeded() -> set[str]:
 
 @dataclass(frozen=True)
 class DesignSettings:
-    """The ``design`` block of a configuration (workflow/schemas/config.schema.yaml): ``budget_minutes`` reference
+    """The ``design`` block of a configuration (dape_core/config/config.schema.yaml): ``budget_minutes`` reference
     minutes on ``cores`` cores."""
 
     budget_minutes: float

@@ -16,10 +16,6 @@ from pathlib import Path
 
 from dape_core.settings.fields import option_name
 
-ROOT = Path(__file__).resolve().parents[2]
-REFERENCE = ROOT / "docs" / "settings.md"
-
-
 def sections() -> list[tuple[str, str, type, tuple[str, ...]]]:
     """(title, where it is set, dataclass, fields left out) per block of the reference."""
     from dape_core.settings.corpus import TokenizeSettings
