@@ -305,9 +305,8 @@ def configured_plan(configfiles: list[str]):
     for path in configfiles:
         try:
             merged = _merged(merged, grid.load_yaml(path))
-        except OSError as err:
-            raise ConfigError(f"--configfile: {path}: {err.strerror}; allowed values: a configuration file "
-                              "(config.yaml, configs/*.yaml)") from None
+        except ConfigError as err:  # a file it cannot read or parse
+            raise ConfigError(f"--configfile: {err}") from None
     return grid.build_plan(merged)
 
 

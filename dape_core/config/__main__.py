@@ -23,9 +23,9 @@ def main(argv: list[str] | None = None) -> int:
                         "stated by the configuration or the settings' default")
     args = parser.parse_args(argv)
     config: dict = {}
-    for path in args.config:
-        config.update(load_yaml(path))
     try:
+        for path in args.config:
+            config.update(load_yaml(path))
         plan = build_plan(config)
         fit_micro_batches(plan)  # with resources.train_lm.gpu_mem_gb: every run's micro-batch (torch)
         figures = estimate(plan)
