@@ -296,9 +296,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "remade (--forcerun …), or nothing")
 
 
-def configured_plan(configfiles: list[str]):
+def configured_plan(configfiles: list[str], results: str | Path = "results"):
     """The plan of a configuration (its files merged in order, as Snakemake merges --configfile): the settings each
-    job gets (:class:`dape_core.config.Plan`)."""
+    job gets (:class:`dape_core.config.Plan`), its sizes checked against the corpora tokenized under ``results``
+    (:func:`dape_core.config.check_sizes`)."""
     from dape_core import config as grid
 
     merged: dict = {}
@@ -307,7 +308,9 @@ def configured_plan(configfiles: list[str]):
             merged = _merged(merged, grid.load_yaml(path))
         except ConfigError as err:  # a file it cannot read or parse
             raise ConfigError(f"--configfile: {err}") from None
-    return grid.build_plan(merged)
+    plan = grid.build_plan(merged)
+    grid.check_sizes(plan, results)
+    return plan
 
 
 def _merged(base: dict, update: dict) -> dict:
@@ -324,7 +327,7 @@ def run(args: argparse.Namespace) -> int:
         print(forcerun_arguments(pending(results)))
         return 0
     start = time.perf_counter()
-    plan = configured_plan(args.configfile) if args.configfile else None
+    plan = configured_plan(args.configfile, results) if args.configfile else None
     try:
         checked, findings, folder = verify(results, tuple(args.reports), plan)
     except OlderResults as older:

@@ -31,6 +31,8 @@ try:  # a configuration the plan refuses stops the parse in one line (Snakemake 
     # refusing one
     grid.check_yaml_files(workflow.overwrite_configfiles or [Path(workflow.basedir) / "config.yaml"])
     PLAN = grid.build_plan(config)
+    # every size the plan can check (memory; evaluation windows in a corpus already tokenized) before any job runs
+    grid.check_sizes(PLAN)
     # a family whose jobs need an optional extra (transformers for fine-tunes) says so now
     grid.require_extras(PLAN, job_environments=any(str(getattr(method, "value", method)) == "conda"
                                                    for method in workflow.deployment_settings.deployment_method))
