@@ -17,14 +17,15 @@ from dape_core.config.names import (che_cell_name, configuration_name, finetune_
 from dape_core.config.options import (CliOptions, JobSpec, attention_map_options, che_options, corpus_options, eval_options,
                                       finetune_options, group, spec_digest, timing_job_options, timing_options,
                                       train_options)
-from dape_core.config.provenance import (attention_map_spec, che_spec, corpus_spec, eval_spec, expected_spec,
-                                         planned_spec, timing_spec, train_spec)
+from dape_core.config.provenance import (attention_file, attention_map_spec, che_file, che_spec, corpus_spec, eval_spec,
+                                         expected_spec, lm_file, planned_results, planned_spec, timing_file,
+                                         timing_spec, train_spec)
 from dape_core.config.schema import SCHEMA_PATH, check_yaml_files, load_yaml, validate_schema
 from dape_core.config.sizes import check_sizes
 
 __all__ = [
     "LM_STAGES", "RULES", "SCHEMA_PATH", "STAGES", "CliOptions", "JobSpec", "Plan", "attention_map_options",
-    "attention_map_spec", "build_plan", "che_spec", "corpus_spec", "eval_spec", "expected_spec", "planned_spec",
+    "attention_file", "attention_map_spec", "build_plan", "che_file", "lm_file", "planned_results", "timing_file", "che_spec", "corpus_spec", "eval_spec", "expected_spec", "planned_spec",
     "timing_spec", "train_spec",
     "che_cell_name", "che_options", "check_sizes", "check_yaml_files", "configuration_name", "check_dataset", "corpus_options", "dataset_inputs", "estimate",
     "estimate_line", "eval_options", "expand_family", "family_grids", "finetune_options", "finetune_run_name",

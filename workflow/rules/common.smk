@@ -312,12 +312,11 @@ def lm_files(name, jobs=None, plan=None):
     """``results/lm/{run}/seed{seed}/{name}`` for every (run, seed) of the plan (``plan``, else the
     configuration's), trained or fine-tuned (or of ``jobs``)."""
     jobs = (plan or PLAN).lm_jobs() if jobs is None else jobs
-    return [f"results/lm/{run}/seed{seed}/{name}" for run, seed in jobs]
+    return [grid.lm_file(run, seed, name) for run, seed in jobs]
 
 
 def attention_files(name, plan=None):
-    return [f"results/lm/{run}/seed{seed}/attention/L{length}/{name}"
-            for run, seed, length in (plan or PLAN).attention_jobs()]
+    return [grid.attention_file(run, seed, length, name) for run, seed, length in (plan or PLAN).attention_jobs()]
 
 
 def leakage_jobs(plan=None):
@@ -349,7 +348,7 @@ def timing_options(group):
 
 def timing_files(suffix="csv"):
     """``results/timing/{job}.csv`` (one row per method × length) or ``….repeats.csv`` (per repeat) of every job."""
-    return [f"results/timing/{name}.{suffix}" for name in PLAN.timing_jobs]
+    return [grid.timing_file(name, suffix) for name in PLAN.timing_jobs]
 
 
 def che_groups(wildcards):
@@ -368,7 +367,7 @@ def che_options(group):
 
 
 def che_files(plan=None):
-    return [f"results/che/{cell}/seed{seed}.csv" for cell, seed in (plan or PLAN).che_jobs()]
+    return [grid.che_file(cell, seed) for cell, seed in (plan or PLAN).che_jobs()]
 
 
 # ------------------------------------------------------------------------------------------------ design
