@@ -39,13 +39,14 @@ test: install-test
 # A lock left by a killed Snakemake is cleared first (one printed line); a running Snakemake's lock stops make.
 SNAKEMAKE_ARGS = --profile profiles/default --cores $(CORES) --configfile $(CONFIG)
 
-# dape verify sets aside every damaged result (one line each, under results/.damaged/); --forcerun of those not yet
-# remade (dape verify --pending) redoes them and what depends on them.
+# dape verify sets aside every damaged result (one line each, under results/.damaged/) and names every expected one
+# that is gone; --forcerun of those not yet remade (dape verify --pending) redoes them and what depends on them. The
+# HTML report is written under a temporary name and moved into place when finished (dape_core.report_html).
 reproduce: install
 	$(BIN)/python -m dape_core.workflow_lock -- $(SNAKEMAKE_ARGS)
 	$(BIN)/dape verify --results results --reports $(REPORTS) --configfile $(CONFIG)
 	$(BIN)/snakemake $(SNAKEMAKE_ARGS) $$($(BIN)/dape verify --results results --pending)
-	$(BIN)/snakemake $(SNAKEMAKE_ARGS) --report $(REPORTS)/report.html
+	$(BIN)/python -m dape_core.report_html $(REPORTS)/report.html -- $(BIN)/snakemake $(SNAKEMAKE_ARGS)
 
 # Runs this configuration's grid too where its claims are missing: both runs' verdicts are needed.
 robustness: install

@@ -23,9 +23,15 @@ verify`` (damaged results set aside, one console line each), then ``snakemake --
    before: ``duplicate key`` — the configuration given with one key twice in a mapping; ``missing extra`` — the
    DAG built where ``transformers`` cannot be imported (the fine-tune family's extra); ``write failure`` — a
    training to be done again (one run's model and checkpoints removed, the model the command's target) under a
-   file-size limit below the model's size (as a full disk stops a write), then the same command without the limit. Each must stop
-   with its cause in one line naming the file, key or extra, leave no seal without its file, and the next run
-   without the fault must finish with the reference's reports.
+   file-size limit below the model's size (as a full disk stops a write), then the same command without the limit;
+   ``huge eval`` / ``huge train`` — the configuration with an evaluation length of 200000 (no validation document
+   holds it) or a training length of 100000 (beyond its job's memory), which must stop before any job runs;
+   ``report write limit`` — the HTML report (``make reproduce``'s last step) written under ``ulimit -f 64``, which
+   must leave the previous report.html whole. Each must stop with its cause in one line naming the file, key,
+   extra or field, leave no seal without its file, and the next run without the fault must finish with the
+   reference's reports. ``deleted folder`` — one run's ``results/lm/<run>/seed0/`` removed, files and seals —
+   and ``deleted result`` — one evaluation's eval.csv and windows.csv with their seals — must instead be named by
+   ``dape verify`` and redone by the run that follows them, with the reference's reports.
 
 Reports are compared on every number a rerun reproduces (:func:`compare_reports`: perplexities and losses,
 per-window losses, CHE accuracies, sink masses, leakage ratios, every verdict but the timing claim's); measured
@@ -74,7 +80,17 @@ KINDS = {
 }
 FAULTS = ("truncate", "garble", "overwrite", "foreign", "unsealed", "rot", "settings")
 OTHER_SETTINGS = "0123456789abcdef"  # the spec digest of a job of another configuration (fault ``settings``)
-SETUP_FAULTS = ("duplicate key", "missing extra", "write failure")
+SETUP_FAULTS = ("duplicate key", "missing extra", "write failure", "huge eval", "huge train", "deleted folder",
+                "deleted result", "report write limit")
+#: the setting's faults that the same command recovers from in the run that follows them (the others stop it)
+RECOVERED_AT_ONCE = ("deleted folder", "deleted result")
+#: copies of the smoke configuration with sizes its plan cannot hold: (replaced text, replacement) each
+HUGE = {
+    "huge eval": [("eval_lens: [32, 64]", "eval_lens: [32, 200000]")],
+    "huge train": [("    size: tiny\n    train_len: 32\n", "    size: tiny\n    train_len: 100000\n"),
+                   ("eval_lens: [32, 64]", "eval_lens: [100000, 200000]")],
+}
+REPORT_LIMIT = 64 * 1024  # bytes: the report under `ulimit -f 64`
 #: sitecustomize of a Python where `transformers` cannot be imported (find_spec answers None, as without the package)
 NO_TRANSFORMERS = "import sys\nsys.modules['transformers'] = None\n"
 
@@ -192,11 +208,56 @@ def with_duplicate_key(config: Path, target: Path) -> tuple[Path, str]:
     return target, key
 
 
+def with_sizes(config: Path, target: Path, changes: list[tuple[str, str]]) -> Path:
+    """A copy of ``config`` with each (text, replacement) of ``changes`` made (the smoke configuration's lines)."""
+    text = config.read_text(encoding="utf-8")
+    for old, new in changes:
+        if old not in text:
+            raise SystemExit(f"{config}: no {old.strip()!r} to change for a size fault")
+        text = text.replace(old, new)
+    target.write_text(text, encoding="utf-8")
+    return target
+
+
+def report_command(workdir: Path, config: Path, file_limit: int | None = None) -> subprocess.CompletedProcess:
+    """`make reproduce`'s last step: the HTML report, written by dape_core.report_html (``file_limit``: bytes a file
+    of it may grow to, RLIMIT_FSIZE)."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_limit, file_limit))
+    reports = grid.reports_dir(grid.configuration_name([config]))
+    return subprocess.run([sys.executable, "-m", "dape_core.report_html", f"{reports}/report.html", "--",
+                           *snakemake_command(workdir, config)], cwd=workdir, capture_output=True, text=True,
+                          timeout=1800, preexec_fn=limit if file_limit else None)
+
+
 def setup_fault(fault: str, faulted: Path, config: Path,
                 scratch: Path) -> tuple[subprocess.CompletedProcess, str, tuple[str, ...]]:
     """Run the DAG once with ``fault`` (:data:`SETUP_FAULTS`); (the run, what its output must name, the arguments
-    of the command, which the run after the fault repeats without the fault)."""
+    of the command, which the run after the fault repeats without the fault). ``huge eval`` / ``huge train``: the
+    configuration with an evaluation length no validation document holds, or a training length beyond its job's
+    memory (:data:`HUGE`); ``deleted folder``: one run's ``results/lm/<run>/seed0/`` removed, files and seals;
+    ``deleted result``: a fine-tune's eval.csv and windows.csv removed with their seals; ``report write
+    limit``: the HTML report written under a file-size limit (:data:`REPORT_LIMIT`), the run's report.html there
+    from before."""
     scratch.mkdir(parents=True, exist_ok=True)
+    if fault in HUGE:
+        broken = with_sizes(config, scratch / config.name, HUGE[fault])
+        field = "eval.eval_lens: 200000 leaves only" if fault == "huge eval" else "train_len: 100000 needs at least"
+        return run(faulted, broken), field, ()
+    if fault in ("deleted folder", "deleted result"):  # a trained run's folder with its attention maps; a fine-tune's
+        evaluation = sorted(faulted.glob(KINDS["eval.csv"]))[-1]  # evaluation
+        if fault == "deleted folder":
+            evaluation = sorted(faulted.glob(KINDS["sink.csv"]))[0].parents[2] / "eval.csv"
+            shutil.rmtree(evaluation.parent)
+        else:
+            for name in ("eval.csv", "windows.csv"):
+                for path in (evaluation.with_name(name), io.hash_path(evaluation.with_name(name))):
+                    path.unlink()
+        return run(faulted, config), f"dape verify: {evaluation.relative_to(faulted)}: is gone", ()
+    if fault == "report write limit":
+        return report_command(faulted, config, file_limit=REPORT_LIMIT), "File too large", ()
     if fault == "duplicate key":
         broken, key = with_duplicate_key(config, scratch / config.name)
         return run(faulted, broken), f"the key {key!r} is given twice", ()
@@ -340,24 +401,40 @@ def main(argv=None) -> int:
             original_seal = seal.read_bytes() if seal.exists() else None
 
     for fault in args.setup_faults:
-        since = time.time()
+        html = faulted / reports / "report.html"
+        if fault == "report write limit" and not html.is_file():  # the report the limited write must leave whole
+            report_command(faulted, config)
+        before = html.read_bytes() if html.is_file() else None
+        since = started = time.time()
         damaged, expected, command = setup_fault(fault, faulted, config, root / "setup")
+        kept = (html.read_bytes() == before if html.is_file() else before is None) and not list(
+            html.parent.glob(f".{html.stem}.*"))  # the previous report whole, no temporary file left
         console = damaged.stdout + damaged.stderr
         out = console + "".join(
             p.read_text(errors="replace") for p in (faulted / "logs").rglob("*.log") if p.stat().st_mtime >= since)
-        named = damaged.returncode != 0 and expected in out
+        # named: in one line of the console (the stopped run's cause, or dape verify's line for a deleted result)
+        named = (damaged.returncode == 0 if fault in RECOVERED_AT_ONCE else damaged.returncode != 0) and any(
+            expected in line for line in console.splitlines())
         if fault == "write failure":  # the file the job could not write, as its line names it
             written = re.search(r"(\S+): not written: File too large", out)
             expected = written.group(1) if written else expected
         orphans = orphan_seals(faulted)
-        finished = run(faulted, config, *command)  # the same command, the fault gone
+        # the same command, the fault gone (a deleted result is redone by the run after the damage itself)
+        if fault in RECOVERED_AT_ONCE:
+            finished = damaged
+        else:
+            finished = report_command(faulted, config) if fault == "report write limit" else run(faulted, config, *command)
         differences = (compare_reports(reference / reports, faulted / reports) if finished.returncode == 0
                        else ["the run after the fault failed"])
+        if fault == "report write limit" and (before is None or not kept or damaged.returncode == 0):
+            differences.append("report.html: not the previous one, whole, after the write under the limit")
+        if fault in HUGE and re.search(r"^\s*(local)?rule \w+:", console, re.MULTILINE):
+            differences.append("a job ran under the configuration that was refused")
         rows.append({"fault": fault, "kind": "setting", "file": expected, "named": named,
                      "on_console": named and expected in console, "finished": finished.returncode == 0,
                      "identical": not differences,
                      "differences": "; ".join(differences), "traceback": "Traceback" in out,
-                     "orphans": len(orphans)})
+                     "orphans": len(orphans), "seconds": round(time.time() - started, 1)})
         print(f"{fault}: named {named}, traceback {'Traceback' in out}, orphans {len(orphans)}, finished "
               f"{finished.returncode == 0}, identical {not differences}", flush=True)
         pd.DataFrame(rows).to_csv(args.out, index=False)

@@ -45,6 +45,7 @@ from dape_core import io, settings as fields
 from dape_core.errors import ConfigError, require_positive
 from dape_core.positions import evaluation_positions, randomized, require_max_position
 from dape_core.settings.evaluation import EvalSettings, require_resamples
+from dape_core.windows import eval_batch, more_anchors, require_windows, window_anchors  # noqa: F401 (re-exported)
 
 
 def choose_device() -> torch.device:
@@ -55,33 +56,6 @@ def choose_device() -> torch.device:
 def device_name(device: torch.device) -> str:
     """``cpu`` or ``cuda:<GPU name>``, as recorded in ``eval_device``."""
     return f"cuda:{torch.cuda.get_device_name(device)}" if device.type == "cuda" else "cpu"
-
-
-def window_anchors(doc_lengths: np.ndarray, max_len: int, window: int, max_windows: int | None, seed: int):
-    """(document, end) pairs: targets are doc[end − L : end] and inputs doc[end − L − 1 : end − 1]."""
-    anchors = []
-    for doc in np.flatnonzero(doc_lengths >= max_len + 1):
-        end = int(doc_lengths[doc])
-        while end - max_len - 1 >= 0:
-            anchors.append((int(doc), end))
-            end -= window
-    if max_windows is not None and len(anchors) > max_windows:
-        rng = np.random.default_rng(seed)
-        keep = np.sort(rng.choice(len(anchors), size=max_windows, replace=False))
-        anchors = [anchors[i] for i in keep]
-    return anchors
-
-
-def more_anchors(doc_lengths: np.ndarray, max_len: int, window: int, anchors: list, total: int, seed: int) -> list:
-    """``anchors`` (:func:`window_anchors`) and, up to ``total`` in all, more drawn from the same documents' other
-    windows (seeded choice, a stream of its own: ``anchors`` and their order stay as they are)."""
-    if total <= len(anchors):
-        return anchors
-    taken = set(anchors)
-    pool = [a for a in window_anchors(doc_lengths, max_len, window, None, seed) if a not in taken]
-    rng = np.random.default_rng([seed, 1])
-    extra = np.sort(rng.choice(len(pool), size=min(total - len(anchors), len(pool)), replace=False))
-    return list(anchors) + [pool[i] for i in extra]
 
 
 @torch.no_grad()
@@ -148,14 +122,7 @@ def evaluate_windows(
     if delta_p_window > train_len:
         raise ConfigError(f"delta_p_window: {delta_p_window} is not allowed; allowed values: 1 … train_len ({train_len})")
     lengths = split.document_lengths
-    anchors = window_anchors(lengths, max(eval_lens), window, max_windows, seed)
-    scored = len(anchors) * min(window, max(eval_lens))
-    if scored < min_scored_tokens:
-        raise ConfigError(
-            f"eval_lens: only {len(anchors)} windows ({scored} scored tokens) in documents of ≥ {max(eval_lens) + 1} "
-            f"tokens, below min_scored_tokens {min_scored_tokens}; allowed values: shorter eval_lens, a smaller "
-            "min_scored_tokens, or a corpus with longer documents"
-        )
+    anchors = require_windows(lengths, max(eval_lens), window, max_windows, min_scored_tokens, seed)
     longest = max(eval_lens)
     within = anchors
     if max_windows_within is not None and max_windows is not None and any(n <= train_len for n in eval_lens):
@@ -175,7 +142,7 @@ def evaluate_windows(
         w, wdp = min(window, n), min(delta_p_window, n)
         last = max(w, wdp)
         x, y = seqs[:, -n - 1 : -1], seqs[:, -n:]
-        nll = window_nll(model, x, y, last, batch_size if n <= 1024 else 1, seed=seed)
+        nll = window_nll(model, x, y, last, eval_batch(n, batch_size), seed=seed)
         main = nll[:, -w:]
         per_window = main.mean(axis=1)
         loss = float(main.mean()) if main.size else float("nan")

@@ -54,10 +54,10 @@ from torch.overrides import TorchFunctionMode
 
 from dape_core.errors import ConfigError, require_choice
 from dape_core.implementations import training_path
+from dape_core.model_arithmetic import CPU_RESERVE_BYTES, loss_bytes
 
 KERNELS = ("efficient", "math")
 RESERVE_BYTES = 2 * 2**30  # CUDA context and library workspaces
-CPU_RESERVE_BYTES = 2**29  # on a CPU: the interpreter, torch and the data loader's baseline (about 0.4 GB measured)
 RESERVE_SHARE = 0.10  # the caching allocator's fragmentation, of the modelled bytes
 GIB = 2**30
 #: what the compiled path's graphs keep without recomputation, over the eager trace's count (the trace stands for
@@ -220,7 +220,7 @@ def transient_bytes(cfg, micro_batch: int, *, precision: str = "fp32", path_opti
 
     b, n, heads = micro_batch, cfg.train_len, cfg.n_head
     itemsize = _feature_itemsize(cfg, precision)
-    loss = 2 * b * n * cfg.vocab_size * 4
+    loss = loss_bytes(b, n, cfg.vocab_size)
     attention = 0
     bias = ENCODINGS[cfg.encoding].has_bias
     if cfg.processor != "none":

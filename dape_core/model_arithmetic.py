@@ -81,3 +81,13 @@ def gpt_flops_per_token(cfg, seq_len: int) -> float:
 
 __all__ = ["block_parameters", "decoder_flops_per_token", "decoder_non_embedding_parameters", "encoding_instances",
            "gpt_flops_per_token", "processor_parameters", "stack_parameters"]
+
+
+CPU_RESERVE_BYTES = 2**29  # on a CPU: the interpreter, torch and the data loader's baseline (about 0.4 GB measured)
+
+
+def loss_bytes(batch: int, length: int, vocab_size: int, *, backward: bool = True) -> int:
+    """The loss's working set over ``batch`` sequences of ``length`` tokens: their logits in fp32, and in a
+    training step the log-softmax's gradient beside them (b·T·V values twice)."""
+    return (2 if backward else 1) * batch * length * vocab_size * 4
+

@@ -16,7 +16,11 @@ one set aside like a result so that its aggregation is redone. ``make reproduce`
 
 With the configuration (``--configfile``) a result whose seal records other settings than the plan gives its job
 (:mod:`dape_core.config.provenance`) is set aside as well, and so is one made from an input that has changed since
-(an ``input:`` line of its seal, :mod:`dape_core.io`, whose file's seal now holds another sha256).
+(an ``input:`` line of its seal, :mod:`dape_core.io`, whose file's seal now holds another sha256). A result the plan
+expects that is gone, with or without its seal, while the reports made from it are there (a run's folder deleted,
+an evaluation deleted with its seals) is named and pending too (:func:`missing_results`): Snakemake, whose targets
+are made, would not redo it, and the reports would keep numbers whose source is gone. So is a token file that its
+``meta.json`` records and that is gone.
 
 A file of a kind the jobs seal (CSV, JSON, model, archive) that has no seal is set aside too: its seal was removed,
 or it is not what its job wrote. Results of an older version, written before every output was sealed, are sealed
@@ -44,6 +48,7 @@ from dape_core.seal import unsealed
 
 DAMAGED = ".damaged"
 PENDING = "pending.txt"  # under DAMAGED: what was set aside and is not yet remade
+GONE = "is gone"  # a finding of a result that is not there (nothing to set aside)
 
 
 @dataclass(frozen=True)
@@ -119,9 +124,12 @@ def token_file_findings(results: Path) -> tuple[int, list[Finding]]:
         recorded += [("token_bytes.npy", tokenizer.get("token_bytes_sha256")), ("tokenizer.json", tokenizer.get("sha256"))]
         for name, wanted in recorded:
             path = meta_path.with_name(name)
-            if not wanted or not path.exists():
+            if not wanted:
                 continue
             checked += 1
+            if not path.exists():
+                findings.append(Finding(path, f"{GONE}, a token file its meta.json records"))
+                continue
             try:
                 verify_token_file(path, wanted)
             except ArtefactError:
@@ -182,11 +190,16 @@ def verify(results: str | Path, reports: tuple[str | Path, ...] = (),
     # a reports folder's own tables only: another configuration's reports folder may lie inside (reports/<name>/)
     tables = [(record.with_name(record.name[:-len(io.HASH_SUFFIX)]), record) for folder in map(Path, reports)
               if folder.is_dir() for record in sorted(folder.glob(f"*{io.HASH_SUFFIX}"))]
+    gone = missing_results(results, reports, plan) if plan is not None else {}
     for path, record in [*sealed_files(results), *tables]:
         checked += 1
         problem = check_sealed(path, record, plan)
-        if problem is not None:
-            findings.append(Finding(record if problem.startswith("a seal whose") else path, problem))
+        if problem is not None:  # a seal whose file is gone: the file is what is redone where the plan expects it
+            findings.append(Finding(record if problem.startswith("a seal whose") and path not in gone else path,
+                                    problem))
+    checked += len(gone)
+    findings += [Finding(path, f"{GONE} with its seal, a result the plan expects that {table} was made from")
+                 for path, table in gone.items() if not io.hash_path(path).exists()]
     token_files, token_findings = token_file_findings(results)
     checked += token_files
     findings += token_findings
@@ -206,6 +219,65 @@ def verify(results: str | Path, reports: tuple[str | Path, ...] = (),
         return checked, [], None
     findings = whole_model_directories(findings)
     return checked, findings, set_aside(results, findings, time.strftime("%Y%m%d-%H%M%S"))
+
+
+def missing_results(results: Path, reports: tuple[str | Path, ...], plan) -> dict[Path, Path]:
+    """The results the plan expects that are gone (with or without their seal) although an aggregated table of the
+    configuration's reports folder was made from them (its ``source_file`` and ``dataset`` columns name their job,
+    :func:`job_of`; :func:`dape_core.config.planned_results`, with a design the designed plan's), each with that
+    table: Snakemake would not redo them, its targets being made, and the reports would keep numbers whose source is
+    gone."""
+    from dape_core import config as grid
+
+    gone = {}
+    for folder in map(Path, reports):
+        for table, files in grid.planned_results(designed_plan(plan, folder)).items():
+            made_from = table_sources(folder / table)
+            for file in files:
+                path = results / Path(file).relative_to("results")
+                if job_of(file) in made_from and not path.exists():
+                    gone[path] = folder / table
+    return gone
+
+
+def table_sources(table: Path) -> set[str]:
+    """The jobs (:func:`job_of`) whose results an aggregated table was made from: its rows' ``source_file``, and the
+    tokenization of each ``dataset``; empty when it is not there or cannot be read (then its aggregation is redone
+    whole)."""
+    import csv
+
+    try:
+        with open(table, encoding="utf-8", newline="") as handle:
+            rows = list(csv.DictReader(handle))
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return set()
+    sources = {row["source_file"] for row in rows if row.get("source_file")}
+    sources |= {f"results/data/{row['dataset']}/meta.json" for row in rows if row.get("dataset")}
+    return {job_of(source) for source in sources}
+
+
+def job_of(file: str) -> str:
+    """The job a result file of the workflow's layout comes from: a language model's folder (its training and
+    evaluation, ``results/lm/<run>/seed<k>``, or an attention-map job's ``…/attention/L<n>``), else the file without
+    its suffixes (a CHE cell's seed, a timing job, a dataset's tokenization)."""
+    path = Path(file)
+    if "lm" in path.parts:
+        return path.parent.as_posix()
+    return (path.parent / path.name.split(".")[0]).as_posix()
+
+
+def designed_plan(plan, reports: Path):
+    """``plan`` with the fresh seeds of the design in ``reports`` (design.json) where it has a design block and
+    that design is there and readable; ``plan`` otherwise."""
+    if not plan.config.get("design") or not (reports / "design.json").is_file():
+        return plan
+    from dape_core.report.design import read_design
+
+    try:
+        design = read_design(reports / "design.json")
+    except (ArtefactError, ConfigError, KeyError):  # a damaged design is its own finding, redone by its rule
+        return plan
+    return plan.with_design(design["fresh"], design["fresh_maps"])
 
 
 def whole_model_directories(findings: list[Finding]) -> list[Finding]:
@@ -296,19 +368,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "remade (--forcerun …), or nothing")
 
 
-def configured_plan(configfiles: list[str]):
+def configured_plan(configfiles: list[str], results: str | Path = "results"):
     """The plan of a configuration (its files merged in order, as Snakemake merges --configfile): the settings each
-    job gets (:class:`dape_core.config.Plan`)."""
+    job gets (:class:`dape_core.config.Plan`), its sizes checked against the corpora tokenized under ``results``
+    (:func:`dape_core.config.check_sizes`)."""
     from dape_core import config as grid
 
     merged: dict = {}
     for path in configfiles:
         try:
             merged = _merged(merged, grid.load_yaml(path))
-        except OSError as err:
-            raise ConfigError(f"--configfile: {path}: {err.strerror}; allowed values: a configuration file "
-                              "(config.yaml, configs/*.yaml)") from None
-    return grid.build_plan(merged)
+        except ConfigError as err:  # a file it cannot read or parse
+            raise ConfigError(f"--configfile: {err}") from None
+    plan = grid.build_plan(merged)
+    grid.check_sizes(plan, results)
+    return plan
 
 
 def _merged(base: dict, update: dict) -> dict:
@@ -325,7 +399,7 @@ def run(args: argparse.Namespace) -> int:
         print(forcerun_arguments(pending(results)))
         return 0
     start = time.perf_counter()
-    plan = configured_plan(args.configfile) if args.configfile else None
+    plan = configured_plan(args.configfile, results) if args.configfile else None
     try:
         checked, findings, folder = verify(results, tuple(args.reports), plan)
     except OlderResults as older:
@@ -335,8 +409,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     pending(results, [finding.path for finding in findings if finding.path.suffix != io.HASH_SUFFIX])
     for finding in findings:
-        print(f"dape verify: {finding.path}: {finding.problem}; set aside under {folder}, the DAG redoes it",
+        moved = "" if finding.problem.startswith(GONE) else f"set aside under {folder}, "
+        print(f"dape verify: {finding.path}: {finding.problem}; {moved}the DAG redoes it with what depends on it",
               flush=True)
+    gone = sum(finding.problem.startswith(GONE) for finding in findings)
     print(f"dape verify: {checked} sealed and token files of {args.results} checked in "
-          f"{time.perf_counter() - start:.1f} s, {len(findings)} set aside", flush=True)
+          f"{time.perf_counter() - start:.1f} s, {gone} gone, {len(findings) - gone} set aside", flush=True)
     return 0

@@ -437,3 +437,51 @@ def test_dape_verify_asks_for_the_migration_instead_of_setting_older_results_asi
     assert main(["seal", "results"]) == 0
     assert main(["verify", "--results", "results"]) == 0
     assert "0 set aside" in capsys.readouterr().out and old.is_file()
+
+
+def test_dape_verify_names_a_deleted_result_the_reports_were_made_from_and_keeps_it_pending(tmp_path, monkeypatch):
+    """A run's folder deleted with its seals, and one evaluation's eval.csv and windows.csv with theirs: each file the
+    plan expects and the aggregated table read is named in one line and listed by --pending (Snakemake would see
+    its targets made); results the table was not made from (a run added since) are not."""
+    from dape_core import verify
+    from dape_core.cli import main
+
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(tmp_path)
+    plan = verify.configured_plan([str(repo / "configs" / "smoke.yaml")])
+    first, second, third = list(plan.lm_runs)[:3]
+    rows = "".join(f"{run},0,code,results/lm/{run}/seed0/eval.csv\n" for run in (first, second))
+    io.write_text("reports/smoke/lm_results.csv", "run,seed,dataset,source_file\n" + rows, seal=True)
+    io.write_text("results/data/code/meta.json", "{}", seal=True)
+    for name in ("model.pt", "summary.json"):  # the second run: its evaluation deleted, the training kept
+        io.write_text(f"results/lm/{second}/seed0/{name}", "x", seal=True)
+    monkeypatch.setattr(verify, "check_sealed", lambda path, record, plan=None: None)  # stand-ins, not real results
+    assert main(["verify", "--results", "results", "--reports", "reports/smoke", "--configfile",
+                 str(repo / "configs" / "smoke.yaml")]) == 0
+    gone = {f"results/lm/{first}/seed0/{name}" for name in ("model.pt", "summary.json", "eval.csv", "windows.csv")}
+    gone |= {f"results/lm/{second}/seed0/{name}" for name in ("eval.csv", "windows.csv")}
+    pending = {str(path) for path in verify.pending(Path("results"))}
+    assert pending == gone and not any(third in path for path in pending)
+    assert verify.forcerun_arguments(sorted(map(Path, gone))).startswith("--forcerun results/lm/")
+
+
+def test_dape_verify_prints_one_line_per_deleted_result(tmp_path, monkeypatch, capsys):
+    from dape_core import verify
+    from dape_core.cli import main
+
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(tmp_path)
+    run = verify.configured_plan([str(repo / "configs" / "smoke.yaml")]).train_jobs()[0][0]
+    io.write_text("reports/smoke/lm_results.csv", f"run,seed,source_file\n{run},0,results/lm/{run}/seed0/eval.csv\n",
+                  seal=True)
+    io.write_text(f"results/lm/{run}/seed0/eval.csv", "eval_len,ppl\n32,9.5\n", seal=True)
+    Path(f"results/lm/{run}/seed0/eval.csv").unlink()  # its seal left: the file is what is pending
+    Path(f"results/lm/{run}/seed0/windows.csv.sha256").write_text("")  # no file either; a seal of nothing
+    assert main(["verify", "--results", "results", "--reports", "reports/smoke", "--configfile",
+                 str(repo / "configs" / "smoke.yaml")]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("dape verify: results/")]
+    assert {line.split(": ")[1] for line in lines} == {f"results/lm/{run}/seed0/{name}" for name in
+                                                     ("eval.csv", "windows.csv", "summary.json", "model.pt")}
+    assert all(line.endswith("the DAG redoes it with what depends on it") for line in lines), lines
+    assert main(["verify", "--results", "results", "--pending"]) == 0
+    assert f"results/lm/{run}/seed0/eval.csv" in capsys.readouterr().out

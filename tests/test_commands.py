@@ -53,7 +53,8 @@ def test_a_configuration_other_than_config_yaml_reports_into_its_own_folder(conf
     """make's REPORTS and the workflow's (dape_core.config.names) agree: the committed reports/ is config.yaml's."""
     printed = subprocess.run(["make", "-n", "reproduce", "robustness", f"CONFIG={config}", "VENV=.venv-unused"],
                              cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert f"--report {reports}/report.html" in printed and f"snakemake {reports}/robustness.md" in printed
+    assert f"-m dape_core.report_html {reports}/report.html -- " in printed
+    assert f"snakemake {reports}/robustness.md" in printed
     assert grid.reports_dir(grid.configuration_name([config])) == reports
 
 
@@ -68,3 +69,29 @@ def test_the_readme_is_a_researchers_ten_minutes_and_names_documents_that_exist(
     named = set(re.findall(r"`(docs/[\w-]+\.md)`", readme))
     assert named and all((ROOT / doc).is_file() for doc in named), named
     assert "make test" in readme and "make test" in (ROOT / ".ci" / "run").read_text() + (ROOT / "Makefile").read_text()
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_html_report_is_moved_into_place_only_when_finished(tmp_path, fails):
+    """A report cut short (as a file-size limit or a full disk stops it) leaves the previous one whole and says why
+    in one line; a finished one replaces it. The command stands in for Snakemake: it writes --report's file."""
+    import sys
+
+    from dape_core.report_html import main
+
+    out = tmp_path / "reports" / "report.html"
+    out.parent.mkdir()
+    out.write_text("<html>the previous report</html>")
+    script = ("import sys; open(sys.argv[-1], 'w').write('<html>half'); "
+              + ("raise OSError(27, 'File too large')" if fails else "open(sys.argv[-1], 'a').write('</html>')"))
+    done = subprocess.run([sys.executable, "-m", "dape_core.report_html", str(out), "--", sys.executable, "-c",
+                           script, "--report"], capture_output=True, text=True, cwd=ROOT)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["report.html"]  # no temporary file left
+    if fails:
+        assert done.returncode == 1 and "Traceback" not in done.stderr
+        assert done.stderr.strip().splitlines() == [f"snakemake --report: {out}: not written: OSError: [Errno 27] "
+                                                    "File too large; its previous version is unchanged"]
+        assert out.read_text() == "<html>the previous report</html>"
+    else:
+        assert done.returncode == 0 and out.read_text() == "<html>half</html>"
+    assert main(["only-one-argument"]) == 2

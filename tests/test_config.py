@@ -466,6 +466,27 @@ def test_a_key_given_twice_in_a_yaml_mapping_is_refused_naming_it_and_both_lines
         grid.load_yaml(path)
 
 
+@pytest.mark.parametrize("text, message", [
+    ("defaults:\n  lm:\n    steps: 3\n    steps: 4\n", "the key 'steps' is given twice in one mapping, on lines 3 and 4"),
+    ("defaults: [1,\n", "not YAML on line 2"),
+    (None, "No such file or directory"),
+])
+def test_the_plan_command_and_dape_verify_refuse_an_unreadable_configuration_in_one_line(tmp_path, text, message):
+    import subprocess
+    import sys
+
+    path = tmp_path / "broken.yaml"
+    if text is not None:
+        path.write_text(text, encoding="utf-8")
+    for command in ([sys.executable, "-m", "dape_core.config", str(path)],
+                    [sys.executable, "-m", "dape_core.cli", "verify", "--results", str(tmp_path / "results"),
+                     "--configfile", str(path)]):
+        done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path)
+        assert done.returncode == 2
+        lines = (done.stdout + done.stderr).strip().splitlines()
+        assert len(lines) == 1 and f"{path}: " in lines[0] and message in lines[0], lines
+
+
 def test_a_key_beside_a_merge_overrides_it_and_every_shipped_yaml_reads_as_before(tmp_path):
     import yaml
 

@@ -15,8 +15,8 @@ from workflow_fixture import REPO, SMOKE_REPORTS, smoke_run  # noqa: F401
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from faults import (FAULTS, KINDS, OTHER_SETTINGS, compare_reports, damage, killed_run, orphan_seals, run,  # noqa: E402
-                    run_snakemake, snakemake_command, with_duplicate_key)
+from faults import (FAULTS, HUGE, KINDS, OTHER_SETTINGS, compare_reports, damage, killed_run, orphan_seals,  # noqa: E402
+                    run, run_snakemake, snakemake_command, with_duplicate_key, with_sizes)
 
 CONFIG = REPO / "configs" / "smoke.yaml"
 
@@ -77,6 +77,28 @@ def test_the_duplicate_key_fault_gives_a_key_twice_and_the_loader_names_it(tmp_p
     assert broken.read_text().count("\n") == CONFIG.read_text().count("\n") + 1
     with pytest.raises(ConfigError, match=rf"the key {key!r} is given twice in one mapping"):
         load_yaml(broken)
+
+
+@pytest.mark.parametrize("fault, field", [("huge eval", "families.baselines.eval.eval_lens: 200000 "),
+                                          ("huge train", "families.baselines.train_len: 100000 needs at least")])
+def test_the_size_faults_give_sizes_the_plan_refuses(tmp_path, fault, field):
+    """``huge train`` is refused from the configuration alone; ``huge eval`` where the corpus is tokenized (the
+    benchmark's faulted run), here a validation split of documents shorter than 200001 tokens."""
+    import numpy as np
+
+    from dape_core import config as grid, io
+    from dape_core.errors import ConfigError
+
+    plan = grid.build_plan(grid.load_yaml(with_sizes(CONFIG, tmp_path / "smoke.yaml", HUGE[fault])))
+    data = tmp_path / "results" / "data" / "code"
+    digest = io.write_npy(data / "val.docs.npy", np.array([0, 20001, 40002]))
+    io.stamp_job("dape tokenize", io.spec_digest(grid.corpus_spec(plan.datasets["code"]).settings))
+    try:
+        io.write_json(data / "meta.json", {"splits": {"val": {"docs_sha256": digest}}}, seal=True)
+    finally:
+        io.stamp_job(None, None)
+    with pytest.raises(ConfigError, match=re.escape(field)):
+        grid.check_sizes(plan, tmp_path / "results")
 
 
 def test_a_seal_without_its_file_is_an_orphan(tmp_path):

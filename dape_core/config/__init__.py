@@ -2,7 +2,8 @@
 
 One module per concept: :mod:`~dape_core.config.schema` (JSON-schema validation and its messages),
 :mod:`~dape_core.config.families` (families crossed into runs, the cross-field checks, the :class:`Plan`),
-:mod:`~dape_core.config.names` (deterministic run names), :mod:`~dape_core.config.options` (a run's settings as
+:mod:`~dape_core.config.names` (deterministic run names), :mod:`~dape_core.config.sizes` (the sizes checked
+before any job runs), :mod:`~dape_core.config.options` (a run's settings as
 the grouped options its rules pass) and :mod:`~dape_core.config.estimate` (jobs and GPU-hours).
 ``python -m dape_core.config CONFIG`` prints the jobs of each family and the estimate.
 """
@@ -16,17 +17,19 @@ from dape_core.config.names import (che_cell_name, configuration_name, finetune_
 from dape_core.config.options import (CliOptions, JobSpec, attention_map_options, che_options, corpus_options, eval_options,
                                       finetune_options, group, spec_digest, timing_job_options, timing_options,
                                       train_options)
-from dape_core.config.provenance import (attention_map_spec, che_spec, corpus_spec, eval_spec, expected_spec,
-                                         planned_spec, timing_spec, train_spec)
+from dape_core.config.provenance import (attention_file, attention_map_spec, che_file, che_spec, corpus_spec, eval_spec,
+                                         expected_spec, lm_file, planned_results, planned_spec, timing_file,
+                                         timing_spec, train_spec)
 from dape_core.config.schema import SCHEMA_PATH, check_yaml_files, load_yaml, validate_schema
+from dape_core.config.sizes import check_sizes
 
 __all__ = [
-    "LM_STAGES", "RULES", "SCHEMA_PATH", "STAGES", "CliOptions", "JobSpec", "Plan", "attention_map_options",
-    "attention_map_spec", "build_plan", "che_spec", "corpus_spec", "eval_spec", "expected_spec", "planned_spec",
-    "timing_spec", "train_spec",
-    "che_cell_name", "che_options", "check_yaml_files", "configuration_name", "check_dataset", "corpus_options", "dataset_inputs", "estimate",
-    "estimate_line", "eval_options", "expand_family", "family_grids", "finetune_options", "finetune_run_name",
-    "group", "lm_run_name", "load_yaml", "plan_path", "reports_dir", "require_extras",
-    "spec_digest", "timing_job_name", "timing_job_options", "timing_options", "timing_run_name", "train_options", "training_flops", "validate_schema",
-    "write_report_spec",
+    "CliOptions", "JobSpec", "LM_STAGES", "Plan", "RULES", "SCHEMA_PATH", "STAGES", "attention_file",
+    "attention_map_options", "attention_map_spec", "build_plan", "che_cell_name", "che_file", "che_options",
+    "che_spec", "check_dataset", "check_sizes", "check_yaml_files", "configuration_name", "corpus_options",
+    "corpus_spec", "dataset_inputs", "estimate", "estimate_line", "eval_options", "eval_spec", "expand_family",
+    "expected_spec", "family_grids", "finetune_options", "finetune_run_name", "group", "lm_file", "lm_run_name",
+    "load_yaml", "plan_path", "planned_results", "planned_spec", "reports_dir", "require_extras", "spec_digest",
+    "timing_file", "timing_job_name", "timing_job_options", "timing_options", "timing_run_name", "timing_spec",
+    "train_options", "train_spec", "training_flops", "validate_schema", "write_report_spec",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dape_core.config import build_plan, estimate, estimate_line, job_cost, load_yaml
+from dape_core.config import build_plan, check_sizes, estimate, estimate_line, job_cost, load_yaml
 from dape_core.config.estimate import estimate_details, family_hours_text
 from dape_core.config.memory_plan import fit_micro_batches, micro_batch_lines
 from dape_core.errors import ConfigError
@@ -23,10 +23,11 @@ def main(argv: list[str] | None = None) -> int:
                         "stated by the configuration or the settings' default")
     args = parser.parse_args(argv)
     config: dict = {}
-    for path in args.config:
-        config.update(load_yaml(path))
     try:
+        for path in args.config:
+            config.update(load_yaml(path))
         plan = build_plan(config)
+        check_sizes(plan)  # memory and evaluation windows, against the tokenized corpus where it is there
         fit_micro_batches(plan)  # with resources.train_lm.gpu_mem_gb: every run's micro-batch (torch)
         figures = estimate(plan)
     except ConfigError as err:

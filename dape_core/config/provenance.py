@@ -117,3 +117,41 @@ def expected_spec(lm_runs: dict[str, dict], path: str | Path) -> str | None:
     if inner[0] in EVALUATION_FILES:
         return spec_digest(eval_spec(entry["eval"]).settings)
     return spec_digest(train_spec(entry["settings"], seed).settings)
+
+
+def lm_file(run: str, seed: int | str, name: str) -> str:
+    """A language model's file: ``results/lm/<run>/seed<seed>/<name>`` (rules train_lm, finetune_lm, evaluate_lm)."""
+    return f"results/lm/{run}/seed{seed}/{name}"
+
+
+def attention_file(run: str, seed: int | str, length: int | str, name: str) -> str:
+    """An attention-map job's file (rule attention_maps)."""
+    return lm_file(run, seed, f"{ATTENTION_FOLDER}/L{length}/{name}")
+
+
+def che_file(cell: str, seed: int | str) -> str:
+    """A CHE cell's table at one seed (rule che)."""
+    return f"results/che/{cell}/seed{seed}.csv"
+
+
+def timing_file(job: str, suffix: str = "csv") -> str:
+    """A timing job's table (``csv``) or its repeats (``repeats.csv``) (rule time_lm)."""
+    return f"results/timing/{job}.{suffix}"
+
+
+def planned_results(plan) -> dict[str, list[str]]:
+    """The sealed results the plan's jobs write that its reports are made from, by the aggregated table of the
+    reports folder that reads them (``lm_results.csv``: each language model's evaluation, summary and model, and its
+    dataset's meta.json; ``sink.csv``: the attention maps; ``timing.csv``; ``che_results.csv``)."""
+    lm = [lm_file(run, seed, name) for run, seed in plan.lm_jobs() for name in ("summary.json", *EVALUATION_FILES)]
+    lm += [lm_file(run, seed, "model.pt") for run, seed in plan.train_jobs()]
+    lm += sorted({f"results/data/{run['settings']['dataset']}/meta.json"
+                  for run in (*plan.lm_runs.values(), *plan.finetune_runs.values())})
+    return {
+        "lm_results.csv": lm,
+        "sink.csv": [attention_file(run, seed, length, name) for run, seed, length in plan.attention_jobs()
+                     for name in ("sink.csv", "maps.npz")],
+        "timing.csv": [timing_file(job, suffix) for job in plan.timing_jobs for suffix in ("csv", "repeats.csv")],
+        "che_results.csv": [che_file(cell, seed) for cell, seed in plan.che_jobs()],
+    }
+

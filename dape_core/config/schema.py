@@ -52,9 +52,18 @@ def check_yaml_files(paths) -> None:
 
 
 def load_yaml(path: str | Path) -> dict:
-    """A YAML file the project reads (a configuration, the schema): safe, with every key of a mapping once."""
-    with open(path, encoding="utf-8") as handle:
-        return yaml.load(handle, Loader=UniqueKeyLoader) or {}
+    """A YAML file the project reads (a configuration, the schema): safe, with every key of a mapping once; a file
+    that cannot be read or parsed is a ConfigError naming it (one line, as every configuration error)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return yaml.load(handle, Loader=UniqueKeyLoader) or {}
+    except OSError as err:
+        raise ConfigError(f"{path}: {err.strerror}; allowed values: a readable configuration file") from None
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        line = f" on line {where.line + 1}" if where is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{path}: not YAML{line} ({problem}); allowed values: a YAML mapping") from None
 
 
 #: schema block ($defs) → the settings dataclasses whose fields complete its properties (first declaring one wins;

@@ -33,6 +33,8 @@ try:  # a configuration the plan refuses stops the parse in one line (Snakemake 
     # refusing one
     grid.check_yaml_files(workflow.overwrite_configfiles or [Path(workflow.basedir) / "config.yaml"])
     PLAN = grid.build_plan(config)
+    # every size the plan can check (memory; evaluation windows in a corpus already tokenized) before any job runs
+    grid.check_sizes(PLAN)
     # a family whose jobs need an optional extra (transformers for fine-tunes) says so now
     grid.require_extras(PLAN, job_environments=any(str(getattr(method, "value", method)) == "conda"
                                                    for method in workflow.deployment_settings.deployment_method))
@@ -315,12 +317,11 @@ def lm_files(name, jobs=None, plan=None):
     """``results/lm/{run}/seed{seed}/{name}`` for every (run, seed) of the plan (``plan``, else the
     configuration's), trained or fine-tuned (or of ``jobs``)."""
     jobs = (plan or PLAN).lm_jobs() if jobs is None else jobs
-    return [f"results/lm/{run}/seed{seed}/{name}" for run, seed in jobs]
+    return [grid.lm_file(run, seed, name) for run, seed in jobs]
 
 
 def attention_files(name, plan=None):
-    return [f"results/lm/{run}/seed{seed}/attention/L{length}/{name}"
-            for run, seed, length in (plan or PLAN).attention_jobs()]
+    return [grid.attention_file(run, seed, length, name) for run, seed, length in (plan or PLAN).attention_jobs()]
 
 
 def leakage_jobs(plan=None):
@@ -352,7 +353,7 @@ def timing_options(group):
 
 def timing_files(suffix="csv"):
     """``results/timing/{job}.csv`` (one row per method × length) or ``….repeats.csv`` (per repeat) of every job."""
-    return [f"results/timing/{name}.{suffix}" for name in PLAN.timing_jobs]
+    return [grid.timing_file(name, suffix) for name in PLAN.timing_jobs]
 
 
 def che_groups(wildcards):
@@ -371,7 +372,7 @@ def che_options(group):
 
 
 def che_files(plan=None):
-    return [f"results/che/{cell}/seed{seed}.csv" for cell, seed in (plan or PLAN).che_jobs()]
+    return [grid.che_file(cell, seed) for cell, seed in (plan or PLAN).che_jobs()]
 
 
 # ------------------------------------------------------------------------------------------------ design
