@@ -13,6 +13,7 @@ from dape_core.report.claims import (CLAIMS, CONFIRMED, CORE_CLAIMS, NOT_RUN, RE
                                      evaluate_claims, evaluate_claims_on_paper)
 from dape_core.methods import parse_method
 from dape_core.report.compare import setting_correlations
+from dape_core.report.intervals import NO_PAIR_SPREAD, PLAN_ONLY
 from dape_core.report.paper import as_che, as_lm_results, as_timing
 
 SEEDS = (0, 1, 2)
@@ -523,11 +524,12 @@ def test_the_rules_accept_the_papers_own_numbers(on_paper, claim_id, expected):
 
 
 # --------------------------------------------------------------------------- one seed: seed noise or UNDECIDED
-def test_one_seed_of_che_or_sink_without_a_multi_seed_source_is_undecided():
+def test_one_seed_of_che_or_sink_is_undecided_and_a_pooled_sigma_only_sizes_it():
+    """A CHE task or a sink pair with one seed has no spread of its own: UNDECIDED, however clear the gap; the σ
+    pooled over the cells or pairs with several seeds sizes the seeds it needs, named in the basis as a plan."""
     one = che(wins=4)[lambda d: d["seed"] == 0]
     record = evaluate_claims(None, che=one, claim_ids=["che_dape1x3_beats_kerple"]).iloc[0]
-    assert record["verdict"] == UNDECIDED and record["basis"].startswith("1 seed (seed noise not estimated")
-    assert verdict("che_dape1x3_beats_kerple", che=che(wins=4)) == CONFIRMED  # the same gaps over two seeds
+    assert record["verdict"] == UNDECIDED and record["basis"].startswith(NO_PAIR_SPREAD)
     single = sink()[lambda d: d["run"].isin(["a", "c"])]
     assert verdict("sink_stronger_with_dape1x3", sink=single) == UNDECIDED
     others = [sink(d3=0.4 * (1 + 0.03 * k)).assign(method=lambda d, k=k: d["method"].str.replace("Kerple", f"E{k}"),
@@ -535,7 +537,52 @@ def test_one_seed_of_che_or_sink_without_a_multi_seed_source_is_undecided():
     record = evaluate_claims(None, sink=frame(single, *others), claim_ids=["sink_stronger_with_dape1x3"])
     first = record.iloc[0]
     kerple = [c for key, c in first["numbers"].items() if key.split(": ", 1)[1].startswith("DAPE1x3-Kerple")][0]
-    assert "sink pairs with several seeds" in kerple["basis"] and kerple["verdict"] == CONFIRMED
+    assert kerple["basis"].startswith(PLAN_ONLY) and "sink pairs with several seeds" in kerple["basis"]
+    assert kerple["verdict"] == UNDECIDED and kerple["seeds_needed"] is not None
+    assert verdict("che_dape1x3_beats_kerple", che=che(wins=4)) == CONFIRMED  # the same gaps over two seeds
+
+
+def _che_spread(noisy: float):
+    """Summary rows of two CHE tasks, 3 seeds a method: on even_pairs DAPE1x3-Kerple − Kerple is 0.06 ± ``noisy``
+    across the seeds, on reverse_string 0.06 ± 0.002 (a quiet task)."""
+    rows = []
+    for task, spread in (("even_pairs", noisy), ("reverse_string", 0.002)):
+        for seed, offset in enumerate((-1.0, 0.0, 1.0)):
+            for method, acc in (("Kerple", 0.6), ("DAPE1x3-Kerple", 0.66 + offset * spread)):
+                rows.append({"task": task, "method": method, "seed": seed, "lr": 1e-3, "accuracy": acc,
+                             "length": None, "row_type": "summary", "n_samples": np.nan})
+    return pd.DataFrame(rows)
+
+
+def test_each_che_task_reads_its_own_seeds_spread():
+    """A task whose per-seed differences scatter (±0.05 around +0.06) is not won on the σ a quiet task lends the
+    pool: its own spread (ν 2) leaves it open, while the quiet task is won."""
+    record = evaluate_claims(None, che=_che_spread(0.05), claim_ids=["che_dape1x3_beats_kerple"]).iloc[0]
+    won = " ".join(next(iter(record["numbers"].values()))["wins"])
+    assert "reverse_string" in won and "even_pairs" not in won
+    assert record["basis"] == "paired t on the seeds' own spread (no per-length data)"
+    quiet = evaluate_claims(None, che=_che_spread(0.002), claim_ids=["che_dape1x3_beats_kerple"]).iloc[0]
+    assert quiet["verdict"] == CONFIRMED  # the same mean gap, quiet seeds: both tasks won
+
+
+def test_each_sink_pair_reads_its_own_seeds_spread():
+    """Three encodings' sink pairs on 3 seeds: the Kerple pair's log-ratio scatters (0.5 ± 0.45 across the seeds),
+    the others' barely; pooled over the encodings its σ would be about √(1/3) of its own and it would be CONFIRMED
+    at a ratio of 1.3; on its own spread it is UNDECIDED, the quiet pairs CONFIRMED."""
+    rows = []
+    for encoding, spread in (("Kerple", 0.45), ("ALiBi", 0.01), ("FIRE", 0.01)):
+        for seed, offset in enumerate((-1.0, 0.0, 1.0)):
+            for method, log_mass in ((f"DAPE1x3-{encoding}", -1.0 + 0.5 + offset * spread), (f"DAPE-{encoding}", -1.0)):
+                for sequence in range(4):
+                    for layer in (0, 1):
+                        rows.append({"run": f"{method}-{seed}", "method": method, "seed": seed, "eval_len": 128,
+                                     "layer": layer, "sequence": sequence,
+                                     "sink_mass": np.exp(log_mass + 0.01 * sequence)})
+    record = evaluate_claims(None, sink=pd.DataFrame(rows), claim_ids=["sink_stronger_with_dape1x3"]).iloc[0]
+    by_pair = {c["basis"] + " " + key: c for key, c in record["numbers"].items()}
+    verdicts = {key.split(": ", 1)[1].split(" ")[0]: c["verdict"] for key, c in record["numbers"].items()}
+    assert verdicts == {"DAPE1x3-ALiBi": CONFIRMED, "DAPE1x3-FIRE": CONFIRMED, "DAPE1x3-Kerple": UNDECIDED}, verdicts
+    assert all(c["basis"] == "paired t on the seeds' own spread" and c["seed_df"] == 2 for c in by_pair.values())
 
 
 def test_a_paired_comparison_of_one_seed_runs_borrows_no_seed_noise():
@@ -635,12 +682,12 @@ def test_a_mapped_or_bootstrap_interval_widens_on_its_own_scale():
 
 
 def _che_pair(gap_a):
-    """Summary rows of two CHE tasks, 3 seeds a method, every cell's accuracies 0.02 apart (pooled σ 0.02 on ν 8):
-    DAPE1x3-Kerple − Kerple is ``gap_a`` on even_pairs and 0 on reverse_string."""
+    """Summary rows of two CHE tasks, 3 seeds a method, each task's per-seed differences 0.02 apart (its own σ 0.02
+    on ν 2): DAPE1x3-Kerple − Kerple is ``gap_a`` on even_pairs and 0 on reverse_string."""
     rows = []
     for task, gap in (("even_pairs", gap_a), ("reverse_string", 0.0)):
-        for seed, offset in enumerate((0.0, 0.02, 0.04)):
-            for method, acc in (("Kerple", 0.6 + offset), ("DAPE1x3-Kerple", 0.6 + offset + gap)):
+        for seed, offset in enumerate((-0.02, 0.0, 0.02)):
+            for method, acc in (("Kerple", 0.6), ("DAPE1x3-Kerple", 0.6 + offset + gap)):
                 rows.append({"task": task, "method": method, "seed": seed, "lr": 1e-3, "accuracy": acc,
                              "length": None, "row_type": "summary", "n_samples": np.nan})
     return pd.DataFrame(rows)
@@ -648,15 +695,15 @@ def _che_pair(gap_a):
 
 def test_the_che_majority_reads_each_task_at_the_level_its_count_needs():
     """Of two tasks, one lost refutes ("at least half lost"), so a loss is read at 1 − 0.05/2: a task lost at 95 %
-    alone (−4.1 points, 95 % interval just below 0) leaves the claim UNDECIDED; a clear loss refutes it."""
+    alone (−6 points, 95 % interval just below 0 on the task's own spread) leaves the claim UNDECIDED; a clear loss
+    refutes it."""
     cid = "che_dape1x3_beats_kerple"
-    from dape_core.report.che_check import _che_seed_noise
     from dape_core.report.intervals import t_quantile
 
-    sd = _che_seed_noise(_che_pair(-0.041)).sd * np.sqrt(2) / np.sqrt(3)
-    assert -0.041 + t_quantile(8) * sd < 0 < -0.041 + t_quantile(8, 1 - 0.025 / 2) * sd  # lost at 95 % only
-    assert verdict(cid, che=_che_pair(-0.041)) == UNDECIDED
-    assert verdict(cid, che=_che_pair(-0.08)) == REFUTED
+    se = 0.02 / np.sqrt(3)
+    assert -0.06 + t_quantile(2) * se < 0 < -0.06 + t_quantile(2, 1 - 0.025 / 2) * se  # lost at 95 % only
+    assert verdict(cid, che=_che_pair(-0.06)) == UNDECIDED
+    assert verdict(cid, che=_che_pair(-0.1)) == REFUTED
 
 
 def test_every_rule_text_states_the_thresholds_its_check_decides_against():

@@ -1,5 +1,6 @@
 """The CHE check (§4.8, Table 6): DAPE1x3-Kerple against Kerple per permutation-variant task, on the best OOD
-accuracy over learning rates, with the seed noise pooled over the CHE cells with several seeds."""
+accuracy over learning rates, each task's interval on its own seeds' spread (the seed noise pooled over the CHE
+cells with several seeds sizes a task with one seed, never decides it)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from dape_core.report.claim_context import Context, interval_text, of_role, unit_of
-from dape_core.report.intervals import (CONFIRMED, MARKS, REFUTED, UNDECIDED, SeedNoise, decide, fresh_sizing,
-                                        level_for, seeds_to_decide, simultaneous)
+from dape_core.report.claim_context import Context, interval_text, of_role, own_or_borrowed, unit_of
+from dape_core.report.intervals import (CONFIRMED, MARKS, NO_PAIR_SPREAD, REFUTED, UNDECIDED, SeedNoise, decide,
+                                        fresh_sizing, level_for, seeds_to_decide, simultaneous)
 
 PERMUTATION_INVARIANT = ("parity_check", "cycle_navigation", "bucket_sort")  # left out: the paper's Table 6
 
@@ -29,7 +30,12 @@ def _ood_lengths(rows: pd.DataFrame, summary: pd.Series) -> pd.Series | None:
 
 def che_beats_kerple(ctx: Context, t: Mapping) -> list[dict]:
     """Per permutation-variant task, DAPE1x3-Kerple − Kerple of the best OOD accuracy over learning rates, won
-    above ``t["margin"]``, lost below 0; the claim holds on more than half the tasks."""
+    above ``t["margin"]``, lost below 0; the claim holds on more than half the tasks. A task's interval reads its
+    own seeds: paired by seed, the spread of its per-seed differences (ν = n − 1), else each side's own spread
+    (Welch, :func:`~dape_core.report.intervals.welch`) — tasks and methods differ in noise, and a σ pooled over the
+    cells decides a noisier task's identical methods beyond 5 % of the time (``benchmarks/verdict_calibration.py
+    --only sink``); with one seed the pooled σ sizes the seeds a verdict needs (a plan,
+    :func:`~dape_core.report.claim_context.own_or_borrowed`) and the task is UNDECIDED."""
     che = of_role(ctx.che, "che")
     if che is None or che.empty:
         return []
@@ -70,12 +76,14 @@ def che_beats_kerple(ctx: Context, t: Mapping) -> list[dict]:
             units = [unit_of(unit(task, "Kerple", x, lrs["Kerple"])
                            + unit(task, "DAPE1x3-Kerple", x, lrs["DAPE1x3-Kerple"])) for x in shared]
             diff = ctx.interval(units, lambda m: m[:, nk:].max(axis=1) - m[:, :nk].max(axis=1), key, inner="lengths",
-                                seed_noise=_scaled(noise, 2))
+                                seed_noise=own_or_borrowed(_scaled(noise, 2), len(shared)), missing=NO_PAIR_SPREAD)
         else:
             diff = ctx.difference([unit_of(unit(task, "DAPE1x3-Kerple", x, lrs["DAPE1x3-Kerple"]))
                                    for x in sorted(seeds["DAPE1x3-Kerple"])],
                                   [unit_of(unit(task, "Kerple", x, lrs["Kerple"])) for x in sorted(seeds["Kerple"])],
-                                  lambda m: m.max(axis=1), key, inner="lengths", noise_b=noise, noise_a=noise)
+                                  lambda m: m.max(axis=1), key, inner="lengths",
+                                  noise_b=own_or_borrowed(noise, len(seeds["DAPE1x3-Kerple"])),
+                                  noise_a=own_or_borrowed(noise, len(seeds["Kerple"])))
         cells = sorted(set(s.loc[s["method"].isin(["Kerple", "DAPE1x3-Kerple"]), "cell"])) if "cell" in s else []
         found.append((task, diff, cells))
     if not found:
@@ -102,7 +110,7 @@ def che_beats_kerple(ctx: Context, t: Mapping) -> list[dict]:
     listed = "; ".join(wins + refuted + undecided)
     text = (f"DAPE1x3-Kerple − Kerple, best OOD accuracy over learning rates: won beyond the noise on {len(wins)} "
             f"of {n} permutation-variant tasks, lost on {len(refuted)} ({listed})")
-    seed_text = f"; {noise.text()}" if noise is not None else ""
+    seed_text = f"; one-seed tasks sized with the CHE cells' pooled {noise.text()}" if noise is not None else ""
     record = {"verdict": verdict, "text": f"{text} → {verdict}; {checks_basis}{seed_text}", "basis": checks_basis,
               "wins": wins, "losses": refuted, "n_tasks": n}
     if noise is not None and seed_text:
@@ -121,8 +129,9 @@ def _scaled(noise: SeedNoise | None, sides: int) -> SeedNoise | None:
 
 def _che_seed_noise(summary: pd.DataFrame) -> SeedNoise | None:
     """Between-seed SD of one CHE cell's best OOD accuracy over learning rates: the within-cell mean square over
-    the task × method cells with ≥ 2 seeds, pooled (the one-way layout's error term, Montgomery §3.3); None when
-    no cell has several seeds (CHE accuracies share no scale with perplexities, so the LM source does not serve)."""
+    the task × method cells with ≥ 2 seeds, pooled (the one-way layout's error term, Montgomery §3.3), which sizes
+    the seeds a task with one seed needs; None when no cell has several seeds (CHE accuracies share no scale with
+    perplexities, so the LM source does not serve)."""
     best = summary.groupby(["task", "method", "seed"])["accuracy"].max().reset_index()
     ss, df = 0.0, 0
     for _, g in best.groupby(["task", "method"]):

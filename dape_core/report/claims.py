@@ -18,14 +18,15 @@ Verdicts (the rules of ``claims.md``):
   statistic. A paired comparison reads its own pair's per-seed differences (ν = n − 1; with one seed (−∞, +∞),
   UNDECIDED): methods do not share one noise level, and a pooled σ decides a noisier pair too often. A run's own
   statistic and each side of an unpaired comparison read their own seeds' spread with two or more seeds (ν = n − 1;
-  Welch–Satterthwaite across the sides); with one seed (−∞, +∞), UNDECIDED, with σ pooled over the grid's methods
+  across the sides the fewer of the two, Hsu's conservative ν); with one seed (−∞, +∞), UNDECIDED, with σ pooled over the grid's methods
   in its own setting — dataset, size, training length and budget (:mod:`dape_core.report.seed_noise`), causal and
   leaky (no-tril) runs apart —, or the grid's largest for that statistic where the setting has one seed, borrowed
   to size the seeds a verdict needs (named in the basis), never to decide: a method noisier than the σ it borrows
   can be decided beyond 5 % of the time. The statistic whose σ a check uses: the mean loss within (×1, also for a model
   evaluated below its training length), beyond (×>1) or over all multiples for perplexity comparisons, the
-  explosion's growth for ``baselines_explode_bounded``, the ΔP statistic for ``delta_p_sign``; CHE pools its own
-  cells with several seeds, the sink its DAPE1x3 / DAPE pairs with several seeds.
+  explosion's growth for ``baselines_explode_bounded``, the ΔP statistic for ``delta_p_sign``; a CHE task or a sink pair
+  reads its own seeds' spread likewise, and with one seed borrows, to size only, the σ pooled over the CHE cells or
+  the sink pairs with several seeds.
 - Runs are paired by seed (and window) only where they share initialisation and batch stream — the same setting
   and seed —; otherwise unpaired (Welch), each side with its own seeds' spread (with one seed, a borrowed
   within-run σ of its setting, seed main effect included, as a plan only).
@@ -255,10 +256,10 @@ CLAIMS: tuple[Claim, ...] = (
           "On CHE, DAPE1x3-Kerple beats Kerple on most of the permutation-variant tasks.",
           f"che_results.csv rows of role che, tasks other than {', '.join(PERMUTATION_INVARIANT)}: per task, the "
           f"difference DAPE1x3-Kerple − Kerple of the best OOD accuracy over learning rates, with a t-interval "
-          f"over seeds (paired by seed where both methods ran it, else unpaired with Welch's degrees of freedom) "
-          f"whose σ is one cell's seed SD pooled over the CHE cells with several seeds (√2 × for a paired "
-          f"difference), or the seeds' own spread; one seed without that σ gives no interval. A task is won when "
-          f"the interval is "
+          f"over seeds on the task's own seeds' spread (paired by seed where both methods ran it: the spread of "
+          f"the per-seed differences, ν = n − 1; else unpaired, each side's own spread on the fewer degrees of "
+          f"freedom); one seed gives no interval (one cell's seed SD pooled over the CHE cells with several seeds "
+          f"sizes the seeds it needs). A task is won when the interval is "
           f"≥ {100 * CHE_MARGIN:g} point, lost when it is < 0. CONFIRMED when more than half of the evaluated "
           f"tasks are won, REFUTED when the tasks not lost are at most half, UNDECIDED otherwise; of n tasks, j "
           f"decide (⌊n/2⌋ + 1 won, ⌈n/2⌉ lost), so each task's interval is read at 1 − 0.05·j/n for that side "
@@ -269,9 +270,9 @@ CLAIMS: tuple[Claim, ...] = (
           "sink.csv rows of role attention_maps (sink_mass = mean attention probability on the first key from "
           "queries at positions ≥ 16, per sequence and layer), per encoding and evaluation length: the ratio of "
           "the layer-mean sink mass of DAPE1x3 to DAPE (geometric mean over sequences and seeds), paired by seed "
-          "and sequence, a t-interval over seeds with σ pooled over the DAPE1x3 / DAPE pairs with several seeds "
-          f"at that length: CONFIRMED when ≥ {SINK_RATIO:g}, REFUTED when < 1; one seed without a pooled σ "
-          "gives no interval (UNDECIDED).", sink_check.sink_stronger, needs=("sink",),
+          "and sequence, a t-interval over seeds on the spread of the pair's own per-seed differences (ν = n − 1): "
+          f"CONFIRMED when ≥ {SINK_RATIO:g}, REFUTED when < 1; one seed gives no interval (UNDECIDED; the σ pooled "
+          "over the DAPE1x3 / DAPE pairs with several seeds at that length sizes the seeds it needs).", sink_check.sink_stronger, needs=("sink",),
           thresholds=dict(ratio=SINK_RATIO)),
     Claim("dape1x3_beats_dape_larger_models", "§4.3, Table 3",
           "DAPE1x3-Kerple outperforms DAPE-Kerple at larger model sizes too.",

@@ -1,5 +1,5 @@
 """The attention-sink check (App. K): DAPE1x3 against DAPE on the attention the queries place on the first key,
-paired by seed and sequence, with the seed noise of the paired differences pooled over the encodings."""
+paired by seed and sequence, each pair's interval on the spread of its own per-seed differences."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from dape_core.report.claim_context import Context, exp, interval_text, of_role, record
-from dape_core.report.intervals import SeedNoise, decide
+from dape_core.report.claim_context import Context, exp, interval_text, of_role, own_or_borrowed, record
+from dape_core.report.intervals import NO_PAIR_SPREAD, SeedNoise, decide
 
 
 def sink_stronger(ctx: Context, t: Mapping) -> list[dict]:
@@ -18,8 +18,12 @@ def sink_stronger(ctx: Context, t: Mapping) -> list[dict]:
     ``sink_mass``: per run, evaluation length, sequence and layer, the mean attention probability that queries at
     positions ≥ 16 place on the first key (App. K's "attention sink"). A run × seed's statistic is
     the mean over its sequences of the log layer-mean sink mass; DAPE1x3-X is compared with DAPE-X paired by seed
-    and sequence (the attention-map runs of one setting share initialisation, batch stream and sequences), with
-    the seed noise of those paired differences pooled over the encodings with several seeds at that length."""
+    and sequence (the attention-map runs of one setting share initialisation, batch stream and sequences), on the
+    spread of the pair's own per-seed differences (ν = n − 1): encodings differ in noise, and a σ pooled over them
+    decides a noisier pair's identical methods beyond 5 % of the time (``benchmarks/verdict_calibration.py --only
+    sink``). With one shared seed, the σ of the paired differences pooled over the encodings with several seeds at
+    that length sizes the seeds a verdict needs (a plan, :func:`~dape_core.report.claim_context.own_or_borrowed`)
+    and the interval is (−∞, +∞)."""
     sink = of_role(ctx.sink, "attention_maps")
     if sink is None or sink.empty:
         return []
@@ -60,7 +64,8 @@ def sink_stronger(ctx: Context, t: Mapping) -> list[dict]:
             noise = None if ctx.point else _pooled_differences(
                 [u for m, _, n, *_, us in pairs if n == length for u in [us] if len(us) >= 2],
                 f"the DAPE1x3 / DAPE sink pairs with several seeds at length {length}")
-            d = ctx.interval(paired_units, lambda m: m[:, 0] - m[:, 1], key, inner="sequences", seed_noise=noise)
+            d = ctx.interval(paired_units, lambda m: m[:, 0] - m[:, 1], key, inner="sequences",
+                             seed_noise=own_or_borrowed(noise, len(shared)), missing=NO_PAIR_SPREAD)
         else:
             d = ctx.difference([r.groupby("sequence")["log_mass"].mean().to_numpy()[:, None]
                                 for _, r in a.groupby("seed", dropna=False)],
@@ -84,7 +89,8 @@ def sink_stronger(ctx: Context, t: Mapping) -> list[dict]:
 
 def _pooled_differences(groups: list[list[np.ndarray]], source: str) -> SeedNoise | None:
     """σ of one seed's paired difference (column 0 − column 1 of a unit's means), pooled over groups of ≥ 2 seeds
-    (Montgomery §3.3: Σ within-group sums of squares over Σ (n − 1)); None without degrees of freedom."""
+    (Montgomery §3.3: Σ within-group sums of squares over Σ (n − 1)), which sizes a pair with one seed; None
+    without degrees of freedom."""
     ss, df = 0.0, 0
     for group in groups:
         d = np.array([u[:, 0].mean() - u[:, 1].mean() for u in group if len(u)])
