@@ -55,8 +55,8 @@ from dape_core.methods import method_label
 from dape_core.model import GPT, GPTConfig
 from dape_core.settings import AttentionSettings
 from dape_core.settings.model import layer_sizes
-from dape_core.settings.timing import MODES, PRECISIONS, TimingSettings  # noqa: F401 (importable from here)
-from dape_core.config.options import TIMED_SHAPE
+from dape_core.settings.timing import (MODES, PRECISIONS, TIMED_SHAPE,  # noqa: F401 (importable from here)
+                                       TimingSettings)
 
 AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # precision → autocast dtype
 

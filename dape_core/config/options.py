@@ -24,12 +24,10 @@ import shlex
 from typing import Any, Iterable
 
 from dape_core.io import spec_digest  # noqa: F401  (re-exported: one definition, in the seals' module)
+from dape_core.settings.timing import TIMED_SHAPE  # the settings a timing job's methods may differ in
 
 # Job-level options that a rule passes itself (wildcards, resources, paths), never from a run's settings.
 JOB_OPTIONS = ("seed", "threads", "distributed", "micro_batch_size")
-#: the settings a timing job's methods may differ in beside their attention: each size is a method of the job, so
-#: both sizes of the timing claim are timed in every block, interleaved (passed in ``--methods``)
-TIMED_SHAPE = ("size", "n_layer")
 #: how many replicate jobs time a timing job's cells: no setting of one replicate (its merge reads it)
 REPLICATE_OPTIONS = ("replicates",)
 #: the ``bool | None`` settings, and how the fingerprint spells their values: as the command line did when the

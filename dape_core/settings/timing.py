@@ -11,6 +11,9 @@ from dape_core.settings.fields import setting
 from dape_core.settings.model import SIZE_PRESETS
 
 MODES = ("forward", "train_step")
+#: the settings a timing job's methods may differ in beside their attention: each size is a method of the job, so
+#: every size is timed in every block, interleaved (``dape time --methods``)
+TIMED_SHAPE = ("size", "n_layer")
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
