@@ -281,9 +281,13 @@ def test_each_job_is_handed_one_spec_that_its_log_records(smoke_run):
         log = smoke_run.path(f"logs/lm/{name}/seed{seed}/evaluate.log").read_text()
         (spec,) = _specs(log.splitlines()[0], "dape evaluate")
         assert spec == dict(grid.eval_options(plan.evaluated_run(name)["eval"]))
-    for name in plan.timing_jobs:
-        (spec,) = _specs(smoke_run.path(f"logs/timing/{name}.log").read_text().splitlines()[0], "dape time")
-        assert sorted(spec["methods"]) == sorted(plan.timing_jobs[name]["runs"])
+    for name, job in plan.timing_jobs.items():
+        for k in range(job["settings"]["replicates"]):
+            log = smoke_run.path(f"logs/timing/{name}/rep{k}.log").read_text()
+            (spec,) = _specs(log.splitlines()[0], "dape time")
+            assert sorted(spec["methods"]) == sorted(job["runs"]) and spec["replicate"] == k
+        (spec,) = _specs(smoke_run.path(f"logs/timing/{name}.merge.log").read_text().splitlines()[0], "dape time")
+        assert spec["replicates"] == job["settings"]["replicates"] and "replicate" not in spec
     for name, seed in plan.finetune_jobs():
         log = smoke_run.path(f"logs/lm/{name}/seed{seed}/finetune.log").read_text()
         (spec,) = _specs(log.splitlines()[0], "dape finetune")
