@@ -5,14 +5,15 @@ each worker thread count, each read by the claim's own check.
                                          [--out benchmarks/results/timing_protocol.csv]
 
 The timing claim (§4.9, Table 7) reads the rise of ms(Kerple) / ms(DAPE1x3-Kerple) from the small to the medium
-model. Each of ``--runs`` runs times every forward-time job of the configuration as the workflow does (`dape time
---spec … --threads <the rule's threads>`, the configuration's blocks and rounds), with ``compute_threads`` set to
-each value of ``--compute-threads`` in turn (the runs interleave the thread counts), and reads it with
-:mod:`dape_core.report.timing_check`: each block's ratio, the rise and its Welch interval over blocks, the verdict
-at the claim's threshold. It writes one row per run × thread count × size × block (the block's ratio and its
-rounds' spread) with the run's rise, interval and verdict, and prints, per thread count, the rises of the runs side
-by side: an interval that holds covers the other runs' rises about as often as its level says, and a protocol
-whose runs' rises disagree beyond their intervals is missing a source of noise.
+model. Each of ``--runs`` runs times every replicate job of the configuration's forward-time job as the workflow
+does (`dape time --spec … --threads <the rule's threads>`, one after another, the configuration's replicates, blocks
+and rounds), with ``compute_threads`` set to each value of ``--compute-threads`` in turn (the runs interleave the
+thread counts), and reads it with :mod:`dape_core.report.timing_check`: each block's ratio, each replicate job's
+rise, their t-interval over the jobs, the verdict at the claim's threshold. It writes one row per run × thread count
+× replicate × size × block (the block's ratio and its rounds' spread) with the run's rise, interval and verdict, and
+prints, per thread count, the rises of the runs side by side: an interval that holds covers the other runs' rises
+about as often as its level says, and a protocol whose runs' rises disagree beyond their intervals is missing a
+source of noise.
 
 Measured on an idle 2-core machine; nothing else may run beside it (the timings are the measurement).
 """
@@ -35,7 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def forward_time_jobs(config: Path) -> tuple[dict[str, dict], int, float]:
-    """The configuration's forward-time jobs (name → spec settings), the rule's threads, the claim's threshold."""
+    """The configuration's forward-time replicate jobs (name/rep{k} → spec settings), the rule's threads, the
+    claim's threshold."""
     import yaml
 
     from dape_core.config import families
@@ -45,8 +47,9 @@ def forward_time_jobs(config: Path) -> tuple[dict[str, dict], int, float]:
     plan = families.build_plan(yaml.safe_load(config.read_text()))
     roles = {f: meta.get("role") for f, meta in plan.config["families"].items()}
     timed = {m["run"] for m in plan.timing_members if roles.get(m["family"]) == "forward_time"}
-    jobs = {name: timing_spec(job, plan.timing_runs).settings for name, job in plan.timing_jobs.items()
-            if set(job["runs"]) & timed}
+    jobs = {f"{name}-rep{k}": timing_spec(job, plan.timing_runs, k).settings
+            for name, job in plan.timing_jobs.items() if set(job["runs"]) & timed
+            for k in range(int(job["settings"]["replicates"]))}
     threads = int(plan.config["resources"]["time_lm"]["threads"])
     claim = next(c for c in CLAIMS if c.claim_id == "timing_overhead_shrinks")
     return jobs, threads, float(claim.thresholds["rise"])
@@ -60,7 +63,7 @@ def time_job(spec: dict, threads: int, folder: Path, name: str) -> tuple[pd.Data
     dape = Path(sys.executable).with_name("dape")
     start = time.perf_counter()
     done = subprocess.run([str(dape), "time", "--spec", json.dumps(spec), "--threads", str(threads), "--out",
-                           str(out)], capture_output=True, text=True)
+                           str(out)], capture_output=True, text=True)  # the spec names its replicate
     wall = time.perf_counter() - start
     if done.returncode:
         raise SystemExit(f"dape time for {name} failed: {done.stderr.strip().splitlines()[-1:]}")
@@ -71,26 +74,28 @@ def time_job(spec: dict, threads: int, folder: Path, name: str) -> tuple[pd.Data
 def read_run(tables: list[pd.DataFrame], rise_threshold: float) -> tuple[list[dict], dict]:
     """Block rows and the run's rise, interval and verdict, by the claim's own functions."""
     from dape_core.report.intervals import decide
-    from dape_core.report.timing_check import TIMED, block_ratios, rise_interval
+    from dape_core.report.timing_check import TIMED, block_ratios, job_ratios, job_rises, rise_interval
 
     reps = pd.concat(tables, ignore_index=True)
     reps = reps[reps["method"].isin(TIMED)]
     reps["scale"] = reps["n_layer"].astype(float) * reps["d_model"].astype(float) ** 2
     rows, sizes = [], []
     for (_, size), g in reps.groupby(["scale", "size"], sort=True):
-        ratios = block_ratios(g)
-        sizes.append((size, ratios))
-        for block, ratio in enumerate(ratios):
-            one = g[g["block"] == block]
-            per_round = (one[one["method"] == TIMED[0]]["ms"].to_numpy()
-                         / one[one["method"] == TIMED[1]]["ms"].to_numpy())
-            rows.append({"size": size, "block": block, "ratio": round(ratio, 4),
-                         "rounds": len(per_round), "round_ratio_sd": round(float(np.std(per_round, ddof=1)), 4)})
-    (s0, b0), (s1, b1) = sizes[0], sizes[-1]
-    iv = rise_interval(b0, b1, "timing")
-    run = {"smaller": s0, "larger": s1, "ratio_smaller": round(float(np.mean(b0)), 4),
-           "ratio_larger": round(float(np.mean(b1)), 4), "rise": round(iv.estimate, 4), "low": round(iv.low, 4),
-           "high": round(iv.high, 4), "verdict": decide(iv, side=1, confirm=rise_threshold, refute=0.0)}
+        sizes.append((size, job_ratios(g)))
+        for replicate, gr in g.groupby("replicate"):
+            for block, ratio in zip(sorted(gr["block"].unique()), block_ratios(gr)):
+                one = gr[gr["block"] == block]
+                per_round = (one[one["method"] == TIMED[0]]["ms"].to_numpy()
+                             / one[one["method"] == TIMED[1]]["ms"].to_numpy())
+                rows.append({"size": size, "replicate": int(replicate), "block": int(block),
+                             "ratio": round(ratio, 4), "rounds": len(per_round),
+                             "round_ratio_sd": round(float(np.std(per_round, ddof=1)), 4)})
+    (s0, r0), (s1, r1) = sizes[0], sizes[-1]
+    iv = rise_interval(job_rises(r0, r1), "timing")
+    run = {"smaller": s0, "larger": s1, "ratio_smaller": round(float(np.mean(list(r0.values()))), 4),
+           "ratio_larger": round(float(np.mean(list(r1.values()))), 4), "rise": round(iv.estimate, 4),
+           "low": round(iv.low, 4), "high": round(iv.high, 4),
+           "verdict": decide(iv, side=1, confirm=rise_threshold, refute=0.0)}
     return rows, run
 
 

@@ -19,12 +19,15 @@ Bases (those of :mod:`dape_core.report.intervals`, as the claims use them):
 - each with per-window data (units of W rows) and without (one row: the seed's mean);
 - three regimes: seed noise dominating (interaction SD 2 × the windows' SE of a method's mean, seed main effect
   3 ×), the seed main effect dominating (4 × and 0.5 ×) and window noise dominating (0.5 × and 0.25 ×);
-- ``timing``: the timing rule's rise of the ratio between two sizes, from blocks of fresh worker processes of two
-  identical methods, each block a ratio of medians over 10 interleaved rounds (round effects shared by the methods
-  of a round, log-normal noise with outliers, and each method's process effect drawn once per block; normal at SD
-  0.02, as measured on the default run's CPU — round SD 0.25, method SD 0.2, 15 % outliers ×2, process SD 0.15 —,
-  and t₃-tailed), read by :func:`dape_core.report.timing_check.rise_interval` (Welch over blocks) at the block
-  counts the shipped configurations use (3, the fewest the claim reads an interval on, 4, 8, 16);
+- ``timing``: the timing rule's rise of ms(A) / ms(B) between two sizes of two identical methods
+  (:mod:`verdict_rules.timing`): interleaved rounds (a round effect shared by the workers of a round, log-normal
+  noise, outliers), each worker's process effect drawn once per block of fresh processes, and a job effect drawn
+  once per job for each size × method (none, SD 0.04 as measured across runs of the design before, 0.1, and
+  t₃-tailed); the workflow's design — every block timing both sizes and both methods, the blocks spread over
+  replicate jobs — read by :func:`dape_core.report.timing_check.rise_interval` (t over the jobs' rises) at the
+  (jobs, blocks) of the shipped configurations (2 × 1, 4 × 1, 8 × 2), and the design before — each size in a job
+  of its own, Welch's t over its blocks — at 4 and 16 blocks; each at 95 % and at Holm's strictest level
+  1 − 0.05/18 (``--timing-trials``, 20,000 a cell);
 - ``sink``: the attention-sink rule as the claim runs it (:func:`dape_core.report.sink_check.sink_stronger` on a
   simulated sink.csv): DAPE1x3-X against DAPE-X for three encodings X, n seeds each, 8 sequences shared by every
   run and 2 layers; log sink mass = encoding × seed effect (shared by the pair) + method × seed interaction +
@@ -71,16 +74,17 @@ Bases (those of :mod:`dape_core.report.intervals`, as the claims use them):
   that of families with any claim decided (the family-wise error), beside the rate at the claims' own 95 %.
 
 A trial is *decided* when :func:`dape_core.report.intervals.decide` at a zero margin is not UNDECIDED. The CSV holds
-each basis's false-decision rate (effect 0) and power (effect 2 seed-SDs; timing: a rise of 2 SDs of one block's
-ratio), each with its Monte-Carlo SE √(p(1 − p)/trials).
+each basis's false-decision rate (effect 0) and power (effect 2 seed-SDs; timing: a rise of 2 SDs of one job's
+rise), each with its Monte-Carlo SE √(p(1 − p)/trials).
 
-Each rule's simulation is a module of ``benchmarks/verdict_rules/`` (common, bases, sink, che, kernel, claims,
-heterogeneity, design, holm); this script runs them and writes the results file.
+Each rule's simulation is a module of ``benchmarks/verdict_rules/`` (common, bases, timing, sink, che, kernel,
+claims, heterogeneity, design, holm); this script runs them and writes the results file.
 
-    python benchmarks/verdict_calibration.py [--trials 10000] [--jobs N] [--sink-trials 500] [--che-trials 100]
+    python benchmarks/verdict_calibration.py [--trials 10000] [--jobs N] [--timing-trials 20000]
+                                             [--sink-trials 500] [--che-trials 100]
                                              [--kernel-trials 1000] [--kernel-power-trials 200]
                                              [--claim-trials 1000] [--claim-power-trials 200] [--holm-trials 4000]
-                                             [--only {bases,claims,design,heterogeneity,holm,kernel,sink}]
+                                             [--only {bases,claims,design,heterogeneity,holm,kernel,sink,timing}]
                                              [--out benchmarks/results/verdict_calibration.csv]
 """
 
@@ -97,8 +101,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 # the rules' simulations (names used here, and read by tests/test_verdict_calibration.py through this module)
-from verdict_rules.bases import (TIMING_REGIMES, TIMING_BLOCKS, basis_cell, level_trial, paired_trial,  # noqa: E402,F401
-                                 timing_cell, timing_row, timing_trial, unpaired_trial)
+from verdict_rules.bases import basis_cell, level_trial, paired_trial, unpaired_trial  # noqa: E402,F401
 from verdict_rules.che import CHE_REGIMES, CHE_TASKS, che_claim_trial, che_rows, che_table, che_trial  # noqa: E402,F401
 from verdict_rules.claims import CHE_CLAIM_TASKS, claim_rows, claim_table, claim_trial  # noqa: E402,F401
 from verdict_rules.common import (MANY_SEEDS, REGIMES, SEEDS, WINDOW_SE, cell_rng, each_cell,  # noqa: E402,F401
@@ -111,24 +114,29 @@ from verdict_rules.holm import HOLM_CLAIMS, HOLM_REGIMES, HOLM_SEEDS, holm_rows,
 from verdict_rules.kernel import (KERNEL_METHODS, KERNEL_REGIMES, KERNELS, kernel_cell, kernel_rows,  # noqa: E402,F401
                                   kernel_table, kernel_trial, sweep_table)
 from verdict_rules.sink import SINK_REGIMES, SINK_SE, sink_rows, sink_table, sink_trial  # noqa: E402,F401
+from verdict_rules.timing import (FAMILY_CLAIMS, ONE_JOB_PER_SIZE_BLOCKS, TIMING_DESIGNS,  # noqa: E402,F401
+                                  TIMING_REGIMES, replicate_rise, replicate_rises, simulate, timing_cells,
+                                  timing_rows, timing_rows_all)
 
 OUT = ROOT / "benchmarks" / "results" / "verdict_calibration.csv"
 
 
 def calibration(trials: int, seed: int = 0, seeds=SEEDS + MANY_SEEDS, regimes=tuple(REGIMES), power: bool = True,
-                timing_blocks=TIMING_BLOCKS, sink_trials: int = 0, che_trials: int = 0, kernel_trials: int = 0,
+                timing_trials: int = 0, sink_trials: int = 0, che_trials: int = 0, kernel_trials: int = 0,
                 kernel_power_trials: int = 0, claim_trials: int = 0, claim_power_trials: int = 0,
                 hetero_trials: int = 0, holm_trials: int = 0, jobs: int = 1) -> pd.DataFrame:
     """One row per basis × regime × seed count: false-decision rate and power with their Monte-Carlo SEs; each
     cell on its own random stream (:func:`cell_rng`), ``jobs`` cells at a time in worker processes. The rules that
     run the claims' own checks join with ``sink_trials`` (sink and CHE), ``kernel_trials`` and ``claim_trials``
     (claims of several checks), ``hetero_trials`` (the paired comparison under unequal method noise),
-    ``holm_trials`` (Holm's step-down over null families of claims)."""
+    ``holm_trials`` (Holm's step-down over null families of claims), ``timing_trials`` (the timing rule, a tenth of
+    them at a rise for its power)."""
     cells = [(kind, windows, regime, n, trials, seed, power) for regime in regimes for n in seeds
              for kind in ("paired", "unpaired", "one run", "own spread") if not (kind == "own spread" and n < 2)
              for windows in (True, False)]
-    timings = [(blocks, trials, seed, power, regime) for regime in TIMING_REGIMES for blocks in timing_blocks]
-    rows = each_cell(basis_cell, cells, jobs) + each_cell(timing_row, timings, jobs)
+    rows = each_cell(basis_cell, cells, jobs)
+    if timing_trials:
+        rows += timing_rows_all(timing_trials, seed, timing_trials // 10 if power else 0, jobs=jobs)
     if sink_trials:
         rows += sink_che_rows(sink_trials, che_trials or max(1, sink_trials // 5), seed, power=power)
     if kernel_trials:
@@ -194,6 +202,8 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1,
                    help="cells computed at a time (processes)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timing-trials", type=positive_int, default=20000, help="null trials per cell of the timing "
+                   "rule (read at 95 % and at 1 − 0.05/18 on the same trials; a tenth as many at a rise for power)")
     p.add_argument("--sink-trials", type=positive_int, default=500, help="trials per cell of the sink rule "
                    "(slower: it runs the claim's own check on simulated tables)")
     p.add_argument("--che-trials", type=positive_int, default=100, help="trials per cell of the CHE rule (12 tasks "
@@ -216,17 +226,16 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args(argv)
     if args.only is None:
-        df = calibration(args.trials, args.seed, sink_trials=args.sink_trials, che_trials=args.che_trials,
+        df = calibration(args.trials, args.seed, timing_trials=args.timing_trials, sink_trials=args.sink_trials,
+                         che_trials=args.che_trials,
                          kernel_trials=args.kernel_trials, kernel_power_trials=args.kernel_power_trials,
                          claim_trials=args.claim_trials, claim_power_trials=args.claim_power_trials,
                          hetero_trials=args.trials, holm_trials=args.holm_trials, jobs=args.jobs)
     else:
         kept = kept_rows(args.out, args.only)
-        fresh = {"bases": lambda: calibration(args.trials, args.seed, timing_blocks=(),
-                                              jobs=args.jobs).to_dict("records"),
-                 "timing": lambda: each_cell(timing_row, [(blocks, args.trials, args.seed, True, regime)
-                                                          for regime in TIMING_REGIMES for blocks in TIMING_BLOCKS],
-                                             args.jobs),
+        fresh = {"bases": lambda: calibration(args.trials, args.seed, jobs=args.jobs).to_dict("records"),
+                 "timing": lambda: timing_rows_all(args.timing_trials, args.seed, args.timing_trials // 10,
+                                                   jobs=args.jobs),
                  "sink": lambda: sink_che_rows(args.sink_trials, args.che_trials, args.seed),
                  "kernel": lambda: kernel_rows(args.kernel_trials, args.seed,
                                                power_trials=args.kernel_power_trials, jobs=args.jobs),

@@ -54,7 +54,8 @@ TIMING = Kind("timing table (dape time --out)", "time_lm", commands=("dape time"
 REPEATS = Kind("timing repeats (dape time --repeats-out)", "time_lm", commands=("dape time",),
                columns=("run", "method", "size", "n_layer", "d_model", "seq_len", "batch_size", "mode", "precision",
                         "device", "threads", "cell", "block", "round", "position", "ms"),
-               numeric=("n_layer", "d_model", "seq_len", "batch_size", "block", "round", "position", "ms"),
+               numeric=("n_layer", "d_model", "seq_len", "batch_size", "replicate", "block", "round", "position",
+                        "ms"),
                filled=("run", "method", "cell", "round", "ms"))
 CHE = Kind("CHE results (dape che --out)", "che", commands=("dape che",),
            columns=("task", "accuracy"),

@@ -1,8 +1,9 @@
 """Forward time, training-step time and peak memory, methods timed together in interleaved repeats (Table 7 App. H,
 §4.2 step times).
 
-A timing job times *cells*: the methods (runs that differ only in their attention settings) at one size, depth,
-length, batch, mode, precision and thread count. Each method of a cell has its own persistent worker process, so
+A timing job times *cells*: the methods (runs that differ only in their attention settings and shape: every method
+of every size) at one length, batch, mode, precision and thread count. Each method of a cell has its own persistent
+worker process, so
 its peak memory is its own (CPU: the process's resident high-water mark; CUDA: ``torch.cuda.max_memory_allocated``
 over its timed runs). A worker builds its model and runs ``warmup`` untimed runs (discarded); then the parent runs
 ``repeats`` rounds, asking every worker in turn for one timed run, the order rotated by one method each round so
@@ -10,8 +11,12 @@ that no method always goes first; one worker computes at a time. That is one *bl
 after another, each with fresh worker processes (the order in which they build rotated too): a process's own
 speed — where its threads run, how its memory lies — is shared by all its rounds, and on a 2-core CPU it moves a
 method's median between processes by more than its rounds scatter (benchmarks/timing_protocol.py), so an interval
-reads blocks, not rounds. Every repeat's time is kept (``--repeats-out``: one row per method × block × round) beside
-the summary (``--out``: one row per method × length, median and min over every block's repeats). A worker computes
+reads blocks, not rounds. What changes between jobs — another moment, another placement of the job on the
+machine — moves it too, so the workflow repeats a timing job as ``replicates`` separate jobs (``--replicate`` k,
+recorded in every row) and merges them (``--merge``): every size and method of a replicate shares its blocks, and
+the timing claim reads one value per replicate. Every repeat's time is kept (``--repeats-out``: one row per method ×
+block × round) beside the summary (``--out``: one row per method × length, median and min over every block's
+repeats; merged, over every replicate's). A worker computes
 on ``compute_threads`` torch threads (default: the job's ``threads``): fewer than the job holds leaves the rest to
 the parent, the workflow and the operating system. The process runs on CUDA when a GPU is present and on the
 CPU otherwise (:func:`timing_device`); on CUDA every timed region is bracketed by ``torch.cuda.synchronize``, and
@@ -50,7 +55,8 @@ from dape_core.methods import method_label
 from dape_core.model import GPT, GPTConfig
 from dape_core.settings import AttentionSettings
 from dape_core.settings.model import layer_sizes
-from dape_core.settings.timing import MODES, PRECISIONS, TimingSettings  # noqa: F401 (importable from here)
+from dape_core.settings.timing import (MODES, PRECISIONS, TIMED_SHAPE,  # noqa: F401 (importable from here)
+                                       TimingSettings)
 
 AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # precision → autocast dtype
 
@@ -398,12 +404,12 @@ def time_cell(cell: list[dict]) -> tuple[list[dict], list[dict]]:
 
 
 #: per-repeat rows (``--repeats-out``, one per method × length × block × round): these settings of the method's
-#: summary row, then ``block`` (its worker processes), ``round`` (counted across the blocks), ``position`` (its place
-#: in the round's order) and ``ms``
+#: summary row, then ``replicate`` (the replicate job), ``block`` (its worker processes), ``round`` (counted across
+#: the replicate's blocks), ``position`` (its place in the round's order) and ``ms``
 REPEAT_SETTINGS = ("run", "method", "encoding", "processor", "kernel_size", "dape_width", "size", "n_layer",
                    "d_model", "seq_len", "batch_size", "mode", "precision", "attention_impl", "attention_path",
                    "dape_dtype", "device", "device_type", "cpu_model", "threads", "warmup", "cell")
-REPEAT_COLUMNS = (*REPEAT_SETTINGS, "block", "round", "position", "ms")
+REPEAT_COLUMNS = (*REPEAT_SETTINGS, "replicate", "block", "round", "position", "ms")
 
 
 # ----------------------------------------------------------------------------------------------- a job
@@ -422,8 +428,8 @@ def cases(settings: TimingSettings) -> list[dict]:
 
 
 def parse_methods(text: str | dict | None, settings: TimingSettings) -> dict[str, TimingSettings]:
-    """``--methods``: run name → its attention settings (JSON text, or the object a job's spec holds; over the
-    attention options); without it, the one method of the options, named by its label."""
+    """``--methods``: run name → its attention settings and shape (``size``, ``n_layer``; JSON text, or the object a
+    job's spec holds; over the options); without it, the one method of the options, named by its label."""
     if text is None:
         return {timed_method(settings, settings.precision): settings}
     try:
@@ -433,7 +439,7 @@ def parse_methods(text: str | dict | None, settings: TimingSettings) -> dict[str
                           "settings") from None
     if not isinstance(methods, dict) or not methods or not all(isinstance(v, dict) for v in methods.values()):
         raise ConfigError("methods: allowed values: a non-empty JSON object run name → attention settings")
-    allowed = fields.field_names(AttentionSettings)
+    allowed = (*fields.field_names(AttentionSettings), *TIMED_SHAPE)
     out = {}
     for run, attention in methods.items():
         for key in attention:
@@ -447,7 +453,8 @@ def parse_methods(text: str | dict | None, settings: TimingSettings) -> dict[str
 
 
 def cells(methods: dict[str, TimingSettings], job: str) -> list[list[dict]]:
-    """One cell per length: every method's case (its ``run``, the ``cell`` id ``{job}-T{length}``, the cell size)."""
+    """One cell per length: every method's case, every size's among them (its ``run``, the ``cell`` id
+    ``{job}-T{length}``, the cell size)."""
     per_method = {run: cases(settings) for run, settings in methods.items()}
     lengths = next(iter(per_method.values()))
     return [[{**per_method[run][i], "run": run, "cell": f"{job}-T{case['seq_len']}", "cell_size": len(methods)}
@@ -458,6 +465,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     fields.add_arguments(p, TimingSettings)
     p.add_argument("--methods", help="JSON: run name → attention settings of each method timed in the same cells "
                                      "(interleaved; over the attention options); default: the options' one method")
+    p.add_argument("--replicate", type=int, default=0, help="which replicate job of the timing job this is (0, 1, …; "
+                                                            "recorded in every row)")
+    p.add_argument("--merge", nargs="+", metavar="CSV", help="merge the summaries of the `replicates` replicate jobs "
+                   "(their .repeats.csv beside them) into --out and --repeats-out instead of timing")
     p.add_argument("--out", required=True, help="summary CSV: one row per method × length")
     p.add_argument("--repeats-out", help="per-repeat CSV: one row per method × length × round (default: the "
                                          "summary's name with .repeats.csv)")
@@ -470,7 +481,18 @@ def repeats_path(out: str) -> str:
 
 def run(args) -> int:
     settings = fields.from_args(TimingSettings, args)
+    if args.merge:
+        summary, repeat_rows = merge(args.merge, settings.replicates, args.spec)
+        io.write_csv(args.repeats_out or repeats_path(args.out), repeat_rows, seal=True)
+        io.write_csv(args.out, summary, seal=True)
+        print(f"dape time: merged {len(args.merge)} replicate jobs: {len(summary)} rows, {len(repeat_rows)} repeats",
+              file=sys.stderr)
+        return 0
+    if args.replicate < 0:
+        raise ConfigError(f"replicate: {args.replicate}; allowed values: 0, 1, …")
     job = os.path.basename(args.out).removesuffix(".csv")
+    if job.startswith("rep") and job[3:].isdigit():  # results/timing/{job}/rep{k}.csv: the cells are the job's
+        job = os.path.basename(os.path.dirname(os.path.abspath(args.out)))
     cell_list = cells(parse_methods(args.methods, settings), job)
     rows, repeat_rows = [], []
     try:
@@ -481,6 +503,8 @@ def run(args) -> int:
     except TimingWorkerError as err:
         print(f"dape time: error: {err}", file=sys.stderr)
         return 1
+    rows = [{**row, "replicate": args.replicate} for row in rows]
+    repeat_rows = [{**row, "replicate": args.replicate} for row in repeat_rows]
     io.write_csv(args.repeats_out or repeats_path(args.out), pd.DataFrame(repeat_rows, columns=list(REPEAT_COLUMNS)),
                  seal=True)
     io.write_csv(args.out, pd.DataFrame(rows), seal=True)
@@ -491,6 +515,61 @@ def run(args) -> int:
                                       f"{row['peak_mem_mb']:.0f} MB" if row["status"] == "ok" else row["status"]),
               file=sys.stderr)
     return 0
+
+
+def replicate_spec(spec_text: str | None, replicate: int) -> str | None:
+    """The spec digest of replicate ``replicate`` of the timing job whose merge has the spec ``spec_text``: the
+    same settings and methods, ``replicate`` in place of ``replicates`` (:func:`dape_core.config.timing_spec`); None
+    without a spec (a merge run by hand checks the files' seals, not their settings)."""
+    if spec_text is None:
+        return None
+    spec = {k: v for k, v in json.loads(spec_text).items() if k != "replicates"}
+    return io.spec_digest({**spec, "replicate": replicate})
+
+
+def merge(paths: list[str], replicates: int, spec_text: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The summaries of a timing job's replicate jobs (``paths``, replicate k the k-th, each with its .repeats.csv)
+    merged: every repeat, each with its ``replicate``, and per method × length the median and min over every
+    replicate's repeats, the largest peak memory, ``replicates`` in place of ``replicate``. Each file is checked
+    where it is read (its seal, its settings, its columns, the replicate it names): a damaged or foreign one stops
+    the merge with one line naming it."""
+    from dape_core import artefacts
+
+    if len(paths) != replicates:
+        raise ConfigError(f"merge: {len(paths)} replicate files for replicates {replicates}; allowed values: one "
+                          f"summary CSV per replicate job, rep0 … rep{replicates - 1}")
+    summaries, repeats = [], []
+    for k, path in enumerate(paths):
+        digest = replicate_spec(spec_text, k)
+        for kind, file, frames in ((artefacts.TIMING, path, summaries),
+                                   (artefacts.REPEATS, repeats_path(path), repeats)):
+            frame = artefacts.read_csv(file, kind, spec=digest)
+            if "replicate" not in frame or set(frame["replicate"].dropna().astype(int)) - {k}:
+                raise artefacts.fail(file, f"is not replicate {k}'s (its replicate column: "
+                                     f"{sorted(set(frame.get('replicate', pd.Series(['none'])).astype(str)))}); "
+                                     f"expected the {kind.name} of replicate {k}", kind.rule)
+            frames.append(frame)
+    all_repeats = pd.concat(repeats, ignore_index=True).sort_values(["replicate", "round", "position"],
+                                                                      kind="stable")
+    stacked = pd.concat(summaries, ignore_index=True)
+    rows = []
+    for (run, cell), group in stacked.groupby(["run", "cell"], sort=False):
+        first = group.iloc[0].to_dict()
+        base = {k: v for k, v in first.items() if k not in SUMMARY_STATS and k != "replicate"}
+        if not (group["status"] == "ok").all() or len(group) != replicates:
+            rows.append({**out_of_memory_row(base), "replicates": replicates})
+            continue
+        peak_row = group.loc[group["peak_mem_mb"].idxmax()]
+        times = all_repeats.loc[(all_repeats["run"] == run) & (all_repeats["cell"] == cell), "ms"].tolist()
+        baseline = float(peak_row["peak_mem_mb"] - peak_row["peak_mem_over_baseline_mb"])
+        rows.append({**summary_row(base, times, float(peak_row["peak_mem_mb"]), baseline),
+                     "replicates": replicates})
+    return pd.DataFrame(rows), all_repeats[list(REPEAT_COLUMNS)].reset_index(drop=True)
+
+
+#: the statistics of a summary row (:func:`summary_row`), recomputed by a merge
+SUMMARY_STATS = ("status", "median_ms", "min_ms", "per_layer_ms", "tokens_per_s", "peak_mem_mb",
+                 "peak_mem_over_baseline_mb")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from dape_core.report.claims import (CLAIMS, CONFIRMED, CORE_CLAIMS, NOT_RUN, REFUTED, UNDECIDED, claims_markdown,
                                      evaluate_claims, evaluate_claims_on_paper)
@@ -302,22 +303,28 @@ def timing(ratios=(0.5, 0.6, 0.7), mode="forward"):
     return pd.DataFrame(rows)
 
 
-def repeats(ratios=(0.5, 0.6, 0.7), mode="forward", rounds=10, noise=0.01, seed=0, blocks=4, process=0.01):
-    """timing_repeats.csv: ``blocks`` blocks of fresh worker processes (each method's own process effect, SD
-    ``process``), each of interleaved rounds: each method's ms with a shared round effect and its own noise."""
+def repeats(ratios=(0.5, 0.6, 0.7), mode="forward", rounds=10, noise=0.01, seed=0, blocks=2, replicates=4,
+            process=0.01, job=0.0):
+    """timing_repeats.csv: ``replicates`` replicate jobs (each size × method's own job effect, SD ``job``), each of
+    ``blocks`` blocks of fresh worker processes (each worker's own process effect, SD ``process``) timing every size
+    and method in interleaved rounds: each ms with a shared round effect and its own noise."""
     rng = np.random.default_rng(seed)
+    sizes = [("tiny", 2, 64), ("small", 4, 128), ("base", 6, 256)]
     rows = []
-    for (size, n_layer, d_model), ratio in zip([("tiny", 2, 64), ("small", 4, 128), ("base", 6, 256)], ratios):
+    for replicate in range(replicates):
+        jobs = rng.normal(0, job, (len(sizes), 2))
         for block in range(blocks):
-            effect = rng.normal(0, process, 2)
+            effect = rng.normal(0, process, (len(sizes), 2))
             for r in range(block * rounds, (block + 1) * rounds):
                 shared = rng.normal(0, 0.05)
-                for position, (method, ms) in enumerate([("DAPE1x3-Kerple", 100.0), ("Kerple", 100.0 * ratio)]):
-                    rows.append({"run": f"{size}-{method}", "method": method, "size": size, "n_layer": n_layer,
-                                 "d_model": d_model, "seq_len": 256, "batch_size": 1, "mode": mode,
-                                 "precision": "fp32", "device": "cpu", "threads": 2, "cell": f"cell-{size}",
-                                 "block": block, "round": r, "position": (position + r) % 2,
-                                 "ms": ms * np.exp(shared + effect[position] + rng.normal(0, noise))})
+                for i, ((size, n_layer, d_model), ratio) in enumerate(zip(sizes, ratios)):
+                    for m, (method, ms) in enumerate([("DAPE1x3-Kerple", 100.0), ("Kerple", 100.0 * ratio)]):
+                        rows.append({"run": f"{size}-{method}", "method": method, "size": size, "n_layer": n_layer,
+                                     "d_model": d_model, "seq_len": 256, "batch_size": 1, "mode": mode,
+                                     "precision": "fp32", "device": "cpu", "threads": 2, "cell": "cell-T256",
+                                     "replicate": replicate, "block": block, "round": r,
+                                     "position": (2 * i + m + r) % 6,
+                                     "ms": ms * np.exp(shared + jobs[i, m] + effect[i, m] + rng.normal(0, noise))})
     return pd.DataFrame(rows)
 
 
@@ -333,33 +340,50 @@ def test_timing_overhead_shrinks():
     assert old["verdict"] == UNDECIDED and old["basis"].startswith("no per-repeat times")
     record = evaluate_claims(None, timing=timing(), timing_repeats=repeats(), claim_ids=[cid]).iloc[0]
     assert "on cpu" in record["basis"] and "the paper timed GPUs" in record["basis"]
-    assert "Welch t over 4+ blocks" in record["basis"]
+    assert "t over 4+ replicate jobs (ν = 3)" in record["basis"]
     assert verdict(cid) == NOT_RUN
 
 
-def test_the_timing_interval_reads_blocks_of_worker_processes_not_rounds():
-    """A process's own speed is shared by all its rounds: with process effects larger than the rounds' noise, a
-    rise that many quiet rounds would seem to settle stays UNDECIDED on few blocks and is decided on enough (the
-    interval's units are blocks); fewer than MIN_BLOCKS blocks — a table of one process per method, as files
-    before blocks — read no interval and say why."""
-    from dape_core.report.timing_check import MIN_BLOCKS, block_ratios
+def test_the_timing_interval_reads_replicate_jobs_not_blocks():
+    """What changes between jobs is shared by all of a job's blocks: with job effects larger than the blocks'
+    noise, a rise that many quiet blocks would seem to settle stays UNDECIDED on few jobs and is decided without
+    job effects (the interval's units are jobs, ν = jobs − 1); one job, a file of the design before replicate jobs
+    (no ``replicate``: each size in a job of its own) or sizes timed in separate cells read no interval and say
+    why."""
+    from dape_core.report.timing_check import (MIN_JOBS, NO_REPLICATES, SEPARATE_CELLS, block_ratios, job_ratios,
+                                               job_rises, rise_interval)
 
     cid = "timing_overhead_shrinks"
-    wobbly = dict(ratios=(0.5, 0.55, 0.6), rounds=40, noise=0.005, process=0.06)
-    assert verdict(cid, timing=timing(), timing_repeats=repeats(blocks=3, seed=1, **wobbly)) == UNDECIDED
-    assert verdict(cid, timing=timing(), timing_repeats=repeats(blocks=3, seed=1, **{**wobbly, "process": 0.0})) \
+    wobbly = dict(ratios=(0.5, 0.55, 0.6), blocks=8, rounds=10, noise=0.005, process=0.005, job=0.08)
+    assert verdict(cid, timing=timing(), timing_repeats=repeats(replicates=3, seed=1, **wobbly)) == UNDECIDED
+    assert verdict(cid, timing=timing(), timing_repeats=repeats(replicates=3, seed=1, **{**wobbly, "job": 0.0})) \
         == CONFIRMED
-    assert verdict(cid, timing=timing(), timing_repeats=repeats(blocks=MIN_BLOCKS)) == CONFIRMED
-    few = evaluate_claims(None, timing=timing(), timing_repeats=repeats(blocks=MIN_BLOCKS - 1), claim_ids=[cid])
-    assert few.iloc[0]["verdict"] == UNDECIDED
-    assert f"fewer than {MIN_BLOCKS}, no interval" in few.iloc[0]["basis"]
-    one = repeats(rounds=40).drop(columns="block")  # a file of one process per method: one block
-    assert verdict(cid, timing=timing(), timing_repeats=one) == UNDECIDED
-    table = repeats(blocks=3)
-    small = table[table["size"] == "small"]
-    expected = [np.median(g.loc[g.method == "Kerple", "ms"]) / np.median(g.loc[g.method == "DAPE1x3-Kerple", "ms"])
-                for _, g in small.groupby("block")]
-    assert block_ratios(small) == pytest.approx(expected)
+    assert verdict(cid, timing=timing(), timing_repeats=repeats(replicates=MIN_JOBS, noise=0.001)) == CONFIRMED
+    one = evaluate_claims(None, timing=timing(), timing_repeats=repeats(replicates=MIN_JOBS - 1), claim_ids=[cid])
+    assert one.iloc[0]["verdict"] == UNDECIDED and f"fewer than {MIN_JOBS}, no interval" in one.iloc[0]["basis"]
+    before = evaluate_claims(None, timing=timing(), timing_repeats=repeats().drop(columns="replicate"),
+                             claim_ids=[cid]).iloc[0]
+    assert before["verdict"] == UNDECIDED and before["basis"] == NO_REPLICATES
+    assert "seq_len=256: Kerple / DAPE1x3-Kerple ms by size 0.500 → 0.600 → 0.700 → UNDECIDED" in before["summary"]
+    apart = repeats()
+    apart["cell"] = apart["size"].map(lambda size: f"forward-{size}-B1-T256")  # each size in a job of its own
+    split = evaluate_claims(None, timing=timing(), timing_repeats=apart, claim_ids=[cid]).iloc[0]
+    assert split["verdict"] == UNDECIDED and split["basis"] == SEPARATE_CELLS
+
+    table = repeats(replicates=3, blocks=2, noise=0.05)
+    per_size = {size: job_ratios(table[table["size"] == size]) for size in ("tiny", "small")}
+    for size, ratios in per_size.items():  # a job's ratio: the mean of its blocks' ratios of medians
+        g = table[(table["size"] == size) & (table["replicate"] == 1)]
+        expected = np.mean([np.median(b.loc[b.method == "Kerple", "ms"])
+                            / np.median(b.loc[b.method == "DAPE1x3-Kerple", "ms"]) for _, b in g.groupby("block")])
+        assert ratios[1] == pytest.approx(expected) and block_ratios(g) == pytest.approx(
+            [np.median(b.loc[b.method == "Kerple", "ms"]) / np.median(b.loc[b.method == "DAPE1x3-Kerple", "ms"])
+             for _, b in g.groupby("block")])
+    rises = job_rises(per_size["tiny"], per_size["small"])
+    assert rises == pytest.approx([per_size["small"][k] - per_size["tiny"][k] for k in range(3)])
+    iv = rise_interval(rises, "t")
+    half = stats.t.ppf(0.975, 2) * np.std(rises, ddof=1) / np.sqrt(3)  # Student's t over 3 jobs, ν = 2
+    assert (iv.estimate, iv.low, iv.high) == pytest.approx((rises.mean(), rises.mean() - half, rises.mean() + half))
 
 
 # --------------------------------------------------------------------------- §4.8 CHE

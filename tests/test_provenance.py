@@ -84,6 +84,14 @@ def test_the_report_spec_gives_every_job_output_the_settings_the_plan_gives_it(d
                           *(f"attention/L{n}/sink.csv" for n in entry["attention_settings"]["heatmap_lens"]))]
     paths += [f"results/che/{cell}/seed{seed}.csv" for cell, entry in plan.che_cells.items() for seed in entry["seeds"]]
     paths += [f"results/timing/{job}{suffix}" for job in plan.timing_jobs for suffix in (".csv", ".repeats.csv")]
+    replicas = [f"results/timing/{job}/rep{k}{suffix}" for job, entry in plan.timing_jobs.items()
+                for k in range(entry["settings"]["replicates"]) for suffix in (".csv", ".repeats.csv")]
+    paths += replicas
+    # each replicate job is sealed with its own spec (its index), the merge with the job's (its replicate count)
+    digests = {grid.planned_spec(plan, p) for p in replicas}
+    assert len(digests) == len(replicas) // 2 and not digests & {grid.planned_spec(plan, p) for p in paths[-len(
+        replicas) - 2 * len(plan.timing_jobs):-len(replicas)]}
+    assert grid.planned_spec(plan, f"results/timing/{next(iter(plan.timing_jobs))}/rep-1.csv") is None
     assert len(paths) > 200
     for path in paths:
         assert grid.planned_spec(plan, path) is not None and grid.planned_spec(spec, path) == grid.planned_spec(

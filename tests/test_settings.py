@@ -22,7 +22,7 @@ SCHEMA = full_schema(load_yaml(SCHEMA_PATH))["$defs"]  # as validation uses it: 
 STAGES = {
     "dape_core.train": ("lm_settings", ("attention", "shape", "training"), ["--data-dir", "d", "--out-dir", "o"]),
     "dape_core.evaluate": ("eval_settings", ("evaluation",), ["--checkpoint", "c", "--data-dir", "d", "--out", "o"]),
-    "dape_core.timing": ("timing_settings", ("attention", "timing"), ["--out", "o"]),
+    "dape_core.timing": ("timing_settings", ("timed_method", "timing", "replicates"), ["--out", "o"]),
     "dape_core.che.runner": ("che_settings", ("che_attention", "che"), ["--out", "o"]),
     "dape_core.data": ("dataset", ("corpus",), ["--out-dir", "o"]),
     "dape_core.finetune": ("finetune_settings", ("finetune_model", "finetune_training"),
@@ -81,7 +81,9 @@ def test_schema_settings_all_reach_a_command():
     lm = set(SCHEMA["lm_settings"]["properties"]) - {"dataset", "tag", "eval", "attention"}
     assert lm == set(group("attention")) | set(group("shape")) | set(group("training"))
     assert set(SCHEMA["eval_settings"]["properties"]) == set(group("evaluation"))
-    assert set(SCHEMA["timing_settings"]["properties"]) == set(group("attention")) | set(group("timing"))
+    # a timing run's shape reaches `dape time` in --methods (group timed_method), `replicates` the merge
+    assert set(SCHEMA["timing_settings"]["properties"]) == (set(group("timed_method")) | set(group("timing"))
+                                                            | set(group("replicates")))
     assert set(SCHEMA["che_settings"]["properties"]) == set(group("che_attention")) | set(group("che"))
     finetune = set(SCHEMA["finetune_settings"]["properties"]) - {"dataset", "tag"}
     assert finetune == set(group("finetune_model")) | set(group("finetune_training"))

@@ -18,7 +18,7 @@ from dape_core import config as grid
 from dape_core import io as dape_io
 from dape_core import timing
 from dape_core.cli import main
-from dape_core.errors import ConfigError
+from dape_core.errors import ArtefactError, ConfigError
 from dape_core.report import aggregate
 from dape_core.settings import from_args
 
@@ -122,6 +122,74 @@ def test_blocks_time_each_method_in_fresh_worker_processes_and_count_rounds_acro
         timing.TimingSettings(blocks=0)
 
 
+SIZED = {f"{method}-{size}": {**attention, "size": "tiny", **({"n_layer": 1} if size == "L1" else {})}
+         for size in ("L1", "L2") for method, attention in (("kerple", METHODS["forward-tiny-kerple-none-B1"]),
+                                                           ("dape", METHODS["forward-tiny-kerple-dape_v2-k3-w32-B1"]))}
+
+
+@pytest.fixture(scope="module")
+def replicate_job(tmp_path_factory):
+    """One replicate job (``--replicate 1``) of a job of two shapes (1 and 2 layers) × two methods, as rule time_lm
+    runs it: one block, 2 interleaved rounds."""
+    folder = tmp_path_factory.mktemp("replicates") / "results" / "timing" / "forward-tiny-B1"
+    folder.mkdir(parents=True)
+    out = folder / "rep1.csv"
+    code = main(["time", "--vocab-size", "64", "--seq-lens", "16", "--repeats", "2", "--warmup", "0", "--threads",
+                 "1", "--replicate", "1", "--methods", json.dumps(SIZED), "--out", str(out)])
+    assert code == 0
+    return out
+
+
+def test_every_block_times_both_sizes_and_both_methods_interleaved(replicate_job):
+    summary, repeats = pd.read_csv(replicate_job), pd.read_csv(timing.repeats_path(str(replicate_job)))
+    assert list(summary["run"]) == list(SIZED) and list(summary["n_layer"]) == [1, 1, 2, 2]
+    assert set(summary["cell"]) == {"forward-tiny-B1-T16"}  # the job's folder names the cell, not the replicate
+    assert set(summary["replicate"]) == set(repeats["replicate"]) == {1}
+    for (block, round_index), rows in repeats.groupby(["block", "round"]):
+        assert sorted(rows["run"]) == sorted(SIZED) and sorted(rows["position"]) == [0, 1, 2, 3]
+    assert set(repeats.groupby("run")["block"].nunique()) == {1} and len(repeats) == 4 * 2
+
+
+def _replicate(path, k, tmp):
+    """A copy of a replicate job's two files as replicate ``k`` (its times shifted), sealed as a job seals them."""
+    out = tmp / f"rep{k}.csv"
+    for source, target in ((path, out), (timing.repeats_path(str(path)), timing.repeats_path(str(out)))):
+        frame = pd.read_csv(source).assign(replicate=k)
+        if "ms" in frame:
+            frame["ms"] = frame["ms"] * (1 + k)
+        dape_io.write_csv(target, frame, seal=True)
+    return out
+
+
+def test_the_merge_keeps_every_replicates_repeats_and_summarises_over_them(replicate_job, tmp_path, capsys):
+    """rule merge_timing: the replicates' repeats stacked with their ``replicate``; per method × length the median
+    over all of them and ``replicates``; a file that is another replicate's, or a count other than ``replicates``,
+    stops the merge with one line naming it."""
+    reps = [_replicate(replicate_job, k, tmp_path) for k in range(3)]
+    out = tmp_path / "forward-tiny-B1.csv"
+    assert main(["time", "--merge", *map(str, reps), "--replicates", "3", "--out", str(out)]) == 0
+    summary, repeats = pd.read_csv(out), pd.read_csv(timing.repeats_path(str(out)))
+    assert list(repeats.columns) == list(timing.REPEAT_COLUMNS) and len(repeats) == 3 * 8
+    assert list(repeats["replicate"].drop_duplicates()) == [0, 1, 2]
+    assert (summary["replicates"] == 3).all() and "replicate" not in summary
+    for row in summary.itertuples():
+        assert row.median_ms == pytest.approx(repeats.loc[repeats["run"] == row.run, "ms"].median())
+    plan = {"families": {"t": {"role": "forward_time"}},
+            "timing_members": [{"family": "t", "run": run} for run in SIZED]}
+    table = aggregate.timing_results(plan, [str(out)])
+    assert len(aggregate.timing_repeats(plan, [timing.repeats_path(str(out))], table)) == 24  # × 3 replicates
+    swapped = [reps[1], reps[0], reps[2]]
+    with pytest.raises(SystemExit):  # replicate 1's file where replicate 0's belongs: refused, named in one line
+        main(["time", "--merge", *map(str, swapped), "--replicates", "3", "--out", str(out)])
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith(f"dape time: error: {reps[1]}: is not replicate 0's") and "--forcerun" in error
+    with pytest.raises(ConfigError, match=r"^merge: 2 replicate files for replicates 3; allowed values"):
+        timing.merge([str(p) for p in reps[:2]], 3)
+    reps[2].write_text(reps[2].read_text().replace(",ok,", ",ok ,", 1))  # damaged after its seal
+    with pytest.raises(ArtefactError, match=rf"^{reps[2]}: "):
+        timing.merge([str(p) for p in reps], 3)
+
+
 # --------------------------------------------------------------------------------------------- failures
 def _cell(**case):
     return [{**timing.cases(timing.TimingSettings(size="tiny", vocab_size=64, seq_lens=[16], repeats=2, warmup=0,
@@ -176,14 +244,20 @@ def test_timing_runs_are_grouped_into_jobs_of_the_methods_a_cell_compares():
     plan = grid.build_plan(grid.load_yaml(REPO_CONFIG))
     assert plan.config["defaults"]["timing"]["repeats"] >= 10 and plan.config["defaults"]["timing"]["warmup"] >= 1
     jobs = plan.timing_jobs
-    assert sorted(jobs) == ["forward-medium-B1", "forward-small-B1", "train_step-small-N4096"]
+    # both sizes of the forward-time family in one job: every block times each method of each size
+    assert sorted(jobs) == ["forward-small-medium-B1", "train_step-small-N4096"]
     assert sorted(run for job in jobs.values() for run in job["runs"]) == sorted(plan.timing_runs)  # each once
-    assert len(jobs["forward-small-B1"]["runs"]) == 7 and len(jobs["train_step-small-N4096"]["runs"]) == 2
+    assert len(jobs["forward-small-medium-B1"]["runs"]) == 14 and len(jobs["train_step-small-N4096"]["runs"]) == 2
+    assert {plan.timing_runs[run]["size"] for run in jobs["forward-small-medium-B1"]["runs"]} == {"small", "medium"}
     for job in jobs.values():
         settings = [plan.timing_runs[run] for run in job["runs"]]
-        for key in ("size", "n_layer", "seq_lens", "batch_size", "equal_tokens", "mode", "precision", "repeats"):
+        assert "size" not in job["settings"] and "n_layer" not in job["settings"]
+        for key in ("seq_lens", "batch_size", "equal_tokens", "mode", "precision", "repeats", "blocks", "replicates"):
             assert {json.dumps(s[key]) for s in settings} == {json.dumps(job["settings"][key])}, key
-    assert plan.job_counts()["forward_time"] == {"time_lm": 2} and plan.job_counts()["step_time"] == {"time_lm": 1}
+    forward = jobs["forward-small-medium-B1"]["settings"]["replicates"]
+    assert forward == 4 and jobs["train_step-small-N4096"]["settings"]["replicates"] == 2
+    assert plan.job_counts()["forward_time"] == {"time_lm": forward}
+    assert plan.job_counts()["step_time"] == {"time_lm": 2}
 
 
 def test_a_job_passes_its_runs_attention_settings_and_parses_back():
@@ -196,6 +270,7 @@ def test_a_job_passes_its_runs_attention_settings_and_parses_back():
     args = parser.parse_args(argv)
     methods = timing.parse_methods(args.methods, from_args(timing.TimingSettings, args))
     assert list(methods) == job["runs"]
+    assert args.replicate == 0 and "replicates" not in str(options["timing"])  # the merge's setting, not a job's
     for run, settings in methods.items():
         for key, value in plan.timing_runs[run].items():
             if hasattr(settings, key) and key != "batch_size":
@@ -223,7 +298,19 @@ def test_a_changed_setting_reruns_exactly_its_jobs():
     assert _changed(before, config) == {"train_step-small-N4096"}
     config = grid.load_yaml(REPO_CONFIG)
     config["families"]["forward_time"]["axes"]["method"][-1] = "DAPE1x5-Kerple"  # one method of both sizes
-    assert _changed(before, config) == {"forward-small-B1", "forward-medium-B1"}
+    assert _changed(before, config) == {"forward-small-medium-B1"}
+    config = grid.load_yaml(REPO_CONFIG)
+    config["families"]["forward_time"]["set"]["replicates"] = 6  # more replicate jobs: the merge only
+    after = grid.build_plan(config)
+    job = "forward-small-medium-B1"
+    assert _params(before, job)["timing"] == _params(after, job)["timing"]
+    assert _params(before, job)["methods"] == _params(after, job)["methods"]
+    assert _params(before, job)["replicates"] != _params(after, job)["replicates"]
+    assert grid.timing_spec(after.timing_jobs[job], after.timing_runs, 3).json() == grid.timing_spec(
+        before.timing_jobs[job], before.timing_runs, 3).json()
+    # the merge checks each replicate's file against the settings its own job was handed
+    merged = grid.timing_spec(after.timing_jobs[job], after.timing_runs).json()
+    assert timing.replicate_spec(merged, 3) == grid.planned_spec(after, f"results/timing/{job}/rep3.csv")
     config = grid.load_yaml(REPO_CONFIG)
     config["resources"]["time_lm"]["threads"] = 1  # the job's resources, not a setting of its runs: no rerun
     assert _changed(before, config) == set()

@@ -3,6 +3,7 @@ and the conda environment files."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -83,6 +84,35 @@ def test_dry_run_builds_the_dag(tmp_path, name):
     plan = build_plan(load_yaml(CONFIGS[name]))
     assert counts.get("finetune_lm", 0) == len(plan.finetune_jobs()) == (3 if name == "smoke" else 0), counts
     assert counts["evaluate_lm"] == len(plan.lm_jobs())  # the fine-tunes are evaluated as every LM run
+
+
+@pytest.mark.slow
+def test_the_timing_cell_is_timed_in_separate_replicate_jobs_that_one_rule_merges(tmp_path):
+    """The default's forward-time family alone: one timing job times both sizes and both methods (its spec lists the
+    four), repeated as `replicates` time_lm jobs (rep0, rep1, …, each with its own blocks) that merge_timing reads
+    and merges into the one file the aggregation reads."""
+    config = yaml.safe_load(CONFIGS["default"].read_text())
+    config["families"] = {"forward_time": config["families"]["forward_time"]}
+    replicates = config["families"]["forward_time"]["set"]["replicates"]
+    assert replicates >= 2
+    path = tmp_path / "timing_only.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    result = snakemake(tmp_path, path, "-n", "-p", "--cores", "2", timeout=300)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    counts = job_counts(out)
+    assert counts["time_lm"] == replicates and counts["merge_timing"] == 1, counts
+    job = "forward-small-medium-B1"
+    assert sorted(job_outputs(out, "time_lm")) == sorted(
+        f"results/timing/{job}/rep{k}.{suffix}" for k in range(replicates) for suffix in ("csv", "repeats.csv"))
+    assert {f"results/timing/{job}.csv", f"results/timing/{job}.repeats.csv"} <= set(job_outputs(out, "merge_timing"))
+    specs = [json.loads(s) for s in re.findall(r"dape time --spec '([^']*)' --threads", out)]
+    assert sorted(s["replicate"] for s in specs) == list(range(replicates))
+    assert all({m["size"] for m in s["methods"].values()} == {"small", "medium"} and len(s["methods"]) == 4
+               for s in specs)
+    merge = re.search(r"dape time --spec '([^']*)' --merge ((?:\S+ )+)--out", out)
+    assert json.loads(merge.group(1))["replicates"] == replicates
+    assert merge.group(2).split() == [f"results/timing/{job}/rep{k}.csv" for k in range(replicates)]
 
 
 @pytest.mark.slow
@@ -251,9 +281,13 @@ def test_each_job_is_handed_one_spec_that_its_log_records(smoke_run):
         log = smoke_run.path(f"logs/lm/{name}/seed{seed}/evaluate.log").read_text()
         (spec,) = _specs(log.splitlines()[0], "dape evaluate")
         assert spec == dict(grid.eval_options(plan.evaluated_run(name)["eval"]))
-    for name in plan.timing_jobs:
-        (spec,) = _specs(smoke_run.path(f"logs/timing/{name}.log").read_text().splitlines()[0], "dape time")
-        assert sorted(spec["methods"]) == sorted(plan.timing_jobs[name]["runs"])
+    for name, job in plan.timing_jobs.items():
+        for k in range(job["settings"]["replicates"]):
+            log = smoke_run.path(f"logs/timing/{name}/rep{k}.log").read_text()
+            (spec,) = _specs(log.splitlines()[0], "dape time")
+            assert sorted(spec["methods"]) == sorted(job["runs"]) and spec["replicate"] == k
+        (spec,) = _specs(smoke_run.path(f"logs/timing/{name}.merge.log").read_text().splitlines()[0], "dape time")
+        assert spec["replicates"] == job["settings"]["replicates"] and "replicate" not in spec
     for name, seed in plan.finetune_jobs():
         log = smoke_run.path(f"logs/lm/{name}/seed{seed}/finetune.log").read_text()
         (spec,) = _specs(log.splitlines()[0], "dape finetune")

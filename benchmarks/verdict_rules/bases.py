@@ -1,11 +1,10 @@
-"""The interval bases (paired, unpaired, one run's statistic, the seeds' own spread; with and without per-window data) and the timing rule on blocks of interleaved rounds."""
+"""The interval bases (paired, unpaired, one run's statistic, the seeds' own spread; with and without per-window data)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from dape_core.report.intervals import UNDECIDED, combine_noise, decide, difference, interval
-from dape_core.report.timing_check import ratio_of_medians, rise_interval
 from .common import NOISE_SD, REGIMES, W, _noise, _rate, _rows, cell_rng, grid, seed_sd
 
 
@@ -49,53 +48,6 @@ def level_trial(rng, n, main_sd, inter_sd, windows, shift) -> bool:
     return decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
 
 
-ROUND_SD, TIME_SD, OUTLIERS, PROCESS_SD = 0.05, 0.04, 0.05, 0.02
-#: the timing rule's regimes: (shared round effect SD, each method's SD, share of outliers, their factor, each
-#: method's process effect SD — one draw per block of fresh worker processes —, its distribution), all on the log
-#: scale. "as measured": the default run's timing on a 2-core CPU (reports/timing_repeats.csv) — the round effect's
-#: SD 0.16–0.32, each method's SD about it 0.13–0.27, 5–20 % of rounds above 1.5 × the method's median — and
-#: benchmarks/results/timing_protocol.csv: a method's median moves between worker processes by 0.1–0.2 on the log
-#: scale, more than its rounds say
-SMALL_NOISE = "interleaved rounds, 5 % outliers"  # the first regime
-TIMING_REGIMES = {
-    SMALL_NOISE: (ROUND_SD, TIME_SD, OUTLIERS, 3.0, PROCESS_SD, "normal"),
-    "as measured on 2 CPU cores: round SD 0.25, method SD 0.2, 15 % outliers × 2, process SD 0.15":
-        (0.25, 0.2, 0.15, 2.0, 0.15, "normal"),
-    "process effects with t₃ tails (scale 0.1), round SD 0.25, method SD 0.2, 15 % outliers × 2":
-        (0.25, 0.2, 0.15, 2.0, 0.1, "t3"),
-}
-#: the block counts the timing claim reads an interval at: its fewest (dape_core.report.timing_check.MIN_BLOCKS), the
-#: shipped configurations' (config.yaml 16; configs/gpu.yaml, grid.yaml and paper.yaml 4) and 8
-TIMING_BLOCKS = (3, 4, 8, 16)
-#: rounds per block in the simulation: config.yaml's and configs/paper.yaml's 5, the fewest a shipped configuration
-#: times (a block's ratio of medians over more rounds is only quieter)
-TIMING_ROUNDS_PER_BLOCK = 5
-
-
-def timing_cell(rng, blocks: int, ratio: float = 1.0, regime: str = SMALL_NOISE,
-                rounds: int = TIMING_ROUNDS_PER_BLOCK) -> np.ndarray:
-    """The block ratios of ms(A) / ms(B) of one size: each block fresh processes (a process effect per method),
-    interleaved rounds (a shared round effect, log-normal noise, outliers; :data:`TIMING_REGIMES`)."""
-    round_sd, time_sd, outliers, factor, process_sd, tails = TIMING_REGIMES[regime]
-    out = np.empty(blocks)
-    for b in range(blocks):
-        process = (rng.standard_t(3, 2) if tails == "t3" else rng.normal(0.0, 1.0, 2)) * process_sd
-        shared = rng.normal(0.0, round_sd, rounds)
-        a = np.exp(shared + process[0] + rng.normal(0.0, time_sd, rounds)) * ratio * np.where(
-            rng.random(rounds) < outliers, factor, 1)
-        bb = np.exp(shared + process[1] + rng.normal(0.0, time_sd, rounds)) * np.where(
-            rng.random(rounds) < outliers, factor, 1)
-        out[b] = ratio_of_medians(10.0 * a, 10.0 * bb)
-    return out
-
-
-def timing_trial(rng, blocks: int, rise: float, regime: str = SMALL_NOISE) -> bool:
-    """Decided? The rise of ms(A)/ms(B) between two sizes (independent cells), as the timing claim computes it."""
-    smaller, larger = timing_cell(rng, blocks, 1.0, regime), timing_cell(rng, blocks, 1.0 + rise, regime)
-    iv = rise_interval(smaller, larger, "timing")
-    return decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
-
-
 def basis_cell(task: tuple) -> dict:
     """One row: a basis × window variant × regime × seed count; ``trials`` null trials (as many at 2 seed-SDs)."""
     kind, windows, regime, n, trials, seed, power = task
@@ -117,20 +69,4 @@ def basis_cell(task: tuple) -> dict:
            "trials": trials, "false_decisions": rate, "false_decisions_se": se}
     if power:
         row["power_at_2_sd"], row["power_se"] = _rate(sum(once(2 * unit) for _ in range(trials)), trials)
-    return row
-
-
-def timing_row(task: tuple) -> dict:
-    """The timing rule's row at ``blocks`` blocks of worker processes per size, in one of :data:`TIMING_REGIMES`."""
-    blocks, trials, seed, power, regime = task
-    rng = cell_rng(seed, "timing blocks", regime, blocks)
-    rate, se = _rate(sum(timing_trial(rng, blocks, 0.0, regime) for _ in range(trials)), trials)
-    row = {"basis": "timing (ratio of medians per block of worker processes, Welch over blocks)",
-           "per_window_data": False, "regime": regime, "seeds": blocks,
-           "sigma_from": f"the blocks' own spread ({TIMING_ROUNDS_PER_BLOCK} rounds a block)",
-           "trials": trials, "false_decisions": rate, "false_decisions_se": se}
-    if power:
-        spread = np.std(timing_cell(rng, 400, 1.0, regime))
-        row["power_at_2_sd"], row["power_se"] = _rate(
-            sum(timing_trial(rng, blocks, 2 * spread, regime) for _ in range(trials)), trials)
     return row

@@ -184,7 +184,8 @@ class Plan:
                 counts[name] = {"finetune_lm": len(pairs), "evaluate_lm": len(pairs)}
             elif fam["stage"] == "timing":
                 runs = {m["run"] for m in self.timing_members if m["family"] == name}
-                counts[name] = {"time_lm": sum(1 for job in self.timing_jobs.values() if runs & set(job["runs"]))}
+                counts[name] = {"time_lm": sum(int(job["settings"]["replicates"]) for job in self.timing_jobs.values()
+                                               if runs & set(job["runs"]))}
             else:
                 counts[name] = {"che": sum(1 for m in self.che_members if m["family"] == name)}
         return counts
@@ -511,21 +512,28 @@ def _add_timing(plan: Plan, family: str, settings: dict, where: str) -> None:
 
 
 def timing_jobs(timing_runs: dict[str, dict], defaults: dict) -> dict[str, dict]:
-    """Timing runs grouped into jobs: the runs that differ only in their attention settings (the methods a cell
-    compares, Table 7 App. H, §4.2) are timed in one job, in interleaved repeats. A job is named by what its runs
-    share (``forward-small-B1``); groups that share that name but differ elsewhere (warmup, vocab_size, …) get
-    ``-2``, ``-3``, … in the order of the configuration."""
+    """Timing runs grouped into jobs: the runs that differ only in their attention settings and their shape
+    (``size``, ``n_layer``) — the methods and sizes a cell compares, Table 7 App. H, §4.2 — are timed in one job,
+    every method of every size in each block of worker processes, in interleaved rounds. A job is named by what
+    its runs share and its sizes (``forward-small-medium-B1``); groups that share that name but differ elsewhere
+    (warmup, vocab_size, …) get ``-2``, ``-3``, … in the order of the configuration. The DAG repeats each job
+    ``replicates`` times (rule time_lm, ``rep0``, ``rep1``, …) and merges them (rule merge_timing)."""
+    from dape_core.config.options import TIMED_SHAPE
     from dape_core.settings import AttentionSettings, field_names
 
-    attention = set(field_names(AttentionSettings))
+    per_method = {*field_names(AttentionSettings), *TIMED_SHAPE}
     groups: dict[str, dict] = {}
     for run, settings in timing_runs.items():
-        shared = {k: v for k, v in settings.items() if k not in attention}
+        shared = {k: v for k, v in settings.items() if k not in per_method}
         groups.setdefault(json.dumps(shared, sort_keys=True, default=str), {"settings": shared, "runs": []})[
             "runs"].append(run)
     jobs: dict[str, dict] = {}
     for group in groups.values():
-        base = timing_job_name(group["settings"], defaults)
+        runs = [timing_runs[run] for run in group["runs"]]
+        depths = {s["n_layer"] for s in runs}
+        named = dict(group["settings"], size="-".join(dict.fromkeys(s["size"] for s in runs)),
+                     n_layer=depths.pop() if len(depths) == 1 else defaults["n_layer"])
+        base = timing_job_name(named, defaults)
         name, n = base, 1
         while name in jobs:
             n += 1

@@ -24,9 +24,12 @@ import shlex
 from typing import Any, Iterable
 
 from dape_core.io import spec_digest  # noqa: F401  (re-exported: one definition, in the seals' module)
+from dape_core.settings.timing import TIMED_SHAPE  # the settings a timing job's methods may differ in
 
 # Job-level options that a rule passes itself (wildcards, resources, paths), never from a run's settings.
 JOB_OPTIONS = ("seed", "threads", "distributed", "micro_batch_size")
+#: how many replicate jobs time a timing job's cells: no setting of one replicate (its merge reads it)
+REPLICATE_OPTIONS = ("replicates",)
 #: the ``bool | None`` settings, and how the fingerprint spells their values: as the command line did when the
 #: finished results of earlier versions were recorded (the command line now says ``--x`` / ``--no-x`` / nothing)
 TRISTATE_SETTINGS = ("encoding_shared", "recompute_scores")
@@ -117,7 +120,10 @@ def _groups():
         "training": tuple(f for f in field_names(TrainSettings) if f not in JOB_OPTIONS),
         "evaluation": tuple(f for f in field_names(EvalSettings) if f not in (*JOB_OPTIONS, *ATTENTION_MAP_OPTIONS)
                             ) + ("seed",),
-        "timing": tuple(f for f in field_names(TimingSettings) if f not in attention and f not in JOB_OPTIONS),
+        "timing": tuple(f for f in field_names(TimingSettings)
+                        if f not in (*attention, *JOB_OPTIONS, *TIMED_SHAPE, *REPLICATE_OPTIONS)),
+        "timed_method": (*attention, *TIMED_SHAPE),
+        "replicates": REPLICATE_OPTIONS,
         "che_attention": tuple(f for f in attention if f not in NOT_CHE_OPTIONS),
         "che": tuple(f for f in field_names(CHESettings) if f not in attention and f not in JOB_OPTIONS),
         "corpus": tuple(f for f in field_names(TokenizeSettings) if f != "out_dir"),
@@ -176,8 +182,9 @@ def finetune_options(settings: dict, base_model: str | None = None) -> dict[str,
 
 
 def timing_options(settings: dict) -> dict[str, CliOptions]:
-    """``attention`` and ``timing`` of one timing run."""
-    return {"attention": select(settings, group("attention")), "timing": select(settings, group("timing"))}
+    """``attention`` and ``timing`` of one timing run (its shape, ``size`` and ``n_layer``, among ``attention``:
+    what a job's methods may differ in)."""
+    return {"attention": select(settings, group("timed_method")), "timing": select(settings, group("timing"))}
 
 
 class MethodsOption(dict):
@@ -192,11 +199,13 @@ class MethodsOption(dict):
 
 
 def timing_job_options(job: dict, timing_runs: dict[str, dict]) -> dict:
-    """``timing`` (what the job's runs share) and ``methods`` (each run's attention settings, from ``timing_runs``)
-    of one timing job (``Plan.timing_jobs``): its methods are timed in the same cells, interleaved."""
-    methods = MethodsOption((run, {name: timing_runs[run][name] for name in group("attention")})
+    """``timing`` (what the job's runs share), ``methods`` (each run's attention settings and shape, from
+    ``timing_runs``) and ``replicates`` (the replicate jobs its merge reads) of one timing job
+    (``Plan.timing_jobs``): its methods, every size among them, are timed in the same cells, interleaved."""
+    methods = MethodsOption((run, {name: timing_runs[run][name] for name in group("timed_method")})
                             for run in job["runs"])
-    return {"timing": select(job["settings"], group("timing")), "methods": methods}
+    return {"timing": select(job["settings"], group("timing")), "methods": methods,
+            "replicates": select(job["settings"], group("replicates"))}
 
 
 def che_options(settings: dict) -> dict[str, CliOptions]:

@@ -7,7 +7,8 @@ another configuration's run, cell or dataset of the same name, or left from sett
 made with other settings. The layout is the workflow's, under ``results/``: ``lm/<run>/seed<seed>/`` — ``eval.csv``
 and ``windows.csv`` the evaluation's (rule evaluate_lm), ``attention/L<length>/…`` an attention-map job's (rule
 attention_maps), every other sealed file the training's (rule train_lm: ``model.pt``, ``summary.json``, …) —;
-``che/<cell>/seed<seed>.csv`` (rule che); ``timing/<job>.csv`` and ``<job>.repeats.csv`` (rule time_lm);
+``che/<cell>/seed<seed>.csv`` (rule che); ``timing/<job>/rep<k>.csv`` and ``rep<k>.repeats.csv`` (rule time_lm,
+one replicate job), ``timing/<job>.csv`` and ``<job>.repeats.csv`` (rule merge_timing, the replicates merged);
 ``data/<dataset>/meta.json`` (rule tokenize).
 """
 
@@ -44,11 +45,14 @@ def che_spec(settings: dict, seed: int | str) -> JobSpec:
     return JobSpec(*che_options(settings).values(), seed=int(seed))
 
 
-def timing_spec(job: dict, timing_runs: dict[str, dict]) -> JobSpec:
-    """The spec of a timing job (rule time_lm): the timing settings its runs share and each run's attention settings
-    (``methods``)."""
+def timing_spec(job: dict, timing_runs: dict[str, dict], replicate: int | str | None = None) -> JobSpec:
+    """The spec of one replicate of a timing job (rule time_lm, ``replicate`` k): the timing settings its runs
+    share, each run's attention settings and shape (``methods``) and k; without ``replicate``, that of the merge of
+    its replicates (rule merge_timing): ``replicates`` in place of k."""
     groups = timing_job_options(job, timing_runs)
-    return JobSpec(groups["timing"], methods=dict(groups["methods"]))
+    if replicate is None:
+        return JobSpec(groups["timing"], groups["replicates"], methods=dict(groups["methods"]))
+    return JobSpec(groups["timing"], methods=dict(groups["methods"]), replicate=int(replicate))
 
 
 def corpus_spec(dataset: dict) -> JobSpec:
@@ -86,6 +90,10 @@ def planned_spec(plan, path: str | Path) -> str | None:
         job = next((rest[1][:-len(s)] for s in TIMING_SUFFIXES if rest[1].endswith(s)), None)
         if job in jobs:
             return spec_digest(timing_spec(jobs[job], part("timing_runs")).settings)
+    if len(rest) == 3 and rest[0] == "timing" and rest[1] in jobs:
+        stem = next((rest[2][:-len(s)] for s in TIMING_SUFFIXES if rest[2].endswith(s)), "")
+        if stem.startswith("rep") and stem[3:].isdigit():
+            return spec_digest(timing_spec(jobs[rest[1]], part("timing_runs"), stem[3:]).settings)
     if len(rest) == 3 and rest[0] == "data" and rest[2] == "meta.json" and rest[1] in datasets:
         return spec_digest(corpus_spec(datasets[rest[1]]).settings)
     return None

@@ -252,7 +252,8 @@ REPEAT_COLUMNS = artefacts.REPEATS.columns
 def timing_repeats(plan: dict, repeat_paths: list[str], timing: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every interleaved repeat (one row per method × length × round: Table 7 App. H, §4.2) with its run's families
     and roles. Each file is checked where it is read: the columns of :data:`REPEAT_COLUMNS` and, against the
-    summary rows of ``timing`` (timing.csv's), ``repeats`` rows for every method × length timed ``ok``."""
+    summary rows of ``timing`` (timing.csv's), ``repeats`` × ``blocks`` × ``replicates`` rows for every method ×
+    length timed ``ok``."""
     df = _by_run(plan, repeat_paths, artefacts.REPEATS)
     missing = [c for c in REPEAT_COLUMNS if c not in df]
     if len(df) and missing:
@@ -262,8 +263,9 @@ def timing_repeats(plan: dict, repeat_paths: list[str], timing: pd.DataFrame | N
         counts = df.groupby(["run", "cell"]).size() if len(df) else pd.Series(dtype=int)
         for row in timing[timing["status"] == "ok"].itertuples():
             found = int(counts.get((row.run, row.cell), 0))
-            blocks = getattr(row, "blocks", 1)
-            expected = int(row.repeats) * (1 if pd.isna(blocks) else int(blocks))
+            blocks, replicates = getattr(row, "blocks", 1), getattr(row, "replicates", 1)
+            expected = (int(row.repeats) * (1 if pd.isna(blocks) else int(blocks))
+                        * (1 if pd.isna(replicates) else int(replicates)))
             if found != expected:
                 raise ConfigError(f"{row.source_file}: run {row.run} in cell {row.cell} has {found} repeat rows in "
                                   f"its .repeats.csv, expected {expected}; redo it with `snakemake --forcerun "

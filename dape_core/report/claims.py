@@ -243,11 +243,13 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("timing_overhead_shrinks", "§4.9, Table 7",
           "The time overhead of DAPE1x3-Kerple relative to Kerple shrinks as the model grows.",
           "timing_repeats.csv rows of role forward_time (the whole table when it has no roles), mode forward, per "
-          "device × seq_len × batch × threads with ≥ 2 sizes (ordered by n_layer · d_model²): per size and block of "
-          "fresh worker processes, the ratio of medians ms(Kerple) / ms(DAPE1x3-Kerple) over the block's "
-          "interleaved rounds (methods alternated, warm-up discarded); per size the mean over its blocks, and its "
-          "rise from each size to the next with a 95 % Welch t-interval over the blocks (a process's own speed is "
-          f"shared by all its rounds; at least {timing_check.MIN_BLOCKS} blocks per size, else no interval): "
+          "device × seq_len × batch × threads with ≥ 2 sizes (ordered by n_layer · d_model²), every block of fresh "
+          "worker processes timing both sizes and both methods in interleaved rounds (methods alternated, warm-up "
+          "discarded), the blocks spread over separate replicate jobs: per size and block the ratio of medians "
+          "ms(Kerple) / ms(DAPE1x3-Kerple) over the block's rounds; per replicate job and size the mean over its "
+          "blocks, and the job's rise from each size to the next; the rise's 95 % t-interval over the jobs, ν = jobs "
+          "− 1 (what changes between jobs is shared by all of a job's blocks; at least "
+          f"{timing_check.MIN_JOBS} jobs, each timing both sizes in the same blocks, else no interval): "
           f"CONFIRMED when every rise's interval lies at or above {TIMING_RISE:g}, "
           "REFUTED when some rise's interval lies below 0, UNDECIDED otherwise (also without per-repeat times). "
           "The device is named in the check: the paper's claim is about GPUs.",

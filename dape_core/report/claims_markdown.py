@@ -29,8 +29,9 @@ HOW_TO_READ = (
     "benchmarks/verdict_calibration.py shows every basis decides two identical methods at most 5 % of the time "
     "(benchmarks/results/verdict_calibration.csv), the informational kernel-size claim too, decided by one of m "
     "comparisons at the Bonferroni level 1 − 0.05/m, and claims read over their checks (docs/verdicts.md). The "
-    "timing claim's interval is Welch's t over blocks of fresh worker processes (each block's ratio of medians of its "
-    "interleaved rounds: a process's own speed is shared by all its rounds) on the device it names. The column "
+    "timing claim's interval is Student's t over replicate jobs, each timing both sizes and both methods in blocks "
+    "of fresh worker processes (a job's rise the mean over its blocks of a ratio of medians of interleaved rounds: "
+    "what changes between jobs is shared by all of a job's blocks), on the device it names. The column "
     "on the paper's numbers gives point verdicts (one printed number per cell: the interval is the point). A "
     "diverged run has perplexity +∞: it decides its comparison. Lengths are multiples of the training length (×1 = the training length); core claims are marked ★. Marks: "
     "✓ CONFIRMED, ✗ REFUTED, ? UNDECIDED.")

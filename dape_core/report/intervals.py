@@ -43,9 +43,10 @@ seeds)", "unpaired t, …", "t on the seeds' own spread", "1 seed (seed noise no
 paper's printed numbers)" for the paper's own numbers (one value each; the interval is the point). An interval
 also carries ``unit_sd``, the σ of one seed, which :func:`seeds_to_decide` turns into the seeds a decision needs.
 
-Timings are not seeds: a timing cell's units are its blocks of fresh worker processes, each a ratio of medians over
-its interleaved rounds, compared between sizes with Welch's t (:func:`difference`;
-:mod:`dape_core.report.timing_check`), with its own calibration in the same simulation.
+Timings are not seeds: a timing cell's units are its replicate jobs, each timing both sizes and both methods in
+blocks of fresh worker processes (a job's rise the mean over its blocks of a ratio of medians over interleaved
+rounds), read with Student's t over the jobs (:func:`interval`; :mod:`dape_core.report.timing_check`), with its own
+calibration in the same simulation.
 """
 
 from __future__ import annotations

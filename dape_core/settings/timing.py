@@ -11,6 +11,9 @@ from dape_core.settings.fields import setting
 from dape_core.settings.model import SIZE_PRESETS
 
 MODES = ("forward", "train_step")
+#: the settings a timing job's methods may differ in beside their attention: each size is a method of the job, so
+#: every size is timed in every block, interleaved (``dape time --methods``)
+TIMED_SHAPE = ("size", "n_layer")
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
@@ -27,9 +30,12 @@ class TimingSettings(AttentionSettings):
     mode: str = setting("forward", choices=MODES, help="forward, or a training step (forward, backward, AdamW)")
     repeats: int = setting(10, help="timed runs per method and length in each block, interleaved (the median over "
                                     "every block's is reported)")
-    blocks: int = setting(1, help="blocks per length, each of fresh worker processes timing `repeats` interleaved "
-                                  "rounds: a process's own speed is shared by all its rounds, so an interval "
-                                  "reads blocks, not rounds")
+    blocks: int = setting(1, help="blocks per length in each replicate job, each of fresh worker processes timing "
+                                  "`repeats` interleaved rounds of every method and size")
+    replicates: int = setting(2, help="separate jobs (results/timing/JOB/rep0, rep1, …) the cell's blocks are "
+                                      "spread over: what changes between jobs varies the ratio too, so the timing "
+                                      "claim's interval reads one value per replicate job (t over jobs, ν = "
+                                      "replicates − 1)")
     warmup: int = setting(2, help="untimed runs first (discarded)")
     query_chunk_size: int | None = setting(None, help="exact query-chunked attention beyond this many rows")
     precision: str = setting("fp32", choices=PRECISIONS,
@@ -41,7 +47,7 @@ class TimingSettings(AttentionSettings):
     def __post_init__(self):
         super().__post_init__()
         fields.check_choices(self, TimingSettings)
-        for name in ("repeats", "blocks", "threads", *(("n_layer",) if self.n_layer is not None else ()),
+        for name in ("repeats", "blocks", "replicates", "threads", *(("n_layer",) if self.n_layer is not None else ()),
                      *(("compute_threads",) if self.compute_threads is not None else ())):
             require_positive(name, getattr(self, name))
         if self.compute_threads is not None and self.compute_threads > self.threads:

@@ -80,6 +80,7 @@ wildcard_constraints:
     dataset=alternatives(PLAN.datasets),
     run=SEGMENT,  # train_lm and finetune_lm split it between them
     timing_job=alternatives(PLAN.timing_jobs),
+    replicate=r"\d+",
     cell=SEGMENT,
     seed=r"\d+",
     length=r"\d+",
@@ -235,8 +236,10 @@ def spec_of(groups, seed=False):
 
 
 def timing_spec(wildcards):
-    """A timing job's spec: its timing settings and ``methods`` (run name → attention settings)."""
-    return grid.timing_spec(PLAN.timing_jobs[wildcards.timing_job], PLAN.timing_runs)
+    """One replicate of a timing job's spec: its timing settings, ``methods`` (run name → attention settings and
+    shape) and ``replicate``; the merge's (no replicate wildcard): ``replicates`` in its place."""
+    return grid.timing_spec(PLAN.timing_jobs[wildcards.timing_job], PLAN.timing_runs,
+                            getattr(wildcards, "replicate", None))
 
 
 def che_spec(wildcards):
@@ -354,6 +357,15 @@ def timing_options(group):
 def timing_files(suffix="csv"):
     """``results/timing/{job}.csv`` (one row per method × length) or ``….repeats.csv`` (per repeat) of every job."""
     return [grid.timing_file(name, suffix) for name in PLAN.timing_jobs]
+
+
+def timing_replicates(suffix="csv"):
+    """An input function: ``results/timing/{job}/rep{k}.csv`` (or ``.repeats.csv``) of the job's replicates."""
+    def files(wildcards):
+        count = int(PLAN.timing_jobs[wildcards.timing_job]["settings"]["replicates"])
+        return [f"results/timing/{wildcards.timing_job}/rep{k}.{suffix}" for k in range(count)]
+
+    return files
 
 
 def che_groups(wildcards):
