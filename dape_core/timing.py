@@ -358,22 +358,25 @@ def rotation(methods: int, round_index: int) -> list[int]:
     return [*range(start, methods), *range(start)]
 
 
-def time_cell(cell: list[dict]) -> tuple[list[dict], list[dict]]:
+def time_cell(cell: list[dict], replicate: int = 0) -> tuple[list[dict], list[dict]]:
     """Time the methods of one cell in ``blocks`` blocks of interleaved rounds, each block with fresh worker
     processes (one per method, each warmed up first): their summary rows (over every block) and one repeat row per
-    method × block × round (``block``, ``round`` counted across the blocks, ``position`` in the round, ``ms``)."""
+    method × block × round (``block``, ``round`` counted across the blocks, ``position`` in the round, ``ms``). The
+    orders continue across replicate jobs (replicate k starts where k blocks of rounds before it would end), so
+    that no method goes first more often over the replicates than the rotation gives."""
     repeats, done, failed = [], {}, set()
-    rounds = cell[0]["repeats"]
-    for block in range(cell[0].get("blocks", 1)):
+    rounds, blocks = cell[0]["repeats"], cell[0].get("blocks", 1)
+    for block in range(blocks):
         workers: list[Worker] = []
         try:
             for case in cell:  # the processes start together (importing torch computes nothing that is timed) …
                 workers.append(Worker(case))
-            for i in rotation(len(workers), block):  # … and build one after another: one worker computes at a time
+            # … and build one after another: one worker computes at a time
+            for i in rotation(len(workers), replicate * blocks + block):
                 workers[i].ask({"build": workers[i].case})
             for round_index in range(block * rounds, (block + 1) * rounds):
                 live = [w for w in workers if w.status == "ok"]
-                for position, i in enumerate(rotation(len(live), round_index)):
+                for position, i in enumerate(rotation(len(live), replicate * blocks * rounds + round_index)):
                     reply = live[i].ask({"time": True})
                     if reply["status"] == "ok":
                         repeats.append({"run": live[i].case["run"], "block": block, "round": round_index,
@@ -497,7 +500,7 @@ def run(args) -> int:
     rows, repeat_rows = [], []
     try:
         for cell in cell_list:
-            summary, repeats = time_cell(cell)
+            summary, repeats = time_cell(cell, args.replicate)
             rows += summary
             repeat_rows += repeats
     except TimingWorkerError as err:

@@ -148,6 +148,9 @@ def test_every_block_times_both_sizes_and_both_methods_interleaved(replicate_job
     for (block, round_index), rows in repeats.groupby(["block", "round"]):
         assert sorted(rows["run"]) == sorted(SIZED) and sorted(rows["position"]) == [0, 1, 2, 3]
     assert set(repeats.groupby("run")["block"].nunique()) == {1} and len(repeats) == 4 * 2
+    orders = repeats.sort_values(["round", "position"]).groupby("round")["run"].apply(list)
+    # replicate 1 continues the rotation where replicate 0's 2 rounds end: its first round starts at the third run
+    assert list(orders) == [[*list(SIZED)[2:], *list(SIZED)[:2]], [*list(SIZED)[3:], *list(SIZED)[:3]]]
 
 
 def _replicate(path, k, tmp):
