@@ -16,11 +16,9 @@ line and left out; a shallow clone (no history) stops with one line.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import io
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -35,15 +33,9 @@ def _git(*args: str, root: Path = ROOT) -> str | None:
 
 def digest_at(commit: str, root: Path = ROOT) -> str:
     """The analysis digest of the verdict modules' code at ``commit`` ('–' where one is missing)."""
-    from dape_core.report.protocol import VERDICT_MODULES, code_tree
+    from dape_core.report.protocol import analysis_digest
 
-    digest = hashlib.sha256(sys.version.split()[0].rsplit(".", 1)[0].encode())
-    for name in VERDICT_MODULES:
-        source = _git("show", f"{commit}:dape_core/report/{name}.py", root=root)
-        if source is None:
-            return "–"
-        digest.update(code_tree(source).encode())
-    return digest.hexdigest()[:12]
+    return analysis_digest(lambda name: _git("show", f"{commit}:dape_core/report/{name}.py", root=root)) or "–"
 
 
 def looks(reports: str = "reports", root: Path = ROOT) -> pd.DataFrame:

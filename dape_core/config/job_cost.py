@@ -87,24 +87,21 @@ def cost_table(text: str | None = None) -> CostTable:
     return table
 
 
-def _pass_calls(settings: dict, n_layer: int) -> tuple[int, int] | None:
-    """Calls of one forward/backward pass and of one training step of a method (None: not counted)."""
-    calls = dispatch.method_calls(settings)
-    if calls is None:
-        return None
-    return calls.calls(n_layer, 1) - calls.calls(n_layer, 0), calls.calls(n_layer, 1)
+def _pass_calls(calls: dispatch.StepCalls, n_layer: int) -> int:
+    """Calls of one forward/backward pass of ``n_layer`` layers (a step's calls less the optimiser's)."""
+    return calls.calls(n_layer, 1) - calls.calls(n_layer, 0)
 
 
 def lm_work(settings: dict, evaluation: dict, attention: dict, vocab_size: int) -> dict[str, Work] | None:
     """The work of one seed of an LM run per job kind (``attention``: its heat-map jobs, only where ``attention``
     names lengths); None when its method has no operator count."""
     cfg = run_shape(settings, vocab_size)
-    calls = _pass_calls({**settings, "n_layer": cfg.n_layer}, cfg.n_layer)
+    calls = dispatch.method_calls(settings)
     if calls is None:
         return None
-    micro, step = calls
+    micro = _pass_calls(calls, cfg.n_layer)
     accum = int(settings.get("grad_accum") or 1)
-    step_calls = step + (accum - 1) * micro
+    step_calls = calls.calls(cfg.n_layer, accum)
     train_len = settings["train_len"]
     sequences = settings["steps"] * settings["batch_size"] * accum
     work = {"train": Work(1, settings["steps"] * step_calls,
@@ -132,10 +129,10 @@ def che_work(settings: dict) -> Work | None:
     method has no operator count."""
     cfg = SimpleNamespace(**{k: settings[k] for k in ("n_layer", "n_head", "d_model", "d_ff", "encoding",
                                                       "encoding_shared", "processor", "kernel_size", "dape_width")})
-    calls = _pass_calls(settings, cfg.n_layer)
+    calls = dispatch.method_calls(settings)
     if calls is None:
         return None
-    micro, step = calls
+    micro, step = _pass_calls(calls, cfg.n_layer), calls.calls(cfg.n_layer, 1)
     non_embedding = stack_parameters(cfg, causal=False)
 
     def per_token(length: int) -> float:

@@ -45,12 +45,20 @@ def code_tree(source: str) -> str:
     return ast.dump(tree)
 
 
-def analysis_digest() -> str:
+def _installed_source(name: str) -> str:
+    return inspect.getsource(importlib.import_module(f"dape_core.report.{name}"))
+
+
+def analysis_digest(source=_installed_source) -> str | None:
     """sha256 of the code of :data:`VERDICT_MODULES` (syntax trees, docstrings and comments aside), in that
-    order, under this Python's ``ast`` (12 hex digits)."""
+    order, under this Python's ``ast`` (12 hex digits); ``source(name)`` gives a module's text (None: missing,
+    and so is the digest)."""
     digest = hashlib.sha256(sys.version.split()[0].rsplit(".", 1)[0].encode())
     for name in VERDICT_MODULES:
-        digest.update(code_tree(inspect.getsource(importlib.import_module(f"dape_core.report.{name}"))).encode())
+        text = source(name)
+        if text is None:
+            return None
+        digest.update(code_tree(text).encode())
     return digest.hexdigest()[:12]
 
 

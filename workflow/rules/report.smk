@@ -270,15 +270,14 @@ rule claims:
             lambda wildcards: report_inputs(wildcards)
             | ({"windows": f"{REPORTS}/lm_windows.csv"} if PLAN.lm_jobs() else {})
             | ({"design": DESIGN_JSON, "protocol": PROTOCOL_JSON} if DESIGN else {})  # the fresh seeds only, read
-            # under the protocol sealed before they ran
+            # under the protocol sealed before they ran; the looks the configuration's committed history holds
+            | ({"ledger": f"{REPORTS}/ledger.csv"} if DESIGN and Path(f"{REPORTS}/ledger.csv").exists() else {})
         ),
     output:
         markdown=report(f"{REPORTS}/claims.md", caption="../report/claims.rst", category="Claims"),
         table=f"{REPORTS}/claims.csv",
     params:
         sources=report_sources,
-        # the looks the configuration's committed history holds (benchmarks/ledger.py writes it)
-        ledger=f"--ledger {REPORTS}/ledger.csv" if DESIGN and Path(f"{REPORTS}/ledger.csv").exists() else "",
         gpu_tflops=PLAN.config["estimate"]["gpu_tflops"],
         utilisation=PLAN.config["estimate"]["utilisation"],
     localrule: True
@@ -287,7 +286,7 @@ rule claims:
     conda:
         "../../envs/report.yaml"
     shell:
-        "dape report claims {params.sources} {params.ledger} --gpu-tflops {params.gpu_tflops}"
+        "dape report claims {params.sources} --gpu-tflops {params.gpu_tflops}"
         " --utilisation {params.utilisation}"
         " --out-md {output.markdown} --out-csv {output.table} > {log} 2>&1"
 
