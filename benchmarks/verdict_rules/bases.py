@@ -6,11 +6,11 @@ import numpy as np
 
 from dape_core.report.intervals import UNDECIDED, combine_noise, decide, difference, interval
 from dape_core.report.timing_check import ratio_of_medians, rise_interval
-from .common import NOISE_SD, REGIMES, W, _noise, _rate, _rows, cell_rng, grid, seed_sd
+from .common import NOISE_SD, REGIMES, W, _noise, _rate, _rows, cell_rng, decided, grid, seed_sd, tail_columns
 
 
-def paired_trial(rng, n, main_sd, inter_sd, windows, shift, own_spread=False) -> bool:
-    """Decided? Methods 0 and 1 of one setting, paired by seed."""
+def paired_trial(rng, n, main_sd, inter_sd, windows, shift, own_spread=False, tail=False):
+    """Decided? Methods 0 and 1 of one setting, paired by seed (``tail``: (at 95 %, at 1 − 0.05/18))."""
     gamma = rng.normal(0.0, NOISE_SD, W)
     losses = grid(rng, n, main_sd, inter_sd, gamma, shift)
     units = [_rows(np.column_stack([losses[0, s], losses[1, s]]), windows) for s in range(n)]
@@ -21,10 +21,10 @@ def paired_trial(rng, n, main_sd, inter_sd, windows, shift, own_spread=False) ->
         one = _noise(source.mean(axis=2), True, "grid")
         noise = combine_noise([one, one])
     iv = interval(units, lambda m: m[:, 1] - m[:, 0], seed_noise=noise)
-    return decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
+    return decided(iv) if tail else decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
 
 
-def unpaired_trial(rng, n, main_sd, inter_sd, windows, shift) -> bool:
+def unpaired_trial(rng, n, main_sd, inter_sd, windows, shift, tail=False):
     """Decided? Method 0 of one setting against method 1 of another (its own seeds and batch stream)."""
     gamma = rng.normal(0.0, NOISE_SD, W)
     first, second = (grid(rng, n, main_sd, inter_sd, gamma, shift) for _ in range(2))
@@ -35,10 +35,10 @@ def unpaired_trial(rng, n, main_sd, inter_sd, windows, shift) -> bool:
     else:
         noise_a = noise_b = _noise(grid(rng, 2, main_sd, inter_sd, gamma).mean(axis=2), False, "borrowed")
     iv = difference(units_b, units_a, lambda m: m[:, 0], noise_b=noise_b, noise_a=noise_a)
-    return decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
+    return decided(iv) if tail else decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
 
 
-def level_trial(rng, n, main_sd, inter_sd, windows, shift) -> bool:
+def level_trial(rng, n, main_sd, inter_sd, windows, shift, tail=False):
     """Decided? One run's own statistic (an explosion, a ΔP) against its true value: n seeds of method 1, σ from
     its setting's R × n table (seed and interaction mean squares), or borrowed from a 7 × 2 table with one seed."""
     gamma = rng.normal(0.0, NOISE_SD, W)
@@ -46,7 +46,7 @@ def level_trial(rng, n, main_sd, inter_sd, windows, shift) -> bool:
     units = [_rows((losses[1, s] - gamma)[:, None], windows) for s in range(n)]
     source = losses if n >= 2 else grid(rng, 2, main_sd, inter_sd, gamma)
     iv = interval(units, lambda m: m[:, 0], seed_noise=_noise(source.mean(axis=2), False, "grid"), kind="t")
-    return decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
+    return decided(iv) if tail else decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
 
 
 ROUND_SD, TIME_SD, OUTLIERS, PROCESS_SD = 0.05, 0.04, 0.05, 0.02
@@ -89,34 +89,43 @@ def timing_cell(rng, blocks: int, ratio: float = 1.0, regime: str = SMALL_NOISE,
     return out
 
 
-def timing_trial(rng, blocks: int, rise: float, regime: str = SMALL_NOISE) -> bool:
-    """Decided? The rise of ms(A)/ms(B) between two sizes (independent cells), as the timing claim computes it."""
+def timing_trial(rng, blocks: int, rise: float, regime: str = SMALL_NOISE, tail: bool = False):
+    """Decided? The rise of ms(A)/ms(B) between two sizes (independent cells), as the timing claim computes it
+    (``tail``: (at 95 %, at 1 − 0.05/18))."""
     smaller, larger = timing_cell(rng, blocks, 1.0, regime), timing_cell(rng, blocks, 1.0 + rise, regime)
     iv = rise_interval(smaller, larger, "timing")
-    return decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
+    return decided(iv) if tail else decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
+
+
+#: trials of a cell's power column (its null trials are read at 95 % and at 1 − 0.05/18, and need more)
+POWER_TRIALS = 10000
 
 
 def basis_cell(task: tuple) -> dict:
-    """One row: a basis × window variant × regime × seed count; ``trials`` null trials (as many at 2 seed-SDs)."""
+    """One row: a basis × window variant × regime × seed count; ``trials`` null trials, each read at 95 % and at
+    1 − 0.05/18, and up to :data:`POWER_TRIALS` at 2 seed-SDs."""
     kind, windows, regime, n, trials, seed, power = task
     rng = cell_rng(seed, kind, windows, regime, n)
     main_sd, inter_sd = REGIMES[regime]
     unit = seed_sd(main_sd, inter_sd, kind in ("paired", "own spread"))
 
-    def once(shift):
+    def once(shift, tail=False):
         if kind == "unpaired":
-            return unpaired_trial(rng, n, main_sd, inter_sd, windows, shift)
+            return unpaired_trial(rng, n, main_sd, inter_sd, windows, shift, tail=tail)
         if kind == "one run":
-            return level_trial(rng, n, main_sd, inter_sd, windows, shift)
-        return paired_trial(rng, n, main_sd, inter_sd, windows, shift, own_spread=kind != "paired")
+            return level_trial(rng, n, main_sd, inter_sd, windows, shift, tail=tail)
+        return paired_trial(rng, n, main_sd, inter_sd, windows, shift, own_spread=kind != "paired", tail=tail)
 
-    rate, se = _rate(sum(once(0.0) for _ in range(trials)), trials)
+    null = np.array([once(0.0, tail=True) for _ in range(trials)], dtype=bool).reshape(trials, 2)
+    rate, se = _rate(int(null[:, 0].sum()), trials)
     row = {"basis": kind, "per_window_data": windows, "regime": regime, "seeds": n,
            "sigma_from": ("the pair's own seeds" if kind == "own spread" else
                           "a borrowed 7 × 2 grid" if n == 1 else f"its setting's 7 × {n} grid"),
-           "trials": trials, "false_decisions": rate, "false_decisions_se": se}
+           "trials": trials, "false_decisions": rate, "false_decisions_se": se,
+           **tail_columns(int(null[:, 1].sum()), trials)}
     if power:
-        row["power_at_2_sd"], row["power_se"] = _rate(sum(once(2 * unit) for _ in range(trials)), trials)
+        count = min(trials, POWER_TRIALS)
+        row["power_at_2_sd"], row["power_se"] = _rate(sum(once(2 * unit) for _ in range(count)), count)
     return row
 
 
@@ -124,13 +133,17 @@ def timing_row(task: tuple) -> dict:
     """The timing rule's row at ``blocks`` blocks of worker processes per size, in one of :data:`TIMING_REGIMES`."""
     blocks, trials, seed, power, regime = task
     rng = cell_rng(seed, "timing blocks", regime, blocks)
-    rate, se = _rate(sum(timing_trial(rng, blocks, 0.0, regime) for _ in range(trials)), trials)
+    null = np.array([timing_trial(rng, blocks, 0.0, regime, tail=True) for _ in range(trials)],
+                    dtype=bool).reshape(trials, 2)
+    rate, se = _rate(int(null[:, 0].sum()), trials)
     row = {"basis": "timing (ratio of medians per block of worker processes, Welch over blocks)",
            "per_window_data": False, "regime": regime, "seeds": blocks,
            "sigma_from": f"the blocks' own spread ({TIMING_ROUNDS_PER_BLOCK} rounds a block)",
-           "trials": trials, "false_decisions": rate, "false_decisions_se": se}
+           "trials": trials, "false_decisions": rate, "false_decisions_se": se,
+           **tail_columns(int(null[:, 1].sum()), trials)}
     if power:
         spread = np.std(timing_cell(rng, 400, 1.0, regime))
+        count = min(trials, POWER_TRIALS)
         row["power_at_2_sd"], row["power_se"] = _rate(
-            sum(timing_trial(rng, blocks, 2 * spread, regime) for _ in range(trials)), trials)
+            sum(timing_trial(rng, blocks, 2 * spread, regime) for _ in range(count)), count)
     return row
