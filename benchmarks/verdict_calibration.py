@@ -31,13 +31,15 @@ Bases (those of :mod:`dape_core.report.intervals`, as the claims use them):
 - ``sink``: the attention-sink rule as the claim runs it (:func:`dape_core.report.sink_check.sink_stronger` on a
   simulated sink.csv): DAPE1x3-X against DAPE-X for three encodings X, n seeds each, 8 sequences shared by every
   run and 2 layers; log sink mass = encoding × seed effect (shared by the pair) + method × seed interaction +
-  sequence effect + per-run noise, layers around it; σ of the paired differences pooled over the encodings (the
-  check's own estimator); the verdict of the first encoding's check at a ratio threshold of 1;
+  sequence effect + per-run noise, layers around it; σ of the pair's own per-seed differences (ν = n − 1); the
+  verdict of the first encoding's check at a ratio threshold of 1, under equal noise and with that pair at 2× and
+  3× the other encodings' interaction SD;
 - ``CHE``: the CHE rule as the claim runs it (:func:`dape_core.report.che_check.che_beats_kerple` on a simulated
   che_results.csv): Kerple and DAPE1x3-Kerple on the 12 permutation-variant tasks, n seeds, one learning rate;
   a cell's best OOD accuracy = task level + seed effect (shared by the two methods of a seed) + method × seed
-  interaction; σ of one cell pooled over the cells with several seeds (the check's own estimator, scaled by √2
-  for a paired difference); the share of tasks decided (won or lost) at a zero margin;
+  interaction; σ of each task's own per-seed differences (ν = n − 1); the share of tasks decided (won or lost) at
+  a zero margin, under equal noise and with a third of the tasks at 2× and 3× the others' interaction SD (the
+  share of those tasks);
 - ``kernel size``: the informational kernel-size rule as the claim runs it
   (:func:`dape_core.report.lm_checks.kernel_not_largest` on a simulated lm_results.csv): DAPE-Kerple with kernels 1,
   3, 5 and 7 at ×1 … ×16 (15 comparisons of a smaller kernel against the largest, each at one length, Bonferroni
@@ -73,18 +75,26 @@ Bases (those of :mod:`dape_core.report.intervals`, as the claims use them):
   :func:`dape_core.report.holm.holm_verdicts` with :func:`dape_core.report.intervals.family_level`: the rate is
   that of families with any claim decided (the family-wise error), beside the rate at the claims' own 95 %.
 
+- ``Welch``: Welch's comparison of two sides read on their own spreads at unequal seed counts (2–5 against 2–32)
+  and SDs (the fewer seeds' side at 1/3 … 10 × the other's), computed exactly — the rate is a double integral over
+  the two sample variances, by quadrature — with the rule's ν (the fewer of the sides' ν,
+  :func:`dape_core.report.intervals.welch`) and Welch–Satterthwaite's (the rule before).
+
 A trial is *decided* when :func:`dape_core.report.intervals.decide` at a zero margin is not UNDECIDED. The CSV holds
 each basis's false-decision rate (effect 0) and power (effect 2 seed-SDs; timing: a rise of 2 SDs of one job's
-rise), each with its Monte-Carlo SE √(p(1 − p)/trials).
+rise), each with its Monte-Carlo SE √(p(1 − p)/trials); and, for the interval bases, the sink and unequal-noise rows
+and Welch's, the rate of the same null trials read at Holm's strictest level 1 − 0.05/18 (``false_decisions_at_18``:
+the first step of the step-down across the 18 claims; 0.28 % nominal, resolved by 20,000 trials a cell, or exact).
+The timing rule writes a row at each level.
 
 Each rule's simulation is a module of ``benchmarks/verdict_rules/`` (common, bases, timing, sink, che, kernel,
-claims, heterogeneity, design, holm); this script runs them and writes the results file.
+claims, heterogeneity, design, holm, welch); this script runs them and writes the results file.
 
-    python benchmarks/verdict_calibration.py [--trials 10000] [--jobs N] [--timing-trials 20000]
+    python benchmarks/verdict_calibration.py [--trials 20000] [--jobs N] [--timing-trials 20000]
                                              [--sink-trials 500] [--che-trials 100]
                                              [--kernel-trials 1000] [--kernel-power-trials 200]
                                              [--claim-trials 1000] [--claim-power-trials 200] [--holm-trials 4000]
-                                             [--only {bases,claims,design,heterogeneity,holm,kernel,sink,timing}]
+                                             [--only {bases,claims,design,heterogeneity,holm,kernel,sink,timing,welch}]
                                              [--out benchmarks/results/verdict_calibration.csv]
 """
 
@@ -102,10 +112,11 @@ sys.path.insert(0, str(ROOT))
 
 # the rules' simulations (names used here, and read by tests/test_verdict_calibration.py through this module)
 from verdict_rules.bases import basis_cell, level_trial, paired_trial, unpaired_trial  # noqa: E402,F401
-from verdict_rules.che import CHE_REGIMES, CHE_TASKS, che_claim_trial, che_rows, che_table, che_trial  # noqa: E402,F401
+from verdict_rules.che import (CHE_HETEROGENEITY, CHE_NOISY, CHE_REGIMES, CHE_TASKS, che_claim_trial,  # noqa: E402,F401
+                               che_rows, che_table, che_trial)
 from verdict_rules.claims import CHE_CLAIM_TASKS, claim_rows, claim_table, claim_trial  # noqa: E402,F401
-from verdict_rules.common import (MANY_SEEDS, REGIMES, SEEDS, WINDOW_SE, cell_rng, each_cell,  # noqa: E402,F401
-                                  grid, seed_sd, _noise, _rate)
+from verdict_rules.common import (HOLM_DIVISOR, MANY_SEEDS, REGIMES, SEEDS, TAIL_TRIALS, WINDOW_SE,  # noqa: E402,F401
+                                  cell_rng, decided, each_cell, grid, seed_sd, _noise, _rate)
 from verdict_rules.design import DESIGN_MAX_SEEDS, DESIGN_PILOT_SEEDS, design_cell, design_rows, design_trial  # noqa: E402,F401
 from verdict_rules.heterogeneity import (HETERO_RULES, HETEROGENEITY, LEAK_FACTOR, LEAK_SEEDS,  # noqa: E402,F401
                                          another_kind_cell, hetero_cell, hetero_grid, hetero_rows, hetero_trial,
@@ -113,10 +124,12 @@ from verdict_rules.heterogeneity import (HETERO_RULES, HETEROGENEITY, LEAK_FACTO
 from verdict_rules.holm import HOLM_CLAIMS, HOLM_REGIMES, HOLM_SEEDS, holm_rows, holm_trial  # noqa: E402,F401
 from verdict_rules.kernel import (KERNEL_METHODS, KERNEL_REGIMES, KERNELS, kernel_cell, kernel_rows,  # noqa: E402,F401
                                   kernel_table, kernel_trial, sweep_table)
-from verdict_rules.sink import SINK_REGIMES, SINK_SE, sink_rows, sink_table, sink_trial  # noqa: E402,F401
+from verdict_rules.sink import (SINK_HETEROGENEITY, SINK_REGIMES, SINK_SE, sink_rows, sink_table,  # noqa: E402,F401
+                                sink_trial)
 from verdict_rules.timing import (FAMILY_CLAIMS, ONE_JOB_PER_SIZE_BLOCKS, TIMING_DESIGNS,  # noqa: E402,F401
                                   TIMING_REGIMES, replicate_rise, replicate_rises, simulate, timing_cells,
                                   timing_rows, timing_rows_all)
+from verdict_rules.welch import WELCH_RATIOS, WELCH_RULES, WELCH_SEEDS, welch_rate, welch_rows  # noqa: E402,F401
 
 OUT = ROOT / "benchmarks" / "results" / "verdict_calibration.csv"
 
@@ -124,13 +137,13 @@ OUT = ROOT / "benchmarks" / "results" / "verdict_calibration.csv"
 def calibration(trials: int, seed: int = 0, seeds=SEEDS + MANY_SEEDS, regimes=tuple(REGIMES), power: bool = True,
                 timing_trials: int = 0, sink_trials: int = 0, che_trials: int = 0, kernel_trials: int = 0,
                 kernel_power_trials: int = 0, claim_trials: int = 0, claim_power_trials: int = 0,
-                hetero_trials: int = 0, holm_trials: int = 0, jobs: int = 1) -> pd.DataFrame:
+                hetero_trials: int = 0, holm_trials: int = 0, welch: bool = False, jobs: int = 1) -> pd.DataFrame:
     """One row per basis × regime × seed count: false-decision rate and power with their Monte-Carlo SEs; each
     cell on its own random stream (:func:`cell_rng`), ``jobs`` cells at a time in worker processes. The rules that
     run the claims' own checks join with ``sink_trials`` (sink and CHE), ``kernel_trials`` and ``claim_trials``
     (claims of several checks), ``hetero_trials`` (the paired comparison under unequal method noise),
     ``holm_trials`` (Holm's step-down over null families of claims), ``timing_trials`` (the timing rule, a tenth of
-    them at a rise for its power)."""
+    them at a rise for its power), ``welch`` (Welch's comparison at unequal seed counts and noise, exact)."""
     cells = [(kind, windows, regime, n, trials, seed, power) for regime in regimes for n in seeds
              for kind in ("paired", "unpaired", "one run", "own spread") if not (kind == "own spread" and n < 2)
              for windows in (True, False)]
@@ -148,6 +161,8 @@ def calibration(trials: int, seed: int = 0, seeds=SEEDS + MANY_SEEDS, regimes=tu
         rows += design_rows(hetero_trials, seed, jobs=jobs)
     if holm_trials:
         rows += holm_rows(holm_trials, seed, jobs=jobs)
+    if welch:
+        rows += welch_rows()
     return pd.DataFrame(rows)
 
 
@@ -160,7 +175,7 @@ def sink_che_rows(sink_trials: int, che_trials: int, seed: int, power: bool = Tr
 #: the groups of rows a partial rerun recomputes (``--only``): each a test of a row's basis
 GROUPS = {
     "bases": lambda basis: not basis.startswith(("sink", "CHE", "kernel", "claim", "heterogeneous", "design",
-                                                 "Holm", "timing")),
+                                                 "Holm", "timing", "Welch")),
     "timing": lambda basis: basis.startswith("timing"),
     "heterogeneity": lambda basis: basis.startswith("heterogeneous"),
     "sink": lambda basis: basis.startswith(("sink", "CHE")),
@@ -168,6 +183,7 @@ GROUPS = {
     "claims": lambda basis: basis.startswith("claim"),
     "design": lambda basis: basis.startswith("design"),
     "holm": lambda basis: basis.startswith("Holm"),
+    "welch": lambda basis: basis.startswith("Welch"),
 }
 
 
@@ -198,7 +214,9 @@ def kept_rows(path: str, recomputed: str) -> pd.DataFrame:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--trials", type=positive_int, default=10000, help="trials per cell of the interval bases")
+    p.add_argument("--trials", type=positive_int, default=TAIL_TRIALS, help="null trials per cell of the interval "
+                   "bases, the timing rule and unequal noise (each read at 95 % and at 1 − 0.05/18; power on up to "
+                   "10,000)")
     p.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1,
                    help="cells computed at a time (processes)")
     p.add_argument("--seed", type=int, default=0)
@@ -221,8 +239,8 @@ def main(argv=None) -> int:
     p.add_argument("--only", choices=sorted(GROUPS), help="recompute one group of rows (bases: the interval bases; "
                    "timing: the timing rule; sink: the sink and CHE rules; kernel: the kernel-size rule; claims: the "
                    "claim-level rules; heterogeneity: the paired comparison under unequal method noise; design: the "
-                   "design stage, pilot → fresh seeds; holm: Holm's step-down across the claims) and keep the "
-                   "others from --out")
+                   "design stage, pilot → fresh seeds; holm: Holm's step-down across the claims; welch: Welch's "
+                   "comparison at unequal seed counts and noise, exact) and keep the others from --out")
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args(argv)
     if args.only is None:
@@ -230,7 +248,7 @@ def main(argv=None) -> int:
                          che_trials=args.che_trials,
                          kernel_trials=args.kernel_trials, kernel_power_trials=args.kernel_power_trials,
                          claim_trials=args.claim_trials, claim_power_trials=args.claim_power_trials,
-                         hetero_trials=args.trials, holm_trials=args.holm_trials, jobs=args.jobs)
+                         hetero_trials=args.trials, holm_trials=args.holm_trials, welch=True, jobs=args.jobs)
     else:
         kept = kept_rows(args.out, args.only)
         fresh = {"bases": lambda: calibration(args.trials, args.seed, jobs=args.jobs).to_dict("records"),
@@ -243,10 +261,11 @@ def main(argv=None) -> int:
                                               jobs=args.jobs),
                  "heterogeneity": lambda: hetero_rows(args.trials, args.seed, jobs=args.jobs),
                  "design": lambda: design_rows(args.trials, args.seed, jobs=args.jobs),
-                 "holm": lambda: holm_rows(args.holm_trials, args.seed, jobs=args.jobs)}[args.only]()
+                 "holm": lambda: holm_rows(args.holm_trials, args.seed, jobs=args.jobs),
+                 "welch": welch_rows}[args.only]()
         df = pd.concat([kept, pd.DataFrame(fresh)], ignore_index=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(args.out, index=False, float_format="%.4f")
+    df.to_csv(args.out, index=False, float_format="%.6g")  # 0.05/18 = 0.002778: four decimals would not do
     worst = df.loc[df["false_decisions"].idxmax()]
     with pd.option_context("display.width", 200, "display.max_rows", 200):
         print(df.to_string(index=False, float_format=lambda x: f"{x:.3f}"))

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from dape_core.report.intervals import UNDECIDED, combine_noise, decide, difference, interval
-from .common import NOISE_SD, REGIMES, W, _noise, _rate, _rows, cell_rng, grid, seed_sd
+from .common import NOISE_SD, REGIMES, W, _noise, _rate, _rows, cell_rng, decided, grid, seed_sd, tail_columns
 
 
-def paired_trial(rng, n, main_sd, inter_sd, windows, shift, own_spread=False) -> bool:
-    """Decided? Methods 0 and 1 of one setting, paired by seed."""
+def paired_trial(rng, n, main_sd, inter_sd, windows, shift, own_spread=False, tail=False):
+    """Decided? Methods 0 and 1 of one setting, paired by seed (``tail``: (at 95 %, at 1 − 0.05/18))."""
     gamma = rng.normal(0.0, NOISE_SD, W)
     losses = grid(rng, n, main_sd, inter_sd, gamma, shift)
     units = [_rows(np.column_stack([losses[0, s], losses[1, s]]), windows) for s in range(n)]
@@ -20,10 +20,10 @@ def paired_trial(rng, n, main_sd, inter_sd, windows, shift, own_spread=False) ->
         one = _noise(source.mean(axis=2), True, "grid")
         noise = combine_noise([one, one])
     iv = interval(units, lambda m: m[:, 1] - m[:, 0], seed_noise=noise)
-    return decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
+    return decided(iv) if tail else decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
 
 
-def unpaired_trial(rng, n, main_sd, inter_sd, windows, shift) -> bool:
+def unpaired_trial(rng, n, main_sd, inter_sd, windows, shift, tail=False):
     """Decided? Method 0 of one setting against method 1 of another (its own seeds and batch stream)."""
     gamma = rng.normal(0.0, NOISE_SD, W)
     first, second = (grid(rng, n, main_sd, inter_sd, gamma, shift) for _ in range(2))
@@ -34,10 +34,10 @@ def unpaired_trial(rng, n, main_sd, inter_sd, windows, shift) -> bool:
     else:
         noise_a = noise_b = _noise(grid(rng, 2, main_sd, inter_sd, gamma).mean(axis=2), False, "borrowed")
     iv = difference(units_b, units_a, lambda m: m[:, 0], noise_b=noise_b, noise_a=noise_a)
-    return decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
+    return decided(iv) if tail else decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
 
 
-def level_trial(rng, n, main_sd, inter_sd, windows, shift) -> bool:
+def level_trial(rng, n, main_sd, inter_sd, windows, shift, tail=False):
     """Decided? One run's own statistic (an explosion, a ΔP) against its true value: n seeds of method 1, σ from
     its setting's R × n table (seed and interaction mean squares), or borrowed from a 7 × 2 table with one seed."""
     gamma = rng.normal(0.0, NOISE_SD, W)
@@ -45,28 +45,36 @@ def level_trial(rng, n, main_sd, inter_sd, windows, shift) -> bool:
     units = [_rows((losses[1, s] - gamma)[:, None], windows) for s in range(n)]
     source = losses if n >= 2 else grid(rng, 2, main_sd, inter_sd, gamma)
     iv = interval(units, lambda m: m[:, 0], seed_noise=_noise(source.mean(axis=2), False, "grid"), kind="t")
-    return decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
+    return decided(iv) if tail else decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
+
+
+#: trials of a cell's power column (its null trials are read at 95 % and at 1 − 0.05/18, and need more)
+POWER_TRIALS = 10000
 
 
 def basis_cell(task: tuple) -> dict:
-    """One row: a basis × window variant × regime × seed count; ``trials`` null trials (as many at 2 seed-SDs)."""
+    """One row: a basis × window variant × regime × seed count; ``trials`` null trials, each read at 95 % and at
+    1 − 0.05/18, and up to :data:`POWER_TRIALS` at 2 seed-SDs."""
     kind, windows, regime, n, trials, seed, power = task
     rng = cell_rng(seed, kind, windows, regime, n)
     main_sd, inter_sd = REGIMES[regime]
     unit = seed_sd(main_sd, inter_sd, kind in ("paired", "own spread"))
 
-    def once(shift):
+    def once(shift, tail=False):
         if kind == "unpaired":
-            return unpaired_trial(rng, n, main_sd, inter_sd, windows, shift)
+            return unpaired_trial(rng, n, main_sd, inter_sd, windows, shift, tail=tail)
         if kind == "one run":
-            return level_trial(rng, n, main_sd, inter_sd, windows, shift)
-        return paired_trial(rng, n, main_sd, inter_sd, windows, shift, own_spread=kind != "paired")
+            return level_trial(rng, n, main_sd, inter_sd, windows, shift, tail=tail)
+        return paired_trial(rng, n, main_sd, inter_sd, windows, shift, own_spread=kind != "paired", tail=tail)
 
-    rate, se = _rate(sum(once(0.0) for _ in range(trials)), trials)
+    null = np.array([once(0.0, tail=True) for _ in range(trials)], dtype=bool).reshape(trials, 2)
+    rate, se = _rate(int(null[:, 0].sum()), trials)
     row = {"basis": kind, "per_window_data": windows, "regime": regime, "seeds": n,
            "sigma_from": ("the pair's own seeds" if kind == "own spread" else
                           "a borrowed 7 × 2 grid" if n == 1 else f"its setting's 7 × {n} grid"),
-           "trials": trials, "false_decisions": rate, "false_decisions_se": se}
+           "trials": trials, "false_decisions": rate, "false_decisions_se": se,
+           **tail_columns(int(null[:, 1].sum()), trials)}
     if power:
-        row["power_at_2_sd"], row["power_se"] = _rate(sum(once(2 * unit) for _ in range(trials)), trials)
+        count = min(trials, POWER_TRIALS)
+        row["power_at_2_sd"], row["power_se"] = _rate(sum(once(2 * unit) for _ in range(count)), count)
     return row

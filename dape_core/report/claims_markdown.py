@@ -7,6 +7,18 @@ import pandas as pd
 
 from dape_core.report.intervals import CONFIRMED, LEVEL, MAX_SEEDS, NOT_RUN, REFUTED, UNDECIDED
 
+#: what benchmarks/results/verdict_calibration.csv shows of the rules (tests/test_verdict_calibration.py reads it
+#: against the file)
+CALIBRATION = (
+    "benchmarks/verdict_calibration.py shows every rule the claims decide by — each basis of an interval, Welch's "
+    "comparison at unequal seed counts (computed exactly), the timing, sink and CHE rules, the informational "
+    "kernel-size claim decided by one of m comparisons at the Bonferroni level 1 − 0.05/m, and claims read over "
+    "their checks — decides two identical methods at most 5 % of the time within Monte-Carlo error, the "
+    "comparisons read on their own spread also where one method, task or encoding is 2× or 3× noisier than the "
+    "others; and at Holm's strictest level 1 − 0.05/18 the interval bases, Welch's comparison and the timing rule "
+    "at most 0.28 % within the error of 20,000 trials a cell (exact for Welch's; "
+    "benchmarks/results/verdict_calibration.csv, docs/verdicts.md).")
+
 HOW_TO_READ = (
     f"Each check has a statistic and its {LEVEL:.0%} interval: CONFIRMED when the whole interval lies on the "
     "claimed side beyond the claim's margin, REFUTED when it lies wholly on the opposite side of zero (for the "
@@ -26,9 +38,7 @@ HOW_TO_READ = (
     "borrows can be decided beyond 5 % of the time). Runs are paired by seed only where they share "
     "initialisation and batch stream (the same setting); "
     "otherwise the comparison is unpaired (Welch). "
-    "benchmarks/verdict_calibration.py shows every basis decides two identical methods at most 5 % of the time "
-    "(benchmarks/results/verdict_calibration.csv), the informational kernel-size claim too, decided by one of m "
-    "comparisons at the Bonferroni level 1 − 0.05/m, and claims read over their checks (docs/verdicts.md). The "
+    f"{CALIBRATION} The "
     "timing claim's interval is Student's t over replicate jobs, each timing both sizes and both methods in blocks "
     "of fresh worker processes (a job's rise the mean over its blocks of a ratio of medians of interleaved rounds: "
     "what changes between jobs is shared by all of a job's blocks), on the device it names. The column "
