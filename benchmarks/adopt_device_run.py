@@ -7,29 +7,29 @@ read, each by the rule of the script that owns it.
 1. The run's files are copied to ``benchmarks/results/NAME/`` (writable; its ``gpu_calibration.csv`` goes into the
    committed one instead, step 3), with a ``README.md`` naming the device, the date and what each file holds.
 2. The compiled path's options on CUDA that the run's rows support, by ``benchmarks/cuda_options.py``'s rule, are
-   written into ``dape_core/settings/attention.py`` (``CUDA_COMPILED_OPTIONS`` and the ``# measured:`` line above
-   it, which names the run).
+   written into the package data ``dape_core/config/measured/cuda_compiled_path.json`` (``cuda_compiled_options``,
+   read as ``CUDA_COMPILED_OPTIONS``; ``measured`` names the run).
 3. The run's calibration rows are merged into ``benchmarks/results/gpu_calibration.csv`` by
    ``benchmarks/calibrate_gpu.py``'s merge (a row of the same device and case replaces the old one), so that the
    estimate (``python -m dape_core.config``) prices those cases as they ran with the options of step 2, and no
    second copy is left for ``benchmarks/memory_fit.py``, which reads every ``gpu_calibration.csv`` under
    ``benchmarks/results``.
 4. The memory model is refitted to every committed peak, the run's among them (``benchmarks/memory_fit.py``):
-   ``benchmarks/results/memory_fit.csv`` and ``COMPILED_KEPT_SCALE`` in ``dape_core/memory.py``, the scale that
-   script names.
+   ``benchmarks/results/memory_fit.csv`` and ``compiled_kept_scale`` in the same JSON (read as
+   ``dape_core.memory.COMPILED_KEPT_SCALE``), the scale that script names.
 
 Nothing is committed: it prints what changed and what is left by hand (the figures of docs/performance.md, the test
 suite, the commit). Before it writes anything it checks everything it needs, and stops with one line naming the
 file where a check fails: a run measured on no GPU (a ``SMOKE`` run: its rows name no device), rows naming
 different devices, a run without the layer's rows (``fused_layer.csv``, which the options are read from), a damaged
 CSV, a row the memory model cannot trace (a configuration or case not here), a ``NAME`` already under
-``benchmarks/results``, and a source file whose constant is not where this script writes it.
+``benchmarks/results``, and a damaged ``cuda_compiled_path.json``. It writes data only, never Python source.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
+import json
 import math
 import re
 import shutil
@@ -45,14 +45,14 @@ import memory_fit  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from dape_core.settings.attention import COMPILED_OPTIONS_OFF, compiled_options_text  # noqa: E402
+from dape_core import measured  # noqa: E402
+from dape_core.errors import ConfigError  # noqa: E402
+from dape_core.settings.attention import (COMPILED_OPTIONS_OFF, compiled_options_text,  # noqa: E402
+                                         measured_compiled_options)
 
-ATTENTION = Path("dape_core/settings/attention.py")
-MEMORY = Path("dape_core/memory.py")
+COMPILED_PATH = Path("dape_core/config/measured/cuda_compiled_path.json")
 RESULTS = Path("benchmarks/results")
 CALIBRATION = "gpu_calibration.csv"
-OPTIONS_LINES = re.compile(r"^# measured: .*\nCUDA_COMPILED_OPTIONS = types\.MappingProxyType\(.*\)$", re.M)
-SCALE_LINE = re.compile(r"^COMPILED_KEPT_SCALE = [0-9.]+$", re.M)
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -110,25 +110,14 @@ class OneLine(argparse.ArgumentParser):
         stop(message)
 
 
-def options_source(options: dict) -> str:
-    """``CUDA_COMPILED_OPTIONS``'s right-hand side for ``options``."""
-    if dict(options) == dict(COMPILED_OPTIONS_OFF):
-        return "types.MappingProxyType(dict(COMPILED_OPTIONS_OFF))"
-    items = ", ".join(f'"{k}": ' + (f'"{v}"' if isinstance(v, str) else repr(v)) for k, v in options.items())
-    return f"types.MappingProxyType({{{items}}})"
-
-
-def written_options(text: str) -> dict:
-    """The options an attention.py's ``CUDA_COMPILED_OPTIONS`` line holds."""
-    value = OPTIONS_LINES.search(text).group(0).split("types.MappingProxyType(", 1)[1][:-1]
-    return dict(COMPILED_OPTIONS_OFF) if value == "dict(COMPILED_OPTIONS_OFF)" else ast.literal_eval(value)
-
-
-def one_match(path: Path, pattern: re.Pattern, what: str) -> str:
-    text = path.read_text()
-    if len(pattern.findall(text)) != 1:
-        stop(f"{path} does not hold {what} once, as this script writes it; allowed: the repository's own file")
-    return text
+def compiled_path(root: Path) -> tuple[dict, dict]:
+    """The committed ``cuda_compiled_path.json`` under ``root`` and its options, checked as the package reads them; a
+    damaged one stops the script with one line naming it."""
+    try:
+        data = measured.read_compiled_path(root / COMPILED_PATH)
+        return data, measured_compiled_options(data, f"{COMPILED_PATH}: cuda_compiled_options")
+    except ConfigError as err:
+        stop(str(err))
 
 
 def calibration_rows(path: Path) -> pd.DataFrame:
@@ -191,7 +180,7 @@ def readme(name: str, device: str, date: str, versions: str, files: list[str], b
              f"- The compiled path's options on CUDA by `benchmarks/cuda_options.py`'s rule (`cuda_options.txt` "
              f"has each pair and verdict): `{compiled_options_text(after)}`"
              + (" (unchanged" if after == before else f" (before `{compiled_options_text(before)}`")
-             + "; `dape_core/settings/attention.py`)."]
+             + "; `dape_core/config/measured/cuda_compiled_path.json`)."]
     if merged is None:
         lines.append("- No calibration rows (the run had no `calibrate` step).")
     else:
@@ -218,8 +207,7 @@ def adopt(run: Path, name: str, root: Path = ROOT) -> int:
         stop(f"RUN {run} is not a directory; allowed: the run's $OUT as it came back")
     device = run_device(run)
     chosen, report = decided_options(run)
-    attention_text = one_match(root / ATTENTION, OPTIONS_LINES, "'# measured: …' above CUDA_COMPILED_OPTIONS")
-    memory_text = one_match(root / MEMORY, SCALE_LINE, "the line COMPILED_KEPT_SCALE = …")
+    data, before = compiled_path(root)
     calibration = run / CALIBRATION
     merged = calibration_rows(calibration) if calibration.is_file() else None
     committed = root / RESULTS / CALIBRATION
@@ -232,23 +220,23 @@ def adopt(run: Path, name: str, root: Path = ROOT) -> int:
     # every check passed: write
     date, versions = run_facts(run)
     files = copy_run(run, target)
-    before = written_options(attention_text)
-    measured = f"# measured: benchmarks/results/{name} ({device}, {date})"
-    attention_text = OPTIONS_LINES.sub(lambda _: f"{measured}\nCUDA_COMPILED_OPTIONS = {options_source(chosen)}",
-                                       attention_text)
-    (root / ATTENTION).write_text(attention_text)
+    data["measured"] = f"benchmarks/results/{name} ({device}, {date})"
+    data["cuda_compiled_options"] = {**COMPILED_OPTIONS_OFF, **chosen}
     print("\n".join(report))
-    print(f"CUDA_COMPILED_OPTIONS: {compiled_options_text(before)} → {compiled_options_text(chosen)} ({ATTENTION})")
+    print(f"CUDA_COMPILED_OPTIONS: {compiled_options_text(before)} → {compiled_options_text(chosen)} ({COMPILED_PATH})")
     if merged is not None:
         from dape_core import io as artefact_io
 
         artefact_io.write_csv(committed, calibrate_gpu.merge(committed, merged.to_dict("records")))
         print(f"{len(merged)} calibration row{'s' * (len(merged) != 1)} merged into {RESULTS / CALIBRATION}")
-    old_scale = float(SCALE_LINE.search(memory_text).group(0).split("=")[1])
+    old_scale = float(data["compiled_kept_scale"])
     scale = refit(root)
     if not math.isnan(scale):
-        (root / MEMORY).write_text(SCALE_LINE.sub(f"COMPILED_KEPT_SCALE = {scale:g}", memory_text))
-    print(f"COMPILED_KEPT_SCALE: {old_scale:g} → {scale if math.isnan(scale) else format(scale, 'g')} ({MEMORY})")
+        data["compiled_kept_scale"] = scale
+    partial = (root / COMPILED_PATH).with_suffix(".json.partial")
+    partial.write_text(json.dumps(data, indent=2) + "\n")
+    partial.replace(root / COMPILED_PATH)
+    print(f"COMPILED_KEPT_SCALE: {old_scale:g} → {scale if math.isnan(scale) else format(scale, 'g')} ({COMPILED_PATH})")
     (target / "README.md").write_text(readme(name, device, date, versions, files, before, chosen, merged,
                                              (old_scale, old_scale if math.isnan(scale) else scale)))
     print(f"wrote {RESULTS / name}/ ({len(files)} files and README.md). Left by hand: the figures of "

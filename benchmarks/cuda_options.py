@@ -17,7 +17,7 @@ The options are judged in turn, the feature map, the chunk count, TF32, each on 
 those chosen before it (and off for those after), so that an option is set only where it was measured faster in
 the configuration it is set in. Of several causal chunk counts that pass, the one with the least layer time summed
 over its pairs. An option that does not pass stays off (its default). Printed: each pair, each option's verdict and why, and the
-``CUDA_COMPILED_OPTIONS`` to write into ``dape_core/settings/attention.py`` (``benchmarks/adopt_device_run.py``
+``CUDA_COMPILED_OPTIONS`` to write into ``dape_core/config/measured/cuda_compiled_path.json`` (``benchmarks/adopt_device_run.py``
 writes them with the rest of a run); the rule decides, a person commits.
 With ``--text`` only the options, as ``benchmarks/calibrate_gpu.py --path-options`` takes them.
 

@@ -52,6 +52,7 @@ import torch.nn.functional as F
 from torch.autograd.graph import saved_tensors_hooks
 from torch.overrides import TorchFunctionMode
 
+from dape_core import measured
 from dape_core.errors import ConfigError, require_choice
 from dape_core.implementations import training_path
 from dape_core.model_arithmetic import CPU_RESERVE_BYTES, loss_bytes
@@ -63,8 +64,8 @@ GIB = 2**30
 #: what the compiled path's graphs keep without recomputation, over the eager trace's count (the trace stands for
 #: them): the largest scale of the trace's saved bytes that a measured peak needs, rounded up to 0.05 (the committed
 #: peaks against the model, each row's scale in benchmarks/results/memory_fit.csv: benchmarks/memory_fit.py, which
-#: names it; benchmarks/adopt_device_run.py writes it)
-COMPILED_KEPT_SCALE = 1.05
+#: names it; benchmarks/adopt_device_run.py writes it into package data, :mod:`dape_core.measured`)
+COMPILED_KEPT_SCALE = float(measured.compiled_path()["compiled_kept_scale"])
 
 
 @dataclass(frozen=True)

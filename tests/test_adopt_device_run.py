@@ -1,11 +1,11 @@
 """benchmarks/adopt_device_run.py: a device run becomes the options training runs with, the estimate's calibration
 rows and the memory model's fit, each by its own script's rule, in a copy of the repository's files; a run measured
 on no GPU, of several devices, without the layer's rows, a taken name or a moved constant stops it with one line
-before it writes anything."""
+before it writes anything; it writes data (dape_core/config/measured/cuda_compiled_path.json), never source."""
 
 from __future__ import annotations
 
-import ast
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -20,14 +20,18 @@ import adopt_device_run  # noqa: E402
 import memory_fit  # noqa: E402
 from test_benchmarks import DEVICE_ROWS, DEVICE_TIMES, write_device_run  # noqa: E402
 
+from dape_core import measured  # noqa: E402
+from dape_core.settings.attention import COMPILED_OPTIONS_OFF, measured_compiled_options  # noqa: E402
+
 DEVICE = "NVIDIA H200"
 TRITON_C4_TF32 = "feature_map=triton causal_chunks=4 tf32_scores=True"
 
 
 def repository(tmp_path: Path) -> Path:
-    """The files the script edits and reads, copied: attention.py, memory.py and the committed calibration rows."""
+    """The files the script edits and reads, copied: the compiled path's measured constants and the committed
+    calibration rows."""
     root = tmp_path / "repo"
-    for name in (adopt_device_run.ATTENTION, adopt_device_run.MEMORY, adopt_device_run.RESULTS / "gpu_calibration.csv"):
+    for name in (adopt_device_run.COMPILED_PATH, adopt_device_run.RESULTS / "gpu_calibration.csv"):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(ROOT / name, root / name)
     return root
@@ -71,13 +75,11 @@ def test_a_run_sets_the_options_merges_its_calibration_and_refits_the_memory_mod
     text = (target / "README.md").read_text()
     assert "NVIDIA H200 (2026-12-01T10:00:00Z; torch 2.11.0+cu130 triton 3.6.0)" in text
     assert f"`{TRITON_C4_TF32}` (before `feature_map=conv causal_chunks=1 tf32_scores=False`;" in text
-    # 2. the options by cuda_options.py's rule, as Python the module reads, the run named above them
-    source = (root / "dape_core" / "settings" / "attention.py").read_text()
-    line = next(line for line in source.splitlines() if line.startswith("CUDA_COMPILED_OPTIONS = "))
-    assert ast.literal_eval(line.split("MappingProxyType(", 1)[1][:-1]) == {
-        "feature_map": "triton", "causal_chunks": 4, "tf32_scores": True}
-    assert f"# measured: benchmarks/results/h200-options ({DEVICE}, 2026-12-01T10:00:00Z)\n{line}" in source
-    compile(source, "attention.py", "exec")
+    # 2. the options by cuda_options.py's rule, as data the package reads (checked as it reads them), the run named
+    data = measured.read_compiled_path(root / adopt_device_run.COMPILED_PATH)
+    assert measured_compiled_options(data, "test") == {"feature_map": "triton", "causal_chunks": 4, "tf32_scores": True}
+    assert data["measured"] == f"benchmarks/results/h200-options ({DEVICE}, 2026-12-01T10:00:00Z)"
+    assert not any(p.suffix == ".py" for p in root.rglob("*"))  # no source written
     assert "tf32_scores = True: set" in out
     # 3. the calibration row replaces the committed one of the same device and case; nothing else changes
     merged = pd.read_csv(root / "benchmarks" / "results" / "gpu_calibration.csv")
@@ -93,7 +95,7 @@ def test_a_run_sets_the_options_merges_its_calibration_and_refits_the_memory_mod
     assert (fit["source"].str.contains("h200-options/gpu_step.csv")).sum() == 6
     assert (fit["path_options"] == TRITON_C4_TF32).sum() == 3  # two steps and the calibration row
     scale = memory_fit.needed_scale(fit.to_dict("records"))
-    assert f"COMPILED_KEPT_SCALE = {scale:g}\n" in (root / "dape_core" / "memory.py").read_text()
+    assert data["compiled_kept_scale"] == pytest.approx(scale)
     assert f"`COMPILED_KEPT_SCALE` 1.05 → {scale:g}" in text
 
 
@@ -104,9 +106,9 @@ def test_a_run_that_measures_no_option_faster_leaves_them_off(tmp_path, capsys):
     (run / "fused_layer.csv").chmod(0o644)
     layer.to_csv(run / "fused_layer.csv", index=False)
     assert adopt_device_run.adopt(run, "h200-none", root=root) == 0
-    source = (root / "dape_core" / "settings" / "attention.py").read_text()
-    assert "CUDA_COMPILED_OPTIONS = types.MappingProxyType(dict(COMPILED_OPTIONS_OFF))" in source
-    assert "# measured: benchmarks/results/h200-none (NVIDIA H200" in source
+    data = measured.read_compiled_path(root / adopt_device_run.COMPILED_PATH)
+    assert measured_compiled_options(data, "test") == dict(COMPILED_OPTIONS_OFF)
+    assert data["measured"].startswith("benchmarks/results/h200-none (NVIDIA H200")
 
 
 @pytest.mark.parametrize("case,message", [
@@ -115,7 +117,8 @@ def test_a_run_that_measures_no_option_faster_leaves_them_off(tmp_path, capsys):
     ("no layer", "has no fused_layer.csv"),
     ("damaged", "gpu_step.csv is damaged"),
     ("taken", "h200-options exists"),
-    ("moved constant", "memory.py does not hold the line COMPILED_KEPT_SCALE"),
+    ("damaged constants", "cuda_compiled_path.json: damaged (ValueError"),
+    ("foreign option", "cuda_compiled_options: options ['causal_chunks', 'feature_map', 'warp_size'] are not allowed"),
     ("name", "NAME '../x' is not allowed"),
     ("foreign calibration row", "row DAPE1x3-Kerple T512 names configs/elsewhere.yaml"),
 ])
@@ -138,9 +141,14 @@ def test_a_run_it_cannot_adopt_stops_in_one_line_before_anything_is_written(tmp_
     elif case == "foreign calibration row":
         pd.read_csv(run / "gpu_calibration.csv").assign(config="configs/elsewhere.yaml").to_csv(
             run / "gpu_calibration.csv", index=False)
-    elif case == "moved constant":
-        memory = root / "dape_core" / "memory.py"
-        memory.write_text(memory.read_text().replace("COMPILED_KEPT_SCALE = ", "COMPILED_KEPT_SCALE: float = "))
+    elif case in ("damaged constants", "foreign option"):
+        path = root / adopt_device_run.COMPILED_PATH
+        data = json.loads(path.read_text())
+        if case == "foreign option":
+            data["cuda_compiled_options"]["warp_size"] = data["cuda_compiled_options"].pop("tf32_scores")
+        else:
+            data["compiled_kept_scale"] = -1
+        path.write_text(json.dumps(data))
     before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
     with pytest.raises(SystemExit) as stopped:
         adopt_device_run.adopt(run, name, root=root)

@@ -12,6 +12,7 @@ import dataclasses
 import types
 from dataclasses import dataclass
 
+from dape_core import measured
 from dape_core.encoding_facts import ENCODING_FACTS
 from dape_core.errors import ConfigError, require_odd_kernel, require_positive
 from dape_core.settings.fields import check_choices, setting
@@ -28,11 +29,6 @@ FEATURE_MAPS = ("conv", "triton")
 # is computed, the least number of chunks under the causal mask, A = q·kᵀ on TF32 tensor cores), each off: the
 # functions' defaults (tests/test_score_product.py checks they agree)
 COMPILED_OPTIONS_OFF = types.MappingProxyType({"feature_map": "conv", "causal_chunks": 1, "tf32_scores": False})
-# the compiled path's options on CUDA under bf16 or fp16 autocast, each set where a GPU measured it faster than off
-# with the same bf16 error (benchmarks/fused_device.sh, benchmarks/cuda_options.py; docs/performance.md); the next
-# two lines are written by benchmarks/adopt_device_run.py
-# measured: no run yet (every option off)
-CUDA_COMPILED_OPTIONS = types.MappingProxyType(dict(COMPILED_OPTIONS_OFF))
 DAPE_DTYPES = ("float32", "bfloat16")
 
 
@@ -63,6 +59,23 @@ def parse_compiled_options(text: str, field: str = "path_options") -> dict:
                        "tf32_scores": "True, False"}[name]
             raise ConfigError(f"{field}: {name}={value} is not allowed; allowed values: {allowed}")
     return {**COMPILED_OPTIONS_OFF, **options}
+
+
+def measured_compiled_options(data: dict, field: str) -> dict:
+    """The compiled path's options a device run decided (``cuda_compiled_options`` of :mod:`dape_core.measured`'s
+    file), every option named and checked as :func:`parse_compiled_options` checks it."""
+    options = data["cuda_compiled_options"]
+    if set(options) != set(COMPILED_OPTIONS_OFF):
+        raise ConfigError(f"{field}: options {sorted(options)} are not allowed; allowed values: each of "
+                          f"{', '.join(COMPILED_OPTIONS_OFF)} once")
+    return parse_compiled_options(" ".join(f"{k}={v}" for k, v in options.items()), field)
+
+
+# the compiled path's options on CUDA under bf16 or fp16 autocast, each set where a GPU measured it faster than off
+# with the same bf16 error (benchmarks/fused_device.sh, benchmarks/cuda_options.py; docs/performance.md): package
+# data that benchmarks/adopt_device_run.py writes, with the run it came from (dape_core.measured)
+CUDA_COMPILED_OPTIONS = types.MappingProxyType(measured_compiled_options(
+    measured.compiled_path(), f"{measured.where(measured.COMPILED_PATH)}: cuda_compiled_options"))
 
 
 @dataclass(kw_only=True)
