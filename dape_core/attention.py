@@ -49,7 +49,8 @@ from dape_core.implementations import path_options
 from dape_core.implementations.blocked import blocked_scores
 from dape_core.implementations.compiled import attend_compiled
 from dape_core.implementations.fused import attend_fused
-from dape_core.implementations.materialized import attend_materialized, autocast_dtype
+from dape_core.implementations.materialized import attend_materialized
+from dape_core.implementations.precision import autocast_dtype
 from dape_core.positions import consecutive
 
 DEFAULT_CHUNK_BYTES = 16 * 2**20  # one chunk's [batch, H, rows, T] fp32 scores on the fast path

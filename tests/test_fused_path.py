@@ -26,6 +26,7 @@ triton = pytest.importorskip("triton", minversion="3.9",
 import dape_core.attention as attention  # noqa: E402
 import dape_core.implementations.fused as fused  # noqa: E402
 import dape_core.implementations.materialized as materialized  # noqa: E402
+import dape_core.implementations.triton_support as triton_support  # noqa: E402
 from dape_core.attention import attend, attend_causal  # noqa: E402
 from dape_core.dape import build_processor  # noqa: E402
 from dape_core.encodings import ENCODINGS, build_encoding  # noqa: E402
@@ -154,7 +155,7 @@ def test_fused_path_with_attention_dropout_takes_the_materialized_path(monkeypat
 
 def test_fused_path_refuses_a_device_it_cannot_run_on(monkeypatch):
     case = AttentionCase("kerple", PROCESSORS["v2-same"])
-    monkeypatch.setattr(fused, "interpreted", lambda: False)
+    monkeypatch.setattr(triton_support, "interpreted", lambda: False)
     with pytest.raises(ConfigError, match="attention_impl: fused runs on CUDA.*allowed here: auto, fast"):
         attend(*case.qkv, encoding=case.encoding, processor=case.processor, positions=case.positions, causal=True,
                attention_impl="fused")
