@@ -16,7 +16,7 @@ The encoding's bias reaches the kernel in one of three forms (:func:`bias_form`)
   where the bias has none, so these encodings keep a memory quadratic in T (their bias itself is).
 
 Dropout inside attention is not part of the kernel: with ``dropout_p`` > 0 the layer takes the materialized path
-(:func:`dape_core.attention.attend` says so).
+(its row of :data:`dape_core.implementations.registry.PATHS` says so).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from dape_core.dape import ScoreProcessor
 from dape_core.encodings import PositionalEncoding
 from dape_core.errors import ConfigError
-from dape_core.implementations.blocked import gemm_weights
+from dape_core.implementations.fast import gemm_weights
 from dape_core.implementations.precision import autocast_off
 from dape_core.implementations.triton_support import DOT_DTYPES, dot_size, kernels_run_on, pow2
 from dape_core.positions import consecutive

@@ -8,7 +8,7 @@ dtype, the layer's own convolution weights applied with the convolutions' own ze
 copy; ``causal`` padding convolves both sides and keeps the first K columns, which read only the left zeros), the
 MLP for DAPE V1, A + B + f, the causal mask, softmax, ·V. Each step is one operator over the whole batch, so a
 layer makes the same calls at any batch size; the Python loop runs over chunks of rows only (the CPU path,
-:mod:`dape_core.implementations.blocked`, loops over batch elements × 16 rows to stay in a core's caches, which on
+:mod:`dape_core.implementations.fast`, loops over batch elements × 16 rows to stay in a core's caches, which on
 an accelerator means kernel launches growing with the batch). There are no device branches: the same arithmetic
 runs on a CPU, where the tests prove it equal to the reference, and on a GPU, where the channels-last layout lets
 cuDNN run the convolutions without layout copies.
