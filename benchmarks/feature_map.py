@@ -35,8 +35,8 @@ from harness import machine_info, write_rows  # noqa: E402
 from dape_core.dape import build_processor  # noqa: E402
 from dape_core.errors import ConfigError  # noqa: E402
 from dape_core.implementations.feature_map import FeatureTiles, triton_feature_map  # noqa: E402
-from dape_core.implementations.fused import dot_size  # noqa: E402
 from dape_core.implementations.materialized import padded_feature_map  # noqa: E402
+from dape_core.implementations.triton_support import dot_size  # noqa: E402
 from dape_core.settings import AttentionSettings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

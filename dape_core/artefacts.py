@@ -18,6 +18,7 @@ import pandas as pd
 
 from dape_core import io
 from dape_core.errors import ArtefactError
+from dape_core.model_folder import RUN_RECORD, model_files
 
 
 @dataclass(frozen=True)
@@ -148,19 +149,10 @@ def verify_hash(path: str | Path, rule: str | None = None, *, spec: str | None =
     return True
 
 
-def model_files(path: str | Path) -> list[Path]:
-    """The files of a model directory that carry seals: all but the seals and hidden files (Snakemake's
-    ``.snakemake_timestamp`` of a directory output)."""
-    return sorted(p for p in Path(path).rglob("*") if p.is_file() and not p.name.endswith(io.HASH_SUFFIX)
-                  and not p.name.startswith("."))
-
-
 def verify_model_directory(path: str | Path, rule: str = "finetune_lm") -> bool:
     """A model directory this project wrote (it holds a run record, ``finetune.json``): every file in it matches
     its seal (:func:`verify_hash`: content and identity; a file without one is damage). False, verifying nothing,
     for a directory of another origin (a downloaded base model, which carries no run record)."""
-    from dape_core.seal import RUN_RECORD
-
     path = Path(path)
     if not (path / RUN_RECORD).is_file():
         return False

@@ -20,13 +20,12 @@ import argparse
 from pathlib import Path
 
 from dape_core import io
+from dape_core.model_folder import MODEL_FOLDER, RUN_RECORD, model_files
 
 # not sealed by their jobs: Snakemake's and the logs, set-aside files, a training's resume checkpoints
 # (`checkpoints/`: rewritten every few steps, checked by their own loader, which falls back to the previous one); a
 # fine-tune's Hugging Face model folder (`model/`) is sealed file by file (model_directories)
 SKIPPED_FOLDERS = {".damaged", ".snakemake", "logs", "checkpoints", "model"}
-MODEL_FOLDER = "model"
-RUN_RECORD = "finetune.json"  # dape_core.hf.adapter.RUN_RECORD (this module imports no transformers code)
 SEALED_SUFFIXES = (".csv", ".json", ".pt", ".npz")  # the kinds the readers check (dape_core.artefacts)
 TOKEN_FILES = ("token_bytes.npy", "tokenizer.json")
 
@@ -56,8 +55,6 @@ def model_directory_of(path: str | Path) -> Path | None:
 def unsealed(folder: str | Path) -> list[Path]:
     """The files under ``folder`` that a reader would take for damage for want of a seal (module docstring)."""
     folder = Path(folder)
-    from dape_core.artefacts import model_files
-
     found = [p for model in model_directories(folder) for p in model_files(model) if not io.hash_path(p).exists()]
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         parts = path.relative_to(folder).parts

@@ -1,5 +1,6 @@
 """Score pipeline: causality for every encoding × processor, and fast/chunked paths equal the plain path."""
 
+import inspect
 import itertools
 
 import pytest
@@ -8,7 +9,8 @@ import torch
 from dape_core.dape import ScoreProcessor, build_processor
 from dape_core.encodings import ENCODINGS
 from dape_core.errors import ConfigError
-from dape_core.settings import AttentionSettings
+from dape_core.implementations.registry import PATHS, attention_path
+from dape_core.settings import ATTENTION_IMPLS, AttentionSettings
 from dape_core.model import GPT, GPTConfig
 
 VOCAB = 50
@@ -134,3 +136,23 @@ def test_bad_processor_settings_name_field_and_allowed_values(kwargs, field, all
     with pytest.raises(ConfigError) as err:
         build_processor(4, AttentionSettings(**kwargs))
     assert str(err.value).startswith(f"{field}:") and "allowed values" in str(err.value) and allowed in str(err.value)
+
+
+def test_every_resolved_attention_impl_is_one_row_of_the_table_of_paths_named_as_its_module():
+    """Each path but ``plain`` (the reference, in dape_core.attention) is the module of its name, whose entry
+    ``attend_<name>`` takes the options its row names; under attention dropout the fused path runs the materialized
+    one."""
+    assert set(PATHS) == set(ATTENTION_IMPLS) - {"auto"}
+    assert PATHS["plain"].attend is None
+    for name, path in PATHS.items():
+        assert path.name == name
+        if path.attend is not None:
+            assert (path.attend.__module__, path.attend.__name__) == (f"dape_core.implementations.{name}",
+                                                                      f"attend_{name}")
+            parameters = inspect.signature(path.attend).parameters
+            takes_more = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+            assert takes_more or set(path.options) <= set(parameters), name
+    assert attention_path("fused", dropout=True) is PATHS["materialized"]
+    assert attention_path("fused") is PATHS["fused"] and attention_path("compiled", dropout=True) is PATHS["compiled"]
+    with pytest.raises(ConfigError, match="attention_impl: 'auto' is not allowed; allowed values: plain, fast"):
+        attention_path("auto")

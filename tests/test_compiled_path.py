@@ -18,7 +18,6 @@ import torch
 import torch._dynamo as dynamo
 from torch._dynamo.backends.registry import lookup_backend
 
-import dape_core.attention as attention
 import dape_core.implementations.compiled as compiled
 from dape_core.dape import build_processor
 from dape_core.encodings import ENCODINGS
@@ -26,7 +25,8 @@ from dape_core.implementations.materialized import chunk_rows
 from dape_core.memory import transient_bytes
 from dape_core.model import GPTConfig
 from dape_core.settings import AttentionSettings
-from test_gpu_path import PROCESSORS, VOCAB, AttentionCase, assert_all_close, logits_and_gradients, tiny_gpt
+from test_gpu_path import (PROCESSORS, VOCAB, AttentionCase, assert_all_close, logits_and_gradients, replace_entry,
+                           tiny_gpt)
 
 CASES = [(encoding, "v2-same") for encoding in ENCODINGS] + [
     ("kerple", proc) for proc in ("v1", "v1-no-tril", "v2-causal", "v2-causal-no-tril", "v2-same-no-tril")]
@@ -108,7 +108,7 @@ def test_causal_chunks_compile_one_graph_per_chunk_shape_and_equal_plain(backend
     graphs, _ = backend
     case = AttentionCase("kerple", PROCESSORS["v2-causal"])
     reference, exact = case.run("plain"), case.run("plain", dtype=torch.float64)
-    monkeypatch.setattr(attention, "attend_compiled", functools.partial(compiled.attend_compiled, causal_chunks=3))
+    replace_entry(monkeypatch, "compiled", functools.partial(compiled.attend_compiled, causal_chunks=3))
     assert_all_close(case.run("compiled"), reference, exact)
     assert len(graphs) == 3
 

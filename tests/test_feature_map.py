@@ -24,15 +24,15 @@ triton = pytest.importorskip("triton", minversion="3.9",
 import torch._dynamo as dynamo  # noqa: E402
 from torch._dynamo.backends.registry import lookup_backend  # noqa: E402
 
-import dape_core.attention as attention  # noqa: E402
 import dape_core.implementations.compiled as compiled  # noqa: E402
 import dape_core.implementations.feature_map as feature_map  # noqa: E402
 from dape_core.dape import build_processor  # noqa: E402
 from dape_core.errors import ConfigError  # noqa: E402
 from dape_core.implementations.feature_map import FeatureTiles, triton_feature_map  # noqa: E402
 from dape_core.implementations.materialized import attend_materialized, padded_feature_map  # noqa: E402
+from dape_core.implementations.registry import PATHS  # noqa: E402
 from dape_core.settings import AttentionSettings  # noqa: E402
-from test_gpu_path import PROCESSORS, AttentionCase, assert_all_close, saved_bytes  # noqa: E402
+from test_gpu_path import PROCESSORS, AttentionCase, assert_all_close, replace_entry, saved_bytes  # noqa: E402
 
 SMALL = FeatureTiles(rows=2, keys=8)
 PATH_TILES = FeatureTiles(rows=16, keys=32)
@@ -126,10 +126,8 @@ def test_the_kernels_repeat_bit_for_bit_and_take_x_in_any_layout():
 def triton_paths(monkeypatch):
     """The materialized and compiled paths of ``attend`` with ``feature_map="triton"`` at tiles of 16 rows × 32 keys
     (the interpreter's time grows with the tiles; their edges are the test above's)."""
-    monkeypatch.setattr(attention, "attend_materialized",
-                        functools.partial(attention.attend_materialized, feature_map="triton"))
-    monkeypatch.setattr(attention, "attend_compiled", functools.partial(attention.attend_compiled,
-                                                                        feature_map="triton"))
+    for name in ("materialized", "compiled"):
+        replace_entry(monkeypatch, name, functools.partial(PATHS[name].attend, feature_map="triton"))
     original = feature_map.triton_feature_map
     monkeypatch.setattr(feature_map, "triton_feature_map",
                         lambda processor, x, tiles=None, **kw: original(processor, x, tiles or PATH_TILES, **kw))

@@ -23,18 +23,19 @@ if os.environ.get("TRITON_INTERPRET") != "1":
 triton = pytest.importorskip("triton", minversion="3.9",
                              reason="the kernels' CPU interpreter needs Triton ≥ 3.9 (make install-test installs it)")
 
-import dape_core.attention as attention  # noqa: E402
 import dape_core.implementations.fused as fused  # noqa: E402
 import dape_core.implementations.materialized as materialized  # noqa: E402
+import dape_core.implementations.triton_support as triton_support  # noqa: E402
 from dape_core.attention import attend, attend_causal  # noqa: E402
 from dape_core.dape import build_processor  # noqa: E402
 from dape_core.encodings import ENCODINGS, build_encoding  # noqa: E402
 from dape_core.errors import ConfigError  # noqa: E402
 from dape_core.implementations.fused import FusedTiles  # noqa: E402
+from dape_core.implementations.registry import PATHS  # noqa: E402
 from dape_core.model import Encoder, EncoderConfig  # noqa: E402
 from dape_core.settings import AttentionSettings  # noqa: E402
 from test_gpu_path import (PROCESSORS, VOCAB, AttentionCase, assert_all_close, logits_and_gradients,  # noqa: E402
-                           tiny_gpt)
+                           replace_entry, tiny_gpt)
 
 SMALL_TILES = FusedTiles(block_rows=16, key_tile=32)
 DAPE = {name: settings for name, settings in PROCESSORS.items() if name != "none"}
@@ -44,8 +45,7 @@ DAPE = {name: settings for name, settings in PROCESSORS.items() if name != "none
 def small_tiles(monkeypatch):
     """Every fused call of these tests uses ``SMALL_TILES`` unless a test says otherwise."""
     original = fused.attend_fused
-    monkeypatch.setattr(attention, "attend_fused",
-                        lambda *args, tiles=None, **kw: original(*args, tiles=tiles or SMALL_TILES, **kw))
+    replace_entry(monkeypatch, "fused", lambda *args, tiles=None, **kw: original(*args, tiles=tiles or SMALL_TILES, **kw))
 
 
 def kernel_case(kernel_size, padding, tril, *, n, batch=3, causal=True, encoding="kerple"):
@@ -96,7 +96,7 @@ def test_default_tiles_equal_plain_across_a_wide_tile(monkeypatch):
     case = kernel_case(3, "same", True, n=70, batch=1)
     reference, exact = case.run("plain"), case.run("plain", dtype=torch.float64)
     original = fused.attend_fused
-    monkeypatch.setattr(attention, "attend_fused", lambda *args, tiles=None, **kw: original(*args, tiles=FusedTiles(), **kw))
+    replace_entry(monkeypatch, "fused", lambda *args, tiles=None, **kw: original(*args, tiles=FusedTiles(), **kw))
     assert_all_close(case.run("fused"), reference, exact)
 
 
@@ -137,8 +137,8 @@ def test_fused_model_equals_plain_on_logits_and_every_parameter_gradient(proc, m
 
     reference, exact = run(model, fast_path=False), run(copy.deepcopy(model).double(), fast_path=False)
     calls = []
-    original = attention.attend_fused
-    monkeypatch.setattr(attention, "attend_fused", lambda *a, **kw: calls.append(1) or original(*a, **kw))
+    original = PATHS["fused"].attend
+    replace_entry(monkeypatch, "fused", lambda *a, **kw: calls.append(1) or original(*a, **kw))
     assert_all_close(run(model), reference, exact)
     assert len(calls) == model.cfg.n_layer
 
@@ -146,7 +146,7 @@ def test_fused_model_equals_plain_on_logits_and_every_parameter_gradient(proc, m
 def test_fused_path_with_attention_dropout_takes_the_materialized_path(monkeypatch):
     case = AttentionCase("kerple", PROCESSORS["v2-same"])
     taken = []
-    monkeypatch.setattr(attention, "attend_materialized", lambda *a, **kw: taken.append(kw["dropout_p"]) or a[0])
+    replace_entry(monkeypatch, "materialized", lambda *a, **kw: taken.append(kw["dropout_p"]) or a[0])
     attend(*case.qkv, encoding=case.encoding, processor=case.processor, positions=case.positions, causal=True,
            attention_impl="fused", dropout_p=0.1)
     assert taken == [0.1]
@@ -154,7 +154,7 @@ def test_fused_path_with_attention_dropout_takes_the_materialized_path(monkeypat
 
 def test_fused_path_refuses_a_device_it_cannot_run_on(monkeypatch):
     case = AttentionCase("kerple", PROCESSORS["v2-same"])
-    monkeypatch.setattr(fused, "interpreted", lambda: False)
+    monkeypatch.setattr(triton_support, "interpreted", lambda: False)
     with pytest.raises(ConfigError, match="attention_impl: fused runs on CUDA.*allowed here: auto, fast"):
         attend(*case.qkv, encoding=case.encoding, processor=case.processor, positions=case.positions, causal=True,
                attention_impl="fused")
@@ -298,8 +298,7 @@ def test_the_fused_path_allocates_memory_linear_in_t(monkeypatch):
             return out
 
     original = fused.attend_fused
-    monkeypatch.setattr(attention, "attend_fused",
-                        lambda *a, **kw: original(*a, tiles=FusedTiles(key_tile=32, programs=2), **kw))
+    replace_entry(monkeypatch, "fused", lambda *a, **kw: original(*a, tiles=FusedTiles(key_tile=32, programs=2), **kw))
 
     def largest(impl, n):
         case = kernel_case(3, "same", True, n=n, batch=2)

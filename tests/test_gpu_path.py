@@ -9,6 +9,7 @@ weights, encoding parameters).
 """
 
 import copy
+import dataclasses
 import functools
 import itertools
 
@@ -17,14 +18,14 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
-import dape_core.attention as attention
-import dape_core.implementations.blocked as blocked
+import dape_core.implementations.fast as fast
 import dape_core.implementations.materialized as materialized
 from dape_core.attention import AttentionPath, attend
 from dape_core.dape import ScoreProcessor, build_processor
 from dape_core.encodings import ENCODINGS, build_encoding
 from dape_core.errors import ConfigError
 from dape_core.implementations import resolve_attention_impl
+from dape_core.implementations.registry import PATHS
 from dape_core.model import GPT, Encoder, EncoderConfig, GPTConfig
 from dape_core.settings import AttentionSettings
 
@@ -57,6 +58,11 @@ def assert_all_close(result: dict, reference: dict, exact: dict):
         rounding = float((expected.double() - exact[name]).abs().max())
         scale = max(1.0, float(expected.abs().max()))
         torch.testing.assert_close(result[name], expected, rtol=1e-5, atol=1e-5 * scale + rounding, msg=name)
+
+
+def replace_entry(monkeypatch, name: str, entry) -> None:
+    """For one test the attention path ``name`` runs ``entry`` (its row of the table of paths, replaced)."""
+    monkeypatch.setitem(PATHS, name, dataclasses.replace(PATHS[name], attend=entry))
 
 
 def perturb_encodings(modules):
@@ -136,7 +142,7 @@ def test_causal_chunks_split_the_rows_and_each_chunk_reads_only_the_keys_its_row
         seen.append((kw["first"], q_rows.shape[2], k_read.shape[2], v_kept.shape[2]))
         return materialized.chunk_attention(q_rows, k_read, v_kept, **kw)
 
-    monkeypatch.setattr(attention, "attend_materialized", functools.partial(
+    replace_entry(monkeypatch, "materialized", functools.partial(
         materialized.attend_materialized, causal_chunks=4, chunk_fn=recording))
     assert_all_close(case.run("materialized"), reference, exact)
     assert case.processor.needed_halo() == 1
@@ -321,9 +327,9 @@ def test_the_default_is_auto_and_runs_the_blocked_path_on_a_cpu(monkeypatch):
     assert model.cfg.attention_impl == "auto"
     assert model.resolved_attention_impl() == "fast" and model.resolved_attention_impl("cuda") == on_cuda
     used = []
-    original = attention.blocked_scores
-    monkeypatch.setattr(attention, "blocked_scores", lambda *a, **kw: used.append("fast") or original(*a, **kw))
-    monkeypatch.setattr(attention, "attend_materialized", lambda *a, **kw: pytest.fail("materialized ran on a CPU"))
+    original = fast.blocked_scores
+    monkeypatch.setattr(fast, "blocked_scores", lambda *a, **kw: used.append("fast") or original(*a, **kw))
+    replace_entry(monkeypatch, "materialized", lambda *a, **kw: pytest.fail("materialized ran on a CPU"))
     with torch.no_grad():
         model(torch.randint(0, VOCAB, (2, 12)))
     assert used == ["fast"] * model.cfg.n_layer
@@ -334,7 +340,7 @@ def test_the_default_is_auto_and_runs_the_blocked_path_on_a_cpu(monkeypatch):
 def test_a_model_set_to_materialized_runs_it_on_a_cpu(monkeypatch):
     model = tiny_gpt("kerple", processor="dape_v2", kernel_size=3, attention_impl="materialized")
     assert model.resolved_attention_impl() == "materialized"
-    monkeypatch.setattr(attention, "blocked_scores", lambda *a, **kw: pytest.fail("the blocked path ran"))
+    monkeypatch.setattr(fast, "blocked_scores", lambda *a, **kw: pytest.fail("the blocked path ran"))
     with torch.no_grad():
         model(torch.randint(0, VOCAB, (2, 12)))
 
@@ -375,7 +381,7 @@ def test_materialized_operator_calls_do_not_grow_with_the_batch(length, chunk):
 def test_the_operator_count_sees_a_loop_over_batch_elements(monkeypatch):
     """The same count grows with the batch on the blocked CPU path once its blocks hold one batch element (a hidden
     map of 16 rows × ≤ 34 keys × D_DAPE 32 in fp32 per block; as at the 125M shape with T = 512)."""
-    monkeypatch.setattr(blocked, "DEFAULT_BLOCK_BYTES", 16 * 34 * 32 * 4)
+    monkeypatch.setattr(fast, "DEFAULT_BLOCK_BYTES", 16 * 34 * 32 * 4)
     model = tiny_gpt("kerple", processor="dape_v2", kernel_size=3, attention_impl="fast", n_layer=1)
     assert aten_calls(model, 8, 32) > aten_calls(model, 2, 32)
 

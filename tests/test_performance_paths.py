@@ -12,10 +12,9 @@ import itertools
 import pytest
 import torch
 
-import dape_core.attention as attention
-import dape_core.implementations.blocked as blocked
+import dape_core.implementations.fast as fast
 from dape_core.dape import ScoreProcessor
-from dape_core.implementations.blocked import blocked_scores
+from dape_core.implementations.fast import blocked_scores
 from dape_core.encodings import ENCODINGS, GeometryCache, build_encoding, geometry
 from dape_core.attention import AttentionPath
 from dape_core.model import GPT, Encoder, EncoderConfig, GPTConfig
@@ -64,8 +63,8 @@ def assert_same(result, reference):
 @pytest.fixture
 def small_blocks(monkeypatch):
     """Blocks of 2 rows and one batch element, so that every block boundary and trimmed key range is crossed."""
-    monkeypatch.setattr(blocked, "DEFAULT_BLOCK_ROWS", 2)
-    monkeypatch.setattr(blocked, "DEFAULT_BLOCK_BYTES", 1)
+    monkeypatch.setattr(fast, "DEFAULT_BLOCK_ROWS", 2)
+    monkeypatch.setattr(fast, "DEFAULT_BLOCK_BYTES", 1)
 
 
 @pytest.mark.parametrize("encoding,proc", list(itertools.product(ENCODINGS, PROCESSORS)))
@@ -90,13 +89,13 @@ def test_fast_path_with_batch_one_and_default_blocks(encoding):
 def test_a_relative_bias_is_convolved_once_per_distance(encoding, relative, monkeypatch):
     """ALiBi, Kerple and T5 at contiguous positions take the per-distance path; FIRE (normalised by i) does not."""
     built = []
-    original = blocked._RelativeBiasHalf.__init__
+    original = fast._RelativeBiasHalf.__init__
 
     def counting(self, *args, **kwargs):
         built.append(1)
         original(self, *args, **kwargs)
 
-    monkeypatch.setattr(blocked._RelativeBiasHalf, "__init__", counting)
+    monkeypatch.setattr(fast._RelativeBiasHalf, "__init__", counting)
     with torch.no_grad():
         tiny_gpt(encoding, processor="dape_v2", kernel_size=3)(torch.randint(0, VOCAB, (2, 12)))
     assert bool(built) == relative
@@ -109,7 +108,7 @@ def test_attention_impl_plain_selects_the_reference(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("the fast processor ran on the plain path")
 
-    monkeypatch.setattr(attention, "blocked_scores", fail)
+    monkeypatch.setattr(fast, "blocked_scores", fail)
     with torch.no_grad():
         model(x)
         torch.manual_seed(0)
@@ -140,8 +139,8 @@ def test_processor_fast_equals_forward_everywhere_without_a_causal_mask(mode, pa
         out = run(scores, bias, 2)
         (out * weight).sum().backward()
         results.append([out.detach()] + [t.grad.clone() for t in inputs] + [p.grad.clone() for p in proc.parameters()])
-    for fast, plain in zip(results[1], results[0]):
-        assert_close_scaled(fast, plain)
+    for blocked, plain in zip(results[1], results[0]):
+        assert_close_scaled(blocked, plain)
 
 
 def test_encoder_fast_path_equals_plain_path(small_blocks):

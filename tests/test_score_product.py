@@ -19,7 +19,7 @@ import dape_core.implementations.compiled as compiled
 from dape_core.implementations.materialized import attend_materialized
 from dape_core.implementations.score_product import score_product, tf32_matmul
 from dape_core.settings.attention import COMPILED_OPTIONS_OFF, CUDA_COMPILED_OPTIONS, FEATURE_MAPS
-from test_gpu_path import PROCESSORS, AttentionCase
+from test_gpu_path import PROCESSORS, AttentionCase, replace_entry
 
 
 def switch():
@@ -164,7 +164,7 @@ def test_the_attention_entry_gives_each_path_the_options_of_its_device(impl, mon
     some."""
     case = AttentionCase("kerple", PROCESSORS["v2-causal"])
     seen = []
-    monkeypatch.setattr(attention, f"attend_{impl}", lambda q, k, v, **kw: seen.append(kw) or q)
+    replace_entry(monkeypatch, impl, lambda q, k, v, **kw: seen.append(kw) or q)
     q, k, v = case.qkv
 
     def run():

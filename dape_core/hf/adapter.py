@@ -29,8 +29,7 @@ from dape_core.errors import ConfigError
 from dape_core.hf.checkpoint import load_causal_lm, quiet_progress
 from dape_core.hf.patch import CONFIG_KEY
 from dape_core.methods import hf_method_label
-
-RUN_RECORD = "finetune.json"
+from dape_core.model_folder import RUN_RECORD
 #: settings of the evaluation rows (as a model.pt's model_config) read off a model's DAPE settings
 ATTENTION_KEYS = ("encoding", "processor", "kernel_size", "dape_width", "tril", "padding")
 

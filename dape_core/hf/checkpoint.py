@@ -64,8 +64,7 @@ def seal_directory(written: Path, final: Path) -> None:
     """Every file of a model directory written under ``written`` sealed as the file it becomes under ``final``
     (``<file>.sha256``: its sha256 and identity, :mod:`dape_core.io`), so a reader can verify each one."""
     from dape_core import io
-
-    from dape_core.artefacts import model_files
+    from dape_core.model_folder import model_files
 
     for file in model_files(written):
         relative = file.relative_to(written)

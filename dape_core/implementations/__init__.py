@@ -3,7 +3,9 @@
 gradients, which the tests prove (``tests/test_performance_paths.py``, ``tests/test_attention.py``,
 ``tests/test_gpu_path.py``).
 
-``attention_impl`` (:class:`~dape_core.settings.AttentionSettings`) chooses the path of a model:
+``attention_impl`` (:class:`~dape_core.settings.AttentionSettings`) chooses the path of a model; each resolved path
+is a row of :data:`~dape_core.implementations.registry.PATHS` (its entry, devices and options), and each but
+``plain`` the module here of its name:
 
 * ``auto`` (the default) — resolved where the model runs, by :func:`resolve_attention_impl`: ``fast`` on a CPU;
   on CUDA ``fused`` for a pass without gradients under bf16 or fp16 autocast where Triton is installed, at layer
@@ -14,7 +16,7 @@ gradients, which the tests prove (``tests/test_performance_paths.py``, ``tests/t
   non-CPU device;
 * ``plain`` — the reference itself (materialised [batch, 2H, T, T], ``nn.Conv2d``); kept selectable because the
   paper's timing table measured it;
-* ``fast`` — :mod:`dape_core.implementations.blocked`: blocked GEMMs shaped for a CPU core's caches, with the
+* ``fast`` — :mod:`dape_core.implementations.fast`: blocked GEMMs shaped for a CPU core's caches, with the
   hidden map recomputed in the backward pass; its Python loop over batch elements × row blocks makes operator
   calls grow with the batch;
 * ``materialized`` — :mod:`dape_core.implementations.materialized`: the reference's arithmetic per chunk of query
@@ -34,12 +36,13 @@ way over the channels-last map, proven equal by the tests). On CUDA the compiled
 and TF32 score products (:mod:`dape_core.implementations.score_product`) are off there until a GPU measures them
 faster (``benchmarks/fused_device.sh``, docs/performance.md).
 
-Where the fused path is asked for but cannot run the case, ``dape_core.attention`` says what runs instead: with
-attention dropout or without a processor the materialized path, under a host model's key mask the plain path.
+Where the fused path is asked for but cannot run the case, what runs instead is the registry's (attention
+dropout: the materialized path) and ``dape_core.attention``'s (without a processor SDPA, as on the materialized
+path; under a host model's key mask the plain path).
 
-A new implementation is a module here whose scores function takes the arguments of
-:func:`~dape_core.implementations.blocked.blocked_scores` (processor, scores, bias, row offset; ``causal``,
-``keys_out``, ``compute_dtype``), its name in ``ATTENTION_IMPLS`` and an exactness test.
+A new implementation is a module here whose entry takes the arguments of the registry's entries (module docstring of
+:mod:`~dape_core.implementations.registry`), its row in ``PATHS``, its name in ``ATTENTION_IMPLS`` and an exactness
+test.
 """
 
 from __future__ import annotations
@@ -94,14 +97,17 @@ def training_path(name: str) -> str:
 def path_options(impl: str, device_type: str) -> dict:
     """The options of the materialized or compiled path ``impl`` running now on ``device_type`` (``feature_map``,
     ``causal_chunks``, ``tf32_scores`` of :func:`~dape_core.implementations.materialized.attend_materialized`): on
-    CUDA under bf16 or fp16 autocast, where they are measured, the compiled path's
-    :data:`~dape_core.settings.attention.CUDA_COMPILED_OPTIONS`; else none (the functions' defaults: an fp32 pass
+    CUDA under bf16 or fp16 autocast, where they are measured,
+    :data:`~dape_core.settings.attention.CUDA_COMPILED_OPTIONS` for a path whose row takes them (``cuda_options``:
+    the compiled path); else none (the functions' defaults: an fp32 pass
     would run the Triton feature map's kernels in fp32, which spill registers on sm_90, and has no 16-bit q and k
     for TF32). On ``meta`` (shapes without data: the memory model's trace) the options of the pass the trace stands
     for, :func:`options_on_meta`'s."""
+    from dape_core.implementations.registry import attention_path
+
     if device_type == "meta":
         return dict(_META_OPTIONS.get() or {})
-    on = impl == "compiled" and device_type == "cuda" and half_autocast(device_type)
+    on = attention_path(impl).cuda_options and device_type == "cuda" and half_autocast(device_type)
     return dict(CUDA_COMPILED_OPTIONS) if on else {}
 
 
@@ -128,8 +134,9 @@ def inference_pass(device_type: str) -> bool:
 
 
 def _fused_available() -> bool:
-    from dape_core.implementations.fused import fused_runs_on
-    return fused_runs_on("cuda")
+    """Whether the path ``auto`` runs for gradient-free passes can run on CUDA here."""
+    from dape_core.implementations.registry import attention_path
+    return attention_path(INFERENCE_PATH).runs_on("cuda")
 
 
 def _fused_measured(sizes: tuple[int, int, int]) -> bool:

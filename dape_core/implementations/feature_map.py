@@ -29,8 +29,8 @@ import torch.nn.functional as F
 
 from dape_core.dape import ScoreProcessor
 from dape_core.errors import ConfigError
-from dape_core.implementations.blocked import gemm_weights
-from dape_core.implementations.fused import DOT_DTYPES, MIN_DOT, dot_size, kernels_run_on
+from dape_core.implementations.fast import gemm_weights
+from dape_core.implementations.triton_support import DOT_DTYPES, MIN_DOT, dot_size, kernels_run_on
 
 
 @dataclass(frozen=True)

@@ -16,14 +16,13 @@ The encoding's bias reaches the kernel in one of three forms (:func:`bias_form`)
   where the bias has none, so these encodings keep a memory quadratic in T (their bias itself is).
 
 Dropout inside attention is not part of the kernel: with ``dropout_p`` > 0 the layer takes the materialized path
-(:func:`dape_core.attention.attend` says so).
+(its row of :data:`dape_core.implementations.registry.PATHS` says so).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import os
 from dataclasses import dataclass
 
 import torch
@@ -32,13 +31,12 @@ import torch.nn.functional as F
 from dape_core.dape import ScoreProcessor
 from dape_core.encodings import PositionalEncoding
 from dape_core.errors import ConfigError
-from dape_core.implementations.blocked import gemm_weights
-from dape_core.implementations.materialized import autocast_off
+from dape_core.implementations.fast import gemm_weights
+from dape_core.implementations.precision import autocast_off
+from dape_core.implementations.triton_support import DOT_DTYPES, dot_size, kernels_run_on, pow2
 from dape_core.positions import consecutive
 
-MIN_DOT = 16  # the smallest dimension tl.dot takes: heads, D_DAPE and the head size are padded to it
 BIAS_FORMS = ("none", "table", "tensor")
-DOT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 @dataclass(frozen=True)
@@ -69,8 +67,8 @@ class FusedTiles:
         """W of the forward (``key_tile``, raised to leave 8 exact columns: 2·(k − 1) + 8) or of the backward
         (``backward_key_tile``, raised to 4·(k − 1) + 8)."""
         if backward:
-            return max(self.backward_key_tile, _pow2(4 * (kernel_size - 1) + 8))
-        return max(self.key_tile, _pow2(2 * (kernel_size - 1) + 8))
+            return max(self.backward_key_tile, pow2(4 * (kernel_size - 1) + 8))
+        return max(self.key_tile, pow2(2 * (kernel_size - 1) + 8))
 
 
 # the padded layer sizes (heads, head size, D_DAPE) at which auto's choice of this path for gradient-free passes was
@@ -86,15 +84,6 @@ def measured_at(heads: int, head_dim: int, dape_width: int) -> bool:
     return all(dot_size(n) <= limit for n, limit in zip((heads, head_dim, dape_width), MEASURED_SIZES))
 
 
-def _pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
-def dot_size(n: int) -> int:
-    """n padded to what tl.dot takes: a power of two, at least MIN_DOT."""
-    return max(MIN_DOT, _pow2(n))
-
-
 @functools.lru_cache(maxsize=1)
 def _triton():
     """The kernel module, imported on first use (Triton is the ``gpu`` extra)."""
@@ -104,22 +93,6 @@ def _triton():
         raise ConfigError("attention_impl: fused needs Triton (pip install -e '.[gpu]'); allowed without it: auto, "
                           "fast, plain, materialized") from err
     return fused_kernel
-
-
-def interpreted() -> bool:
-    """Whether Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1`` when it was imported)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-def kernels_run_on(device: torch.device | str, load) -> bool:
-    """Whether Triton kernels (their module imported by ``load``, which raises ConfigError without Triton) can run on
-    ``device``: CUDA with Triton importable, or the CPU under Triton's interpreter."""
-    kind = torch.device(device).type
-    try:
-        load()
-    except ConfigError:
-        return False
-    return kind == "cuda" or (kind == "cpu" and interpreted())
 
 
 def fused_runs_on(device: torch.device | str) -> bool:
@@ -353,7 +326,7 @@ class _FusedDape(torch.autograd.Function):
                 q, k, v, grad_out, lse, delta, grad_k, grad_v, *bias_args, *weights, scratch,
                 scale, plan.row_offset, batch, n_rows, n_keys, heads, head_dim, nprog_kv, **meta)
 
-        extent = _pow2(bm + wide - 1)
+        extent = pow2(bm + wide - 1)
         nprog_q = plan.programs(q.device, batch * -(-n_rows // bm))
         scratch = torch.empty(nprog_q * (slab + hp * bm * extent), device=q.device, dtype=torch.float32)
         part_size = ks * hp * dp + hp + 2 * ks * dp * hp + dp

@@ -8,7 +8,7 @@ dtype, the layer's own convolution weights applied with the convolutions' own ze
 copy; ``causal`` padding convolves both sides and keeps the first K columns, which read only the left zeros), the
 MLP for DAPE V1, A + B + f, the causal mask, softmax, ·V. Each step is one operator over the whole batch, so a
 layer makes the same calls at any batch size; the Python loop runs over chunks of rows only (the CPU path,
-:mod:`dape_core.implementations.blocked`, loops over batch elements × 16 rows to stay in a core's caches, which on
+:mod:`dape_core.implementations.fast`, loops over batch elements × 16 rows to stay in a core's caches, which on
 an accelerator means kernel launches growing with the batch). There are no device branches: the same arithmetic
 runs on a CPU, where the tests prove it equal to the reference, and on a GPU, where the channels-last layout lets
 cuDNN run the convolutions without layout copies.
@@ -47,7 +47,6 @@ each operator already works on hundreds of megabytes.
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
@@ -57,6 +56,7 @@ from torch.utils.checkpoint import checkpoint
 from dape_core.dape import NEGATIVE_SLOPE, ScoreProcessor
 from dape_core.encodings import PositionalEncoding
 from dape_core.errors import require_choice, require_positive
+from dape_core.implementations.precision import autocast_dtype, autocast_off, has_autocast
 from dape_core.implementations.score_product import score_product
 from dape_core.settings.attention import FEATURE_MAPS
 
@@ -252,28 +252,3 @@ def _feature_precision(device_type: str, dtype: torch.dtype):
     if dtype.itemsize >= 4 or not has_autocast(device_type):
         return autocast_off(device_type)
     return torch.autocast(device_type, dtype=dtype)
-
-
-def has_autocast(device_type: str) -> bool:
-    """Whether ``device_type`` has autocast (``meta`` has none). Inside a graph torch.compile traces, the answer is
-    "yes but on ``meta``" without asking torch: TorchDynamo of torch 2.11 on CUDA cannot trace
-    ``torch.amp.is_autocast_available`` and broke every layer's graph there (measured on an H100), and the devices
-    the compiler targets all have autocast."""
-    if torch.compiler.is_compiling():
-        return device_type != "meta"
-    return torch.amp.is_autocast_available(device_type)
-
-
-def autocast_dtype(device_type: str) -> torch.dtype | None:
-    """The autocast dtype where autocast is on for ``device_type``; None otherwise (and on devices without
-    autocast, such as ``meta``)."""
-    if has_autocast(device_type) and torch.is_autocast_enabled(device_type):
-        return torch.get_autocast_dtype(device_type)
-    return None
-
-
-def autocast_off(device_type: str):
-    """A context with autocast off on ``device_type`` (nothing to turn off on devices without autocast)."""
-    if has_autocast(device_type):
-        return torch.autocast(device_type, enabled=False)
-    return contextlib.nullcontext()

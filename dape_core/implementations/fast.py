@@ -1,4 +1,6 @@
-"""The blocked CPU path of the score processor: equals ``ScoreProcessor.forward`` (outputs and gradients).
+"""The fast path of DAPE attention (``attention_impl: fast``, what ``auto`` runs on a CPU): the score processor in
+blocked GEMMs, equal to ``ScoreProcessor.forward`` (outputs and gradients), inside :func:`attend_fast`'s chunks of
+query rows.
 
 The convolutions are GEMMs over an unfolded key axis, taken one block of (batch elements × query rows) at a time
 so that the D_DAPE-wide hidden map stays in a CPU core's cache and is never stored: the backward pass recomputes
@@ -13,15 +15,67 @@ effect measured in ``benchmarks/``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from dape_core.dape import NEGATIVE_SLOPE, ScoreProcessor
+from dape_core.encodings import PositionalEncoding
+from dape_core.positions import consecutive
 
+DEFAULT_CHUNK_BYTES = 16 * 2**20  # one chunk's [batch, H, rows, T] fp32 scores on the fast path
+MIN_CHUNK_ROWS = 64  # fewer query rows make q·kᵀ a memory-bound, matrix-vector-like product
 DEFAULT_BLOCK_BYTES = 2 * 2**20  # hidden map per block: stays in the caches of a CPU core (measured: 2–8 MB)
 DEFAULT_BLOCK_ROWS = 16  # query rows per block: the granularity of skipping the masked upper triangle
+
+
+def auto_chunk_rows(batch: int, heads: int, n: int, budget: int = DEFAULT_CHUNK_BYTES) -> int:
+    """Query rows per chunk on the fast path: one chunk's fp32 scores within ``budget``, at least 64 rows."""
+    return max(MIN_CHUNK_ROWS, budget // max(1, batch * heads * n * 4))
+
+
+def attend_fast(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    encoding: PositionalEncoding,
+    processor: ScoreProcessor,
+    positions: torch.Tensor,
+    causal: bool,
+    row_offset: int = 0,
+    dropout_p: float = 0.0,
+    chunk: int | None = None,
+    dape_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """softmax(mask(A + B + f(tril([A; B])))) · V (eq. 5) for q [batch, H, Tq, d_head] and k, v [batch, H, Tk,
+    d_head] (already rotated; query row r is key ``row_offset`` + r, ``positions`` [Tk] are the keys'), per chunk of
+    ``chunk`` query rows (default: :func:`auto_chunk_rows`): q·kᵀ/√d on the keys the rows reach, B, the processor's
+    blocked form (:func:`blocked_scores`, A + B + f with the causal mask, its GEMMs in ``dape_dtype``), softmax, ·V.
+    Returns [batch, H, Tq, d_head]."""
+    n, n_keys, scale = q.shape[2], k.shape[2], 1.0 / math.sqrt(q.shape[-1])
+    chunk = chunk or auto_chunk_rows(q.shape[0], q.shape[1], n_keys)
+    relative = encoding.relative_bias and n_keys > 1 and consecutive(positions)
+    halo = processor.needed_halo()
+    outputs = {}
+    for r0 in reversed(range(0, n, chunk)):  # largest chunk first: later chunks reuse its memory
+        rows_end = min(n, r0 + chunk)
+        first, last = row_offset + r0, row_offset + rows_end
+        keys_read, keys_kept = (min(n_keys, last + halo), last) if causal else (n_keys, n_keys)
+        q_rows, k_read = q[:, :, r0:rows_end], k[:, :, :keys_read]
+        scores = torch.matmul(q_rows, k_read.transpose(-2, -1)).mul_(scale)  # A = q·kᵀ/√d
+        bias = None
+        if encoding.has_bias:
+            bias = encoding.bias(q_rows, k_read, scores, positions[first:last], positions[:keys_read])  # B
+        scores = blocked_scores(processor, scores, bias, first, causal=causal, keys_out=keys_kept,
+                                compute_dtype=dape_dtype, relative_bias=relative)
+        probs = torch.softmax(scores, dim=-1)
+        if dropout_p > 0:
+            probs = F.dropout(probs, p=dropout_p)
+        outputs[r0] = torch.matmul(probs.to(v.dtype), v[:, :, :keys_kept])
+    return outputs[0] if len(outputs) == 1 else torch.cat([outputs[r0] for r0 in sorted(outputs)], dim=2)
 
 
 def blocked_scores(

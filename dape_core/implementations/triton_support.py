@@ -1,0 +1,39 @@
+"""What the Triton kernels (the fused path's and the feature map's) share: the sizes ``tl.dot`` takes, the dtypes
+they compute in, and where they can run (CUDA with Triton importable, or the CPU under Triton's interpreter)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from dape_core.errors import ConfigError
+
+MIN_DOT = 16  # the smallest dimension tl.dot takes: heads, D_DAPE and the head size are padded to it
+DOT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # the dtypes the kernels' products take
+
+
+def pow2(n: int) -> int:
+    """The smallest power of two ≥ n (1 for n ≤ 1)."""
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def dot_size(n: int) -> int:
+    """n padded to what tl.dot takes: a power of two, at least MIN_DOT."""
+    return max(MIN_DOT, pow2(n))
+
+
+def interpreted() -> bool:
+    """Whether Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1`` when it was imported)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def kernels_run_on(device: torch.device | str, load) -> bool:
+    """Whether Triton kernels (their module imported by ``load``, which raises ConfigError without Triton) can run on
+    ``device``: CUDA with Triton importable, or the CPU under Triton's interpreter."""
+    kind = torch.device(device).type
+    try:
+        load()
+    except ConfigError:
+        return False
+    return kind == "cuda" or (kind == "cpu" and interpreted())
