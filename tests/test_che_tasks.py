@@ -234,14 +234,17 @@ def test_the_settings_name_exactly_the_registered_tasks():
 
 
 def test_the_settings_layer_imports_no_module_above_it():
-    """dape_core.settings imports only itself, dape_core.errors and dape_core.encoding_facts (no data, che, model
-    or config module)."""
+    """dape_core.settings imports only itself, dape_core.errors, dape_core.encoding_facts and dape_core.measured (a
+    leaf reading package data; no data, che, model or config module)."""
     import ast
     from pathlib import Path
 
-    allowed = ("dape_core.settings", "dape_core.errors", "dape_core.encoding_facts")
+    allowed = ("dape_core.settings", "dape_core.errors", "dape_core.encoding_facts", "dape_core.measured")
     for path in (Path(__file__).resolve().parents[1] / "dape_core" / "settings").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("dape_core"):
                 assert node.module.startswith(allowed) or node.module == "dape_core" and all(
-                    a.name in ("settings", "errors") for a in node.names), (path.name, node.module)
+                    a.name in ("settings", "errors", "measured") for a in node.names), (path.name, node.module)
+    leaf = Path(__file__).resolve().parents[1] / "dape_core" / "measured.py"  # a leaf: the package's errors only
+    assert {node.module for node in ast.walk(ast.parse(leaf.read_text())) if isinstance(node, ast.ImportFrom)
+            and node.module and node.module.startswith("dape_core")} == {"dape_core.errors"}
