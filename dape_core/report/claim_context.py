@@ -232,7 +232,7 @@ def own_or_borrowed(borrowed: SeedNoise | None, n_seeds: int) -> SeedNoise | Non
 
 #: the prior degrees of freedom of a pair's σ² about its setting's pooled σ² (:func:`sizing_sd`): measured 7.9 by
 #: the method of moments on the default run's paired checks, pilot against fresh seeds
-#: (``benchmarks/sizing_noise.py``, benchmarks/results/sizing_noise.csv)
+#: (benchmarks/results/sizing_noise.csv; benchmarks/results/README.md, sizing noise)
 PRIOR_DF = 8
 
 
