@@ -10,11 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
+from benchmarks import bench_dape
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "bench_dape.py"
-
-sys.path.insert(0, str(SCRIPT.parent))
-import bench_dape  # noqa: E402
 
 
 def test_compiled_variants_are_listed_only_when_asked():
@@ -121,7 +120,7 @@ def test_gpu_step_times_dape_on_each_named_path(tmp_path):
 
 
 def test_path_variants_name_the_paths_options():
-    from harness import path_variant
+    from benchmarks.harness import path_variant
 
     assert path_variant("compiled") == ("compiled", {})
     assert path_variant("compiled-triton-keep") == ("compiled", {"feature_map": "triton", "recompute_scores": False})
@@ -138,11 +137,10 @@ def test_the_device_commands_in_the_docs_name_rows_and_cases_the_benchmarks_take
     case a path gpu_step.py builds, every FEATURE_TILES setting a tile the kernels take."""
     import re
 
-    import fused_layer
-
+    from benchmarks import fused_layer
+    from benchmarks.harness import path_variant
     from dape_core.implementations.feature_map import FeatureTiles
     from dape_core.settings.attention import FEATURE_MAPS
-    from harness import path_variant
 
     text = (ROOT / "docs" / "performance.md").read_text().replace("\\\n", " ")
     found = {name: " ".join(re.findall(rf'{name}="([^"]*)"', text)).split()
@@ -164,7 +162,7 @@ def test_a_rows_scope_gives_the_paths_exactly_its_options_whatever_the_cuda_defa
     the entry's own choice after; the TF32 switch itself is never touched outside the score products."""
     import dape_core.attention as attention
     import dape_core.implementations as implementations
-    from harness import path_options
+    from benchmarks.harness import path_options
 
     monkeypatch.setattr(implementations, "CUDA_COMPILED_OPTIONS", {"feature_map": "triton", "causal_chunks": 4,
                                                                    "tf32_scores": True})
@@ -192,7 +190,7 @@ def test_gpu_step_runs_a_triton_case_with_the_triton_feature_map_and_the_others_
     """``impl-triton``: the case's steps (and no other case's) compute f with the Triton kernels, ``-c4`` in 4
     chunks per layer, and the paths' entry points are themselves again after each step."""
     _interpreted_env()
-    import gpu_step
+    from benchmarks import gpu_step
 
     import dape_core.attention as attention
     import dape_core.implementations.feature_map as feature_map
@@ -250,7 +248,7 @@ def test_fused_layer_benchmark_times_every_row_and_states_the_fused_error(tmp_pa
 def test_fused_check_passes_the_kernel_and_fails_a_wrong_gradient(monkeypatch):
     import argparse
 
-    import fused_check
+    from benchmarks import fused_check
     args = argparse.Namespace(batch=2, length=20, heads=2, head_dim=8, dape_width=4)
     row = fused_check.check("kerple:v2-causal", args, torch.device("cpu"))
     assert row["ok"] and row["repeatable"] and row["tensors"] >= 10 and row["worst_error"] < 1e-5
@@ -267,7 +265,7 @@ def test_fused_check_passes_the_kernel_and_fails_a_wrong_gradient(monkeypatch):
 
 
 def test_a_conv2_bias_gradient_is_measured_against_its_weights_gradient():
-    import fused_check
+    from benchmarks import fused_check
     reference = {"grad processor.conv2.bias": torch.tensor([1e-12]), "grad processor.conv2.weight": torch.ones(4)}
     assert fused_check.scale(reference, "grad processor.conv2.bias") == 2.0
     assert fused_check.scale(reference, "grad processor.conv2.weight") == 2.0
@@ -287,7 +285,7 @@ def test_fused_compile_reports_the_resources_of_each_kernel_without_a_gpu():
 def test_the_feature_map_floors_count_the_kernels_padded_products():
     """The 125M layer's map (C 24, D_DAPE 32, H 12, k 3; padded 32, 32, 16): 10,752 multiply-adds per pixel
     forward (Conv1 once per Conv2 tap), 12,288 backward; DAPE V1 (k 1) 1,536 and 4,096."""
-    import feature_map
+    from benchmarks import feature_map
 
     assert feature_map.floor_flop(1000, 24, 32, 12, 3) == pytest.approx(
         dict(forward_gflop=2 * 1000 * 10_752 / 1e9, backward_gflop=2 * 1000 * 12_288 / 1e9))
@@ -432,7 +430,7 @@ DEVICE_TIMES = [(3.0, 7.7), (9.7, 29.6), (5.7, 18.0), (4.3, 12.0), (5.3, 16.5), 
 def test_cuda_options_sets_each_option_measured_faster_with_the_same_error(tmp_path, capsys):
     """The documented device rows: each option pairs with the row without it; faster at both shapes and in both
     steps, errors as the row without it → all three set (and the names round-trip)."""
-    import cuda_options
+    from benchmarks import cuda_options
 
     layer = dict(zip(DEVICE_ROWS, DEVICE_TIMES))
     steps = {"compiled-keep": (164.0, 399.0), "compiled-triton-keep": (120.0, 300.0),
@@ -461,7 +459,7 @@ def test_cuda_options_keeps_an_option_off_where_the_run_does_not_show_it_faster_
     measured without it too (TF32 without the chunks) is judged there."""
     import pandas as pd
 
-    import cuda_options
+    from benchmarks import cuda_options
 
     layer = dict(zip(DEVICE_ROWS, DEVICE_TIMES))
     errors, steps = {}, None
@@ -486,7 +484,7 @@ def test_cuda_options_keeps_an_option_off_where_the_run_does_not_show_it_faster_
 
 
 def test_cuda_options_takes_the_fastest_passing_chunk_count_and_refuses_a_run_without_the_layer(tmp_path, capsys):
-    import cuda_options
+    from benchmarks import cuda_options
 
     layer = {"compiled-keep": (9.7, 29.6), "compiled-keep-c2": (8.0, 25.0), "compiled-keep-c4": (7.0, 22.0),
              "compiled-keep-c8": (7.5, 22.5)}  # c4: the least summed time
@@ -535,7 +533,7 @@ def test_the_device_script_states_the_options_its_rows_support_and_calibrates_wi
 def test_calibrate_gpu_takes_the_compiled_paths_options_it_is_given_and_refuses_others_by_name(monkeypatch):
     import importlib
 
-    import calibrate_gpu
+    from benchmarks import calibrate_gpu
 
     import dape_core.implementations as implementations
     from dape_core.settings.attention import parse_compiled_options
