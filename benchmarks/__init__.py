@@ -12,5 +12,6 @@ configuration's history holds, ``faults`` damages and kills a smoke run to show 
 what they share; ``fused_device.sh`` runs the device measurements in one call and ``device_wheels.sh`` fetches the
 wheels it needs. Each runs as ``python -m benchmarks.NAME`` from the repository root or as
 ``python benchmarks/NAME.py``; the tests import them as ``from benchmarks import NAME``. What finished experiments
-measured is kept in ``benchmarks/results/README.md``, with the commit each script last existed at.
+measured is kept in ``benchmarks/results/README.md``, with the commit each script last existed at; the verdict
+rules' calibration is part of the method and lives beside the claims, in :mod:`dape_core.report.calibration`.
 """
