@@ -38,13 +38,11 @@ from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import calibrate_gpu  # noqa: E402
-import cuda_options  # noqa: E402
-import memory_fit  # noqa: E402
+if not __package__:  # run as a file, not with -m: the repository root on the path (benchmarks, dape_core)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import calibrate_gpu, cuda_options, memory_fit  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 from dape_core import measured  # noqa: E402
 from dape_core.errors import ConfigError  # noqa: E402
 from dape_core.settings.attention import (COMPILED_OPTIONS_OFF, compiled_options_text,  # noqa: E402

@@ -39,8 +39,10 @@ from pathlib import Path
 
 import torch
 
-from dape_core.model import GPT, GPTConfig
-from harness import machine_info, rss_mb, run_worker, write_rows  # benchmarks/harness.py
+if not __package__:  # run as a file, not with -m: the repository root on the path (benchmarks, dape_core)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.harness import machine_info, rss_mb, run_worker, write_rows  # noqa: E402
+from dape_core.model import GPT, GPTConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

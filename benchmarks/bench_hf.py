@@ -32,7 +32,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # models are built here, never dow
 import torch
 import torch.nn.functional as F
 
-from harness import machine_info, rss_mb, run_worker, write_rows  # benchmarks/harness.py
+if not __package__:  # run as a file, not with -m: the repository root on the path (benchmarks, dape_core)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.harness import machine_info, rss_mb, run_worker, write_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = {"tiny": ROOT / "configs" / "smoke.yaml", "small": ROOT / "configs" / "hf.yaml"}

@@ -33,12 +33,12 @@ from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fused_check import BASELINE_FACTOR, BOUNDS  # noqa: E402
-from harness import path_variant  # noqa: E402
+if not __package__:  # run as a file, not with -m: the repository root on the path (benchmarks, dape_core)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.fused_check import BASELINE_FACTOR, BOUNDS  # noqa: E402
+from benchmarks.harness import path_variant  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 from dape_core.settings.attention import (COMPILED_OPTIONS_OFF, CUDA_COMPILED_OPTIONS,  # noqa: E402
                                          compiled_options_text)
 

@@ -33,8 +33,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import machine_info, write_rows  # noqa: E402
+if not __package__:  # run as a file, not with -m: the repository root on the path (benchmarks, dape_core)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.harness import machine_info, write_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "dape_core" / "config" / "measured" / "dispatch_cost.csv"
@@ -59,8 +60,7 @@ def operator_cases() -> dict:
 
 def tiny_step():
     """A whole training step of the tiny preset (op_counts.training_step_counts' step) and its top-level calls."""
-    from op_counts import top_level_calls
-
+    from benchmarks.op_counts import top_level_calls
     from dape_core.model import GPT, GPTConfig
 
     torch.manual_seed(0)

@@ -57,7 +57,8 @@ from pathlib import Path
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if not __package__:  # run as a file, not with -m: the repository root on the path (dape_core)
+    sys.path.insert(0, str(ROOT))
 
 from dape_core import config as grid  # noqa: E402
 from dape_core import io  # noqa: E402

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import machine_info, write_rows  # noqa: E402
+if not __package__:  # run as a file, not with -m: the repository root on the path (benchmarks, dape_core)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.harness import machine_info, write_rows  # noqa: E402
 
 from dape_core.attention import attend  # noqa: E402
 from dape_core.dape import build_processor  # noqa: E402

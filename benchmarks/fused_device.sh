@@ -11,12 +11,11 @@
 #      estimate's rows for them, to commit with the options);
 #   4. feature: the feature map alone, the convolutions against the Triton feature map's kernels at each of
 #      FEATURE_TILES (benchmarks/feature_map.py, feature_map.csv);
-#   5. profile: each fused kernel's device time per tile setting, and the layer's forward-only pass
-#      (fused_profile.csv);
-#   6. eval: evaluation's forward pass of a 350M DAPE1x3-Kerple at T 8192 (fused_eval.csv).
-# STEPS picks among check, feature, layer, step, calibrate, eval, profile (default: all but calibrate and profile);
-# they run in the order above. LAYER_ROWS the layer's rows, LAYER_PROFILE those of them whose kernels step 2 also
-# profiles, METHODS and IMPLS the training steps' cases, CALIBRATE calibrate_gpu.py's arguments. Each step runs
+#   5. eval: evaluation's forward pass of a 350M DAPE1x3-Kerple at T 8192 (fused_eval.csv).
+# STEPS picks among check, feature, layer, step, calibrate, eval (default: all but calibrate); they run in the order
+# above. LAYER_ROWS the layer's rows, LAYER_PROFILE those of them whose kernels step 2 also profiles (each kernel's
+# device time: LAYER_PROFILE=fused for the fused kernel's three, TILES for its tile settings side by side), METHODS
+# and IMPLS the training steps' cases, CALIBRATE calibrate_gpu.py's arguments. Each step runs
 # under its own time limit, LIMIT seconds, so that one that fails or hangs leaves the others' results; with BUDGET,
 # the whole run's seconds, a step gets at most what is left of it and one with under MIN_STEP seconds left is
 # skipped (said in the log): a bounded run's time goes to the first steps first.
@@ -35,7 +34,6 @@ FEATURE_TILES=${FEATURE_TILES:-"8.16.8 4.32.8 2.64.8 2.32.4"}
 IMPLS=${IMPLS:-"materialized compiled fused"}
 METHODS=${METHODS:-"NoPE Kerple DAPE1x3-Kerple"}
 LAYER_PROFILE=${LAYER_PROFILE:-}
-PROFILE_TILES=${PROFILE_TILES:-"16.32.16.16.8 16.32.16.16.8+uncapped 16.32.16.32.8 16.32.16.16.4 16.32.16.32.16"}
 STEPS=" ${STEPS:-check feature layer step eval} "
 BUDGET=${BUDGET:-}
 MIN_STEP=${MIN_STEP:-60}  # a step with fewer seconds of BUDGET left is skipped
@@ -55,7 +53,6 @@ if [ "${SMOKE:-0}" = 1 ]; then
     STEP="--device cpu --size tiny --vocab-size 512 --tokens 128 --rounds 2 --warmup 1"
     LENGTHS=${LENGTHS:-32}
     EVAL="--device cpu --shapes --eval-size tiny --eval-length 48 --vocab-size 512 --rounds 2 --warmup 1"
-    PROFILE="--device cpu --shape 2x40 --heads 4 --head-dim 8 --dape-width 6 --reps 1"
     FEATURE="--device cpu --shapes 1x24 --heads 4 --dape-width 6 --rounds 2 --warmup 1"
     FEATURE_TILES="2.8.4"
     CALIBRATE=${CALIBRATE:-"--device cpu --config configs/gpu.yaml --sizes tiny --methods Kerple DAPE1x3-Kerple \
@@ -65,7 +62,6 @@ if [ "${SMOKE:-0}" = 1 ]; then
 else
     CASES=${CASES:-"kerple:v2-causal:bf16 nope:v1:bf16 fire:v2-same-no-tril:bf16 alibi:v2-k5:bf16"}
     CHECK="" LAYER="--rounds 10" STEP="--rounds 5 --warmup 2" EVAL="--shapes --eval-size 350M --rounds 5"
-    PROFILE="--reps 5"
     FEATURE="--rounds 10"
     # the first two cases: Kerple and DAPE1x3-Kerple (D_DAPE 32) at T 512 × 32, 8 micro-batches a step
     CALIBRATE=${CALIBRATE:-"--config configs/paper.yaml --sizes 125M --methods Kerple DAPE1x3-Kerple --train-lens 512 \
@@ -112,12 +108,6 @@ if has check; then
     for case in $CASES; do
         timeout "$(limit)" $PY benchmarks/fused_check.py $CHECK --cases "$case" \
             --out "/tmp/fused_check_${case//:/_}.csv" &
-        pids+=($!)
-    done
-fi
-if has profile; then  # each setting compiled in its own process, beside the checks
-    for spec in $PROFILE_TILES; do
-        timeout "$(limit)" $PY benchmarks/fused_profile.py $PROFILE --tiles "$spec" --warm-only > /dev/null 2>&1 &
         pids+=($!)
     done
 fi
@@ -180,10 +170,6 @@ fi
 if has feature; then
     run "feature map timing" $PY benchmarks/feature_map.py $FEATURE --tiles $FEATURE_TILES \
         --out "$OUT/feature_map.csv"
-fi
-if has profile; then
-    run "profile" $PY benchmarks/fused_profile.py $PROFILE --tiles $PROFILE_TILES --forward-only \
-        --out "$OUT/fused_profile.csv"
 fi
 if has eval; then
     run "evaluation timing" $PY benchmarks/fused_layer.py $EVAL --out "$OUT/fused_eval.csv"

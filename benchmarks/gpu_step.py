@@ -36,8 +36,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import machine_info, path_options, path_variant, write_rows  # noqa: E402
+if not __package__:  # run as a file, not with -m: the repository root on the path (benchmarks, dape_core)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.harness import machine_info, path_options, path_variant, write_rows  # noqa: E402
 
 from dape_core.methods import parse_method  # noqa: E402
 from dape_core.model import GPT, GPTConfig  # noqa: E402

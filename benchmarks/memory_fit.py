@@ -37,13 +37,13 @@ from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from calibrate_gpu import case_model, cases  # noqa: E402
-from gpu_step import case_settings  # noqa: E402
-from harness import write_rows  # noqa: E402
+if not __package__:  # run as a file, not with -m: the repository root on the path (benchmarks, dape_core)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.calibrate_gpu import case_model, cases  # noqa: E402
+from benchmarks.gpu_step import case_settings  # noqa: E402
+from benchmarks.harness import write_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 from dape_core import memory  # noqa: E402
 from dape_core.errors import ConfigError  # noqa: E402
 from dape_core.methods import method_label  # noqa: E402

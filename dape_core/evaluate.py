@@ -6,8 +6,9 @@ The score at length L is the perplexity of the last ``window`` tokens (paper: 25
 effective window is in each row). A document contributes windows ending at its end, then every ``window``
 tokens earlier, while the longest context still fits; ``max_windows`` caps them (seeded choice). At lengths up to
 the training length, where a window costs least and the windows' part of a comparison's seed noise is largest
-(``benchmarks/window_count.py``), ``max_windows_within`` windows may be scored: the same ``max_windows`` and more
-from the same documents (:func:`more_anchors`), so a statistic over several lengths reads the windows they share.
+(benchmarks/results/README.md, window count), ``max_windows_within`` windows may be scored: the same
+``max_windows`` and more from the same documents (:func:`more_anchors`), so a statistic over several lengths reads
+the windows they share.
 
 ΔP (appendix A, eq. 6) = P(M(x[−T_train:]), w) − P(M(x), w) with w = ``delta_p_window`` (default the training
 length): positive when the context beyond the training length helps.

@@ -10,7 +10,7 @@ over its timed runs). A worker builds its model and runs ``warmup`` untimed runs
 that no method always goes first; one worker computes at a time. That is one *block*; ``blocks`` blocks run one
 after another, each with fresh worker processes (the order in which they build rotated too): a process's own
 speed — where its threads run, how its memory lies — is shared by all its rounds, and on a 2-core CPU it moves a
-method's median between processes by more than its rounds scatter (benchmarks/timing_protocol.py), so an interval
+method's median between processes by more than its rounds scatter (benchmarks/results/README.md), so an interval
 reads blocks, not rounds. What changes between jobs — another moment, another placement of the job on the
 machine — moves it too, so the workflow repeats a timing job as ``replicates`` separate jobs (``--replicate`` k,
 recorded in every row) and merges them (``--merge``): every size and method of a replicate shares its blocks, and

@@ -14,11 +14,10 @@ import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests"))
-import adopt_device_run  # noqa: E402
-import memory_fit  # noqa: E402
 from test_benchmarks import DEVICE_ROWS, DEVICE_TIMES, write_device_run  # noqa: E402
+
+from benchmarks import adopt_device_run, memory_fit  # noqa: E402
 
 from dape_core import measured  # noqa: E402
 from dape_core.settings.attention import COMPILED_OPTIONS_OFF, measured_compiled_options  # noqa: E402

@@ -1,8 +1,6 @@
 """benchmarks/bench_dape.py runs end to end on its quick suite and writes one row per method; a compiled variant
 that cannot compile (here: no working C++ compiler) is left out with its reason, the other methods still timed."""
 
-import json
-import math
 import os
 import subprocess
 import sys
@@ -12,11 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
+from benchmarks import bench_dape
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "bench_dape.py"
-
-sys.path.insert(0, str(SCRIPT.parent))
-import bench_dape  # noqa: E402
 
 
 def test_compiled_variants_are_listed_only_when_asked():
@@ -54,24 +51,6 @@ def test_a_group_naming_methods_times_only_those_and_each_name_exists():
             assert kept == [label for label in offered if label in group["methods"]]
             compiled = [m["label"] for m in bench_dape.group_methods(group, compiled=True)]
             assert "Kerple compiled" in compiled and "DAPE-Kerple plain" not in compiled
-
-
-def test_miniature_scale_collects_the_explosion_statistic_of_each_finished_variant(tmp_path):
-    import json
-
-    import miniature_scale
-
-    name, encoding = "v320-L2-T32-S1200", "rope"
-    out = tmp_path / "runs" / f"{name}-{encoding}"
-    out.mkdir(parents=True)
-    ppl = [10.0, 12.0, 30.0, 25.0, 20.0]  # the largest ratio is at ×4, not at the longest length
-    pd.DataFrame({"eval_len": [32 * m for m in miniature_scale.MULTIPLES], "ppl": ppl}).to_csv(out / "eval.csv")
-    (out / "summary.json").write_text(json.dumps({"wall_s": 12.34}))
-    table = miniature_scale.collect(tmp_path)
-    assert len(table) == 1  # variants without an eval.csv are left out
-    row = table.iloc[0]
-    assert (row["variant"], row["encoding"], row["vocab_size"], row["train_len"], row["steps"]) == (name, encoding, 320, 32, 1200)
-    assert row["ppl_x4"] == 30.0 and row["largest_ratio"] == 3.0
 
 
 def test_gpu_step_times_every_method_round_robin_with_ratios(tmp_path):
@@ -141,7 +120,7 @@ def test_gpu_step_times_dape_on_each_named_path(tmp_path):
 
 
 def test_path_variants_name_the_paths_options():
-    from harness import path_variant
+    from benchmarks.harness import path_variant
 
     assert path_variant("compiled") == ("compiled", {})
     assert path_variant("compiled-triton-keep") == ("compiled", {"feature_map": "triton", "recompute_scores": False})
@@ -158,11 +137,10 @@ def test_the_device_commands_in_the_docs_name_rows_and_cases_the_benchmarks_take
     case a path gpu_step.py builds, every FEATURE_TILES setting a tile the kernels take."""
     import re
 
-    import fused_layer
-
+    from benchmarks import fused_layer
+    from benchmarks.harness import path_variant
     from dape_core.implementations.feature_map import FeatureTiles
     from dape_core.settings.attention import FEATURE_MAPS
-    from harness import path_variant
 
     text = (ROOT / "docs" / "performance.md").read_text().replace("\\\n", " ")
     found = {name: " ".join(re.findall(rf'{name}="([^"]*)"', text)).split()
@@ -184,7 +162,7 @@ def test_a_rows_scope_gives_the_paths_exactly_its_options_whatever_the_cuda_defa
     the entry's own choice after; the TF32 switch itself is never touched outside the score products."""
     import dape_core.attention as attention
     import dape_core.implementations as implementations
-    from harness import path_options
+    from benchmarks.harness import path_options
 
     monkeypatch.setattr(implementations, "CUDA_COMPILED_OPTIONS", {"feature_map": "triton", "causal_chunks": 4,
                                                                    "tf32_scores": True})
@@ -212,7 +190,7 @@ def test_gpu_step_runs_a_triton_case_with_the_triton_feature_map_and_the_others_
     """``impl-triton``: the case's steps (and no other case's) compute f with the Triton kernels, ``-c4`` in 4
     chunks per layer, and the paths' entry points are themselves again after each step."""
     _interpreted_env()
-    import gpu_step
+    from benchmarks import gpu_step
 
     import dape_core.attention as attention
     import dape_core.implementations.feature_map as feature_map
@@ -267,22 +245,10 @@ def test_fused_layer_benchmark_times_every_row_and_states_the_fused_error(tmp_pa
                                                                                                    "forward_gflop"]
 
 
-def test_verify_cost_times_each_split_and_file_and_extrapolates(tiny_corpus, tmp_path):
-    out = tmp_path / "verify_cost.csv"
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "verify_cost.py"), "--data-dir",
-                             str(tiny_corpus), "--scratch-mb", "4", "--repeats", "2", "--out", str(out)],
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    rows = pd.read_csv(out).set_index("case")
-    assert {"load_split train", "load_split val", "sha256 train.bin", "sha256 4 MiB scratch"} <= set(rows.index)
-    extrapolated = rows.loc["extrapolated: 3.3 GB of tokens"]
-    assert extrapolated["ms"] == pytest.approx(3.3e9 / (extrapolated["gb_per_s"] * 1e9) * 1000)
-
-
 def test_fused_check_passes_the_kernel_and_fails_a_wrong_gradient(monkeypatch):
     import argparse
 
-    import fused_check
+    from benchmarks import fused_check
     args = argparse.Namespace(batch=2, length=20, heads=2, head_dim=8, dape_width=4)
     row = fused_check.check("kerple:v2-causal", args, torch.device("cpu"))
     assert row["ok"] and row["repeatable"] and row["tensors"] >= 10 and row["worst_error"] < 1e-5
@@ -299,23 +265,10 @@ def test_fused_check_passes_the_kernel_and_fails_a_wrong_gradient(monkeypatch):
 
 
 def test_a_conv2_bias_gradient_is_measured_against_its_weights_gradient():
-    import fused_check
+    from benchmarks import fused_check
     reference = {"grad processor.conv2.bias": torch.tensor([1e-12]), "grad processor.conv2.weight": torch.ones(4)}
     assert fused_check.scale(reference, "grad processor.conv2.bias") == 2.0
     assert fused_check.scale(reference, "grad processor.conv2.weight") == 2.0
-
-
-def test_fused_profile_times_each_tile_setting_and_the_forward_only_pass(tmp_path):
-    out = tmp_path / "fused_profile.csv"
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fused_profile.py"), "--device", "cpu",
-                             "--shape", "2x20", "--heads", "2", "--head-dim", "8", "--dape-width", "4", "--reps", "1",
-                             "--tiles", "16.16.4.16.4", "16.16.4.16.4+frozen", "--forward-only", "--out", str(out)],
-                            capture_output=True, text=True, timeout=600, env=_interpreted_env())
-    assert result.returncode == 0, result.stderr[-2000:]
-    rows = pd.read_csv(out).set_index("tiles")
-    assert list(rows.index) == ["16.16.4.16.4", "16.16.4.16.4+frozen", "forward-only materialized",
-                                "forward-only fused"]
-    assert (rows["wall_ms"] > 0).all()
 
 
 def test_fused_compile_reports_the_resources_of_each_kernel_without_a_gpu():
@@ -332,7 +285,7 @@ def test_fused_compile_reports_the_resources_of_each_kernel_without_a_gpu():
 def test_the_feature_map_floors_count_the_kernels_padded_products():
     """The 125M layer's map (C 24, D_DAPE 32, H 12, k 3; padded 32, 32, 16): 10,752 multiply-adds per pixel
     forward (Conv1 once per Conv2 tap), 12,288 backward; DAPE V1 (k 1) 1,536 and 4,096."""
-    import feature_map
+    from benchmarks import feature_map
 
     assert feature_map.floor_flop(1000, 24, 32, 12, 3) == pytest.approx(
         dict(forward_gflop=2 * 1000 * 10_752 / 1e9, backward_gflop=2 * 1000 * 12_288 / 1e9))
@@ -445,115 +398,6 @@ def test_the_device_script_refuses_a_budget_that_is_not_whole_seconds(tmp_path):
     assert done.returncode == 2 and "BUDGET: 9m is not allowed; allowed values: a whole number" in done.stderr
 
 
-def committed_run(tmp_path: Path) -> Path:
-    """A copy of the committed default run's per-seed tables and design, with their seals."""
-    import shutil
-
-    run = tmp_path / "reports"
-    run.mkdir()
-    for name in ("lm_results.csv", "lm_windows.csv", "che_results.csv", "sink.csv", "design.json"):
-        for suffix in ("", ".sha256"):
-            shutil.copy(ROOT / "reports" / f"{name}{suffix}", run / f"{name}{suffix}")
-    return run
-
-
-def test_the_design_ceiling_sizes_every_claim_on_every_seed_and_refuses_a_damaged_table(tmp_path):
-    """benchmarks/design_ceiling.py on the committed default run: at each budget the kept claims fit it and grow
-    with it, every claim is kept or says why not; a cut table stops with one line naming it."""
-    import design_ceiling
-
-    run = committed_run(tmp_path)
-    out = tmp_path / "ceiling.csv"
-    assert design_ceiling.main(["--reports", str(run), "--budget-minutes", "35", "1000", "--max-seeds", "16",
-                                "--out", str(out)]) == 0
-    rows = pd.read_csv(out)
-    claims = set(pd.read_csv(ROOT / "reports" / "claims.csv")["claim_id"])
-    kept = {}
-    for budget, g in rows.groupby("budget_minutes"):
-        assert set(g["claim_id"]) == claims and len(g) == len(claims)
-        assert g.loc[g["kept"], "cumulative_minutes"].max() <= budget
-        assert g.loc[~g["kept"], "why"].str.len().gt(0).all()
-        kept[budget] = set(g.loc[g["kept"], "claim_id"])
-    assert kept[35.0] and kept[35.0] <= kept[1000.0]
-    lm = run / "lm_results.csv"
-    lm.write_text(lm.read_text()[:2000])
-    with pytest.raises(SystemExit) as stop:
-        design_ceiling.main(["--reports", str(run), "--out", str(out)])
-    assert "lm_results.csv" in str(stop.value) and "\n" not in str(stop.value)
-
-
-def test_sizing_noise_measures_the_prior_degrees_of_freedom_of_the_sizing_sigma(tmp_path):
-    """benchmarks/sizing_noise.py on the committed default run: each paired check's pilot σ (own, pooled) against
-    its fresh σ, a d₀ no smaller than the shipped PRIOR_DF (7.9 on the `f50a77b` run that set it; unbounded on the
-    run committed now, whose own spreads scatter about the pool no more than sampling does): the design pools no
-    more than the data support. The moderated σ puts fewer checks below half the fresh σ than the own σ alone (the
-    error that spends a claim's seeds and leaves it UNDECIDED) and errs less than the pool as a floor. Its mean
-    error against the own σ's depends on the pilot: less with two seeds (`8c95d6b`: 0.43 against 0.54), level with
-    three (the run committed now: 0.60 against 0.58), so it is not asserted."""
-    import sizing_noise
-
-    from dape_core.report.claim_context import PRIOR_DF
-
-    run = committed_run(tmp_path)
-    out = tmp_path / "sizing.csv"
-    assert sizing_noise.main(["--reports", str(run), "--out", str(out)]) == 0
-    rows = pd.read_csv(out)
-    seeds = pd.to_numeric(pd.read_csv(run / "lm_results.csv")["seed"])
-    fresh_from = json.loads((run / "design.json").read_text())["fresh_seeds_from"]
-    pilot_seeds = seeds[seeds < fresh_from].nunique()
-    assert len(rows) >= 10 and (rows["fresh_seeds"] >= 3).all()
-    assert rows["pilot_seeds"].between(1, pilot_seeds).all() and (rows["pilot_seeds"] == pilot_seeds).any()
-    d0 = sizing_noise.prior_df(rows)
-    assert d0 > PRIOR_DF - 1
-    own = sizing_noise.errors(rows, rows["own σ"])
-    floor = sizing_noise.errors(rows, sizing_noise.moderated(rows, math.inf))
-    mod = sizing_noise.errors(rows, sizing_noise.moderated(rows, PRIOR_DF))
-    assert mod["below_half"] < own["below_half"]
-    assert mod["mean_abs_log_error"] < floor["mean_abs_log_error"]
-
-
-@pytest.mark.parametrize("script, option, value", [("design_ceiling", "--max-seeds", "0"),
-                                                   ("design_ceiling", "--budget-minutes", "-5"),
-                                                   ("design_ceiling", "--max-seeds", "many"),
-                                                   ("sizing_noise", "--min-fresh", "1")])
-def test_the_design_benchmarks_refuse_a_bad_number_naming_the_option_and_the_allowed_values(script, option, value,
-                                                                                            capsys):
-    import importlib
-
-    with pytest.raises(SystemExit) as stop:
-        importlib.import_module(script).main([option, value])
-    assert stop.value.code == 2
-    err = capsys.readouterr().err
-    assert f"argument {option}" in err and "allowed values" in err
-
-
-def test_window_count_measures_the_seed_noise_of_more_windows_and_refuses_a_bad_number(tmp_path, capsys):
-    """benchmarks/window_count.py's measurement: a pair's σ on the first W windows, W = the run's count first (ratio
-    1), and a window count where the pair's window noise averages away needing fewer seeds; a directory that holds
-    no run, and a count below the allowed, stop with one line naming them."""
-    import numpy as np
-    import window_count
-
-    rng = np.random.default_rng(0)
-    rows = []
-    for seed in range(6):
-        shared = rng.normal(0, 0.02)  # what the seed does to both runs
-        for run, sd in (("a", 0.3), ("b", 0.3)):
-            losses = 3 + shared + rng.normal(0, sd, 256)  # window by window: averages away with more windows
-            rows += [{"run": run, "seed": seed, "eval_len": 32, "order": i, "loss": v, "setting": "s"}
-                     for i, v in enumerate(losses)]
-    table = window_count.noise(pd.DataFrame(rows), [16, 256], min_seeds=5)
-    paired = table[table["kind"] == "paired"].set_index("windows")
-    assert paired.loc[16, "seeds_ratio"] == 1.0 and paired.loc[256, "seeds_ratio"] < 0.5
-    assert set(table["kind"]) == {"paired", "one run"} and (table["seeds"] == 6).all()
-    with pytest.raises(SystemExit) as stop:
-        window_count.main(["--workdir", str(tmp_path), "--out", str(tmp_path / "w.csv")])
-    assert str(tmp_path) in str(stop.value) and "\n" not in str(stop.value)
-    with pytest.raises(SystemExit) as stop:
-        window_count.main(["--workdir", str(tmp_path), "--min-seeds", "1"])
-    assert stop.value.code == 2 and "--min-seeds" in capsys.readouterr().err
-
-
 def write_device_run(run: Path, layer: dict, errors: dict | None = None, steps: dict | None = None) -> Path:
     """A device run's fused_layer.csv (``layer``: {row: (ms at B 32 × T 512, ms at B 8 × T 2048)}; ``errors``:
     {row: error of every tensor}, default 1e-2 for each row) and, with ``steps``, its gpu_step.csv ({impl: (ms at
@@ -586,7 +430,7 @@ DEVICE_TIMES = [(3.0, 7.7), (9.7, 29.6), (5.7, 18.0), (4.3, 12.0), (5.3, 16.5), 
 def test_cuda_options_sets_each_option_measured_faster_with_the_same_error(tmp_path, capsys):
     """The documented device rows: each option pairs with the row without it; faster at both shapes and in both
     steps, errors as the row without it → all three set (and the names round-trip)."""
-    import cuda_options
+    from benchmarks import cuda_options
 
     layer = dict(zip(DEVICE_ROWS, DEVICE_TIMES))
     steps = {"compiled-keep": (164.0, 399.0), "compiled-triton-keep": (120.0, 300.0),
@@ -615,7 +459,7 @@ def test_cuda_options_keeps_an_option_off_where_the_run_does_not_show_it_faster_
     measured without it too (TF32 without the chunks) is judged there."""
     import pandas as pd
 
-    import cuda_options
+    from benchmarks import cuda_options
 
     layer = dict(zip(DEVICE_ROWS, DEVICE_TIMES))
     errors, steps = {}, None
@@ -640,7 +484,7 @@ def test_cuda_options_keeps_an_option_off_where_the_run_does_not_show_it_faster_
 
 
 def test_cuda_options_takes_the_fastest_passing_chunk_count_and_refuses_a_run_without_the_layer(tmp_path, capsys):
-    import cuda_options
+    from benchmarks import cuda_options
 
     layer = {"compiled-keep": (9.7, 29.6), "compiled-keep-c2": (8.0, 25.0), "compiled-keep-c4": (7.0, 22.0),
              "compiled-keep-c8": (7.5, 22.5)}  # c4: the least summed time
@@ -689,7 +533,7 @@ def test_the_device_script_states_the_options_its_rows_support_and_calibrates_wi
 def test_calibrate_gpu_takes_the_compiled_paths_options_it_is_given_and_refuses_others_by_name(monkeypatch):
     import importlib
 
-    import calibrate_gpu
+    from benchmarks import calibrate_gpu
 
     import dape_core.implementations as implementations
     from dape_core.settings.attention import parse_compiled_options

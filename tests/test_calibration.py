@@ -188,8 +188,7 @@ def test_calibrate_gpu_on_the_cpu_writes_rows_the_estimate_uses_as_measured(tmp_
 
 def test_a_case_with_its_gpu_memory_runs_as_its_job_would(tmp_path):
     """resources.train_lm.gpu_mem_gb: the timed step takes the memory model's pieces and recompute_scores."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import calibrate_gpu
+    from benchmarks import calibrate_gpu
     from dape_core.memory import training_memory
 
     config = calibrated_config()

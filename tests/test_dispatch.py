@@ -5,7 +5,6 @@ named; a calibration row overrides; a damaged CSV is refused in one line naming 
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -17,7 +16,6 @@ from dape_core.config.__main__ import main as config_main
 from dape_core.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
 TOLERANCE = 0.02  # relative: the fitted arithmetic against a fresh count (dispatch.FIT_TOLERANCE)
 
 METHODS = [  # (method settings, n_layer, micro-batches): a depth the fit never saw, and grad_accum > 1
@@ -32,7 +30,7 @@ BASE = dict(tril=True, padding="same", encoding_shared=None, precision="fp32")
 def test_the_arithmetic_matches_a_fresh_profiler_count(method, n_layer, micro):
     """calls = micro × (micro_constant + micro_per_layer·L) + optimizer_constant + optimizer_per_layer·L, with the
     committed CSV's coefficients, equals what torch.profiler counts now, at another depth and a small shape."""
-    from op_counts import training_step_counts
+    from benchmarks.op_counts import training_step_counts
 
     settings = {**BASE, **method}
     fresh = training_step_counts(settings, n_layer=n_layer, size="tiny", length=8, batch=2, grad_accum=micro)

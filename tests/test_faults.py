@@ -13,10 +13,8 @@ import pytest
 
 from workflow_fixture import REPO, SMOKE_REPORTS, smoke_run  # noqa: F401
 
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-from faults import (FAULTS, HUGE, KINDS, OTHER_SETTINGS, compare_reports, damage, killed_run, orphan_seals,  # noqa: E402
-                    run, run_snakemake, snakemake_command, with_duplicate_key, with_sizes)
+from benchmarks.faults import (FAULTS, HUGE, KINDS, OTHER_SETTINGS, compare_reports, damage, killed_run, orphan_seals,
+                               run, run_snakemake, snakemake_command, with_duplicate_key, with_sizes)
 
 CONFIG = REPO / "configs" / "smoke.yaml"
 

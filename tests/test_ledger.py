@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pandas as pd
 import pytest
 
 from workflow_fixture import REPO
 
-sys.path.insert(0, str(REPO / "benchmarks"))
+from benchmarks import ledger
 
 
 def git(root, *args):
@@ -32,8 +31,6 @@ def claims_csv(verdicts: dict) -> str:
 
 
 def test_the_ledger_lists_each_committed_look_with_its_block_protocol_and_verdicts(tmp_path):
-    import ledger
-
     from dape_core.report.protocol import looks_line
 
     git(tmp_path, "init", "-q")
@@ -55,8 +52,6 @@ def test_the_ledger_lists_each_committed_look_with_its_block_protocol_and_verdic
 
 
 def test_a_shallow_clone_stops_in_one_line(tmp_path):
-    import ledger
-
     source = tmp_path / "source"
     source.mkdir()
     git(source, "init", "-q")

@@ -7,20 +7,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 import types
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from benchmarks import memory_fit
 from dape_core import implementations, memory
 from dape_core.model import GPTConfig
 from dape_core.settings.attention import COMPILED_OPTIONS_OFF
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import memory_fit  # noqa: E402
 
 KEPT = dict(size="125M", vocab_size=50304, encoding="kerple", processor="dape_v2", kernel_size=3,
             recompute_scores=False, attention_impl="compiled")

@@ -1,23 +1,20 @@
 """The verdict rules are calibrated: two identically distributed methods are decided at most 7 % of the time
 (nominal 5 %) at every basis the claims use — 1 seed with a borrowed σ, 2, 3, 4, 5 and 8 seeds, paired, unpaired and
 one run's own statistic, the seeds' own spread, with and without per-window data, in three noise regimes — and the
-timing rule on interleaved rounds (benchmarks/verdict_calibration.py, the shipped simulation)."""
+timing rule on interleaved rounds (dape_core.report.calibration, the shipped simulation)."""
 
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from dape_core.report import calibration as vc
+from dape_core.report import intervals
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import verdict_calibration as vc  # noqa: E402
-
-from dape_core.report import intervals  # noqa: E402
 
 TRIALS = 500  # per window variant: 1000 per basis × seeds × regime (Monte-Carlo SE 0.7 %)
 
@@ -380,7 +377,7 @@ def test_holms_step_down_keeps_the_familys_false_decisions_within_5_percent():
 
 
 def test_holms_step_down_holds_in_the_suite():
-    from verdict_rules.holm import holm_cell
+    from dape_core.report.calibration.holm import holm_cell
 
     row = holm_cell((12, 3, "equal noise", 300, 5))
     assert row["false_decisions"] <= 0.09 and float(row["sigma_from"].rsplit(": ", 1)[1].split()[0]) > 0.3

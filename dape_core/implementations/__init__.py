@@ -27,7 +27,7 @@ is a row of :data:`~dape_core.implementations.registry.PATHS` (its entry, device
 * ``fused`` — :mod:`dape_core.implementations.fused`: one Triton kernel per pass (FlashAttention-2's tiling with
   the processor on chip), no [batch, H, T, T] tensor; CUDA with Triton (the ``gpu`` extra), or Triton's CPU
   interpreter in the tests. ``auto`` picks it where it measured faster, for gradient-free passes on CUDA
-  (``benchmarks/fused_layer.py``, ``benchmarks/fused_profile.py``, ``docs/performance.md``).
+  (``benchmarks/fused_layer.py``, ``docs/performance.md``).
 
 The materialized and compiled paths compute f with the layer's own convolutions (cuDNN on a GPU) or, with
 ``feature_map="triton"``, with the kernels of :mod:`dape_core.implementations.feature_map` (one streaming pass each

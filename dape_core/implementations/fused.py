@@ -46,8 +46,8 @@ class FusedTiles:
     ``num_warps``); the backward kernels' ``backward_key_tile`` (raised to fit 4·(k − 1) + 8) and
     ``backward_warps``; ``programs`` persistent programs (None: four per streaming multiprocessor on CUDA, at most
     8 elsewhere); ``cap_registers``: pass ptxas the register ceiling of :func:`register_ceiling`. The defaults
-    measured fastest of the settings that fit the 125M shape's layer on an H200 (``benchmarks/fused_profile.py``;
-    docs/performance.md has the table)."""
+    measured fastest of the settings that fit the 125M shape's layer on an H200 (benchmarks/results/README.md,
+    fused kernel profile; docs/performance.md has the table)."""
 
     block_rows: int = 16
     key_tile: int = 32

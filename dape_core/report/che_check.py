@@ -33,8 +33,8 @@ def che_beats_kerple(ctx: Context, t: Mapping) -> list[dict]:
     above ``t["margin"]``, lost below 0; the claim holds on more than half the tasks. A task's interval reads its
     own seeds: paired by seed, the spread of its per-seed differences (ν = n − 1), else each side's own spread
     (Welch, :func:`~dape_core.report.intervals.welch`) — tasks and methods differ in noise, and a σ pooled over the
-    cells decides a noisier task's identical methods beyond 5 % of the time (``benchmarks/verdict_calibration.py
-    --only sink``); with one seed the pooled σ sizes the seeds a verdict needs (a plan,
+    cells decides a noisier task's identical methods beyond 5 % of the time (``python -m
+    dape_core.report.calibration --only sink``); with one seed the pooled σ sizes the seeds a verdict needs (a plan,
     :func:`~dape_core.report.claim_context.own_or_borrowed`) and the task is UNDECIDED."""
     che = of_role(ctx.che, "che")
     if che is None or che.empty:

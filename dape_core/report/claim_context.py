@@ -222,7 +222,7 @@ def seed_unit(ctx: Context, parts) -> np.ndarray:
 def own_or_borrowed(borrowed: SeedNoise | None, n_seeds: int) -> SeedNoise | None:
     """The σ a side of a comparison (or a run's own statistic) reads: its own seeds' spread (None: the interval
     computes it, ν = n − 1) with two or more seeds — methods differ in noise, and a σ pooled over them decides a
-    noisier method's comparisons too often (``benchmarks/verdict_calibration.py --only heterogeneity``) —; with
+    noisier method's comparisons too often (``python -m dape_core.report.calibration --only heterogeneity``) —; with
     one, the ``borrowed`` σ of its setting as a plan only (said so in the basis): it sizes the seeds a verdict
     needs, and the interval is (−∞, +∞)."""
     if n_seeds >= 2:
@@ -232,7 +232,7 @@ def own_or_borrowed(borrowed: SeedNoise | None, n_seeds: int) -> SeedNoise | Non
 
 #: the prior degrees of freedom of a pair's σ² about its setting's pooled σ² (:func:`sizing_sd`): measured 7.9 by
 #: the method of moments on the default run's paired checks, pilot against fresh seeds
-#: (``benchmarks/sizing_noise.py``, benchmarks/results/sizing_noise.csv)
+#: (benchmarks/results/sizing_noise.csv; benchmarks/results/README.md, sizing noise)
 PRIOR_DF = 8
 
 
@@ -261,7 +261,7 @@ def compare(ctx: Context, ra: pd.DataFrame, rb: pd.DataFrame, lengths_a, lengths
     length and budget) and seed —, with the σ of the pair's own per-seed differences (ν = n − 1; with one shared
     seed there is none: UNDECIDED, :data:`NO_PAIR_SPREAD`): methods do not share one noise level (a method whose
     seeds scatter more than the grid's pooled σ decides identical methods far beyond 5 % of the time with it,
-    ``benchmarks/verdict_calibration.py --only heterogeneity``). With one shared seed the interval's ``unit_sd`` is
+    ``python -m dape_core.report.calibration --only heterogeneity``). With one shared seed the interval's ``unit_sd`` is
     the setting's interaction σ pooled over its methods (of its regime; borrowed where it has one seed), which
     sizes the seeds a verdict would need (a plan, never a verdict), and in a design's pilot the pooled σ towards
     which the σ that sizes the fresh seeds is moderated (:func:`sizing_sd`); otherwise unpaired over all their seeds

@@ -10,13 +10,13 @@ from dape_core.report.intervals import CONFIRMED, LEVEL, MAX_SEEDS, NOT_RUN, REF
 #: what benchmarks/results/verdict_calibration.csv shows of the rules (tests/test_verdict_calibration.py reads it
 #: against the file)
 CALIBRATION = (
-    "benchmarks/verdict_calibration.py shows every rule the claims decide by — each basis of an interval, Welch's "
-    "comparison at unequal seed counts (computed exactly), the timing, sink and CHE rules, the informational "
-    "kernel-size claim decided by one of m comparisons at the Bonferroni level 1 − 0.05/m, and claims read over "
-    "their checks — decides two identical methods at most 5 % of the time within Monte-Carlo error, the "
-    "comparisons read on their own spread also where one method, task or encoding is 2× or 3× noisier than the "
-    "others; and at Holm's strictest level 1 − 0.05/18 the interval bases, Welch's comparison and the timing rule "
-    "at most 0.28 % within the error of 20,000 trials a cell (exact for Welch's; "
+    "The calibration (python -m dape_core.report.calibration) shows every rule the claims decide by — each basis "
+    "of an interval, Welch's comparison at unequal seed counts (computed exactly), the timing, sink and CHE rules, "
+    "the informational kernel-size claim decided by one of m comparisons at the Bonferroni level 1 − 0.05/m, and "
+    "claims read over their checks — decides two identical methods at most 5 % of the time within Monte-Carlo "
+    "error, the comparisons read on their own spread also where one method, task or encoding is 2× or 3× noisier "
+    "than the others; and at Holm's strictest level 1 − 0.05/18 the interval bases, Welch's comparison and the "
+    "timing rule at most 0.28 % within the error of 20,000 trials a cell (exact for Welch's; "
     "benchmarks/results/verdict_calibration.csv, docs/verdicts.md).")
 
 HOW_TO_READ = (

@@ -20,7 +20,7 @@ seed's statistic:
 - with one seed and no estimate, (−∞, +∞): UNDECIDED; with one seed and a σ borrowed for it (``plan_only``: the
   claims borrow one for a run or an unpaired side with one seed), (−∞, +∞) as well, the σ kept to size the seeds a
   verdict needs — a method noisier than the σ it borrows can be decided beyond 5 % of the time
-  (``benchmarks/verdict_calibration.py --only heterogeneity``).
+  (``python -m dape_core.report.calibration --only heterogeneity``).
 
 Two methods trained on the same initialisation and batch stream (same setting, same seed) are compared by
 :func:`interval` on the per-seed differences ("paired"; the claims read them with the pair's own spread,
@@ -29,7 +29,7 @@ with σ_B²/n_B + σ_A²/n_A (Welch, *Biometrika* 34, 1947) on the fewer of the 
 conservative ν, :func:`welch`: Welch–Satterthwaite's decides identical methods beyond 5 % when one side has few
 seeds).
 
-Calibration: :mod:`benchmarks.verdict_calibration` simulates two identically distributed methods (seed main
+Calibration: :mod:`dape_core.report.calibration` simulates two identically distributed methods (seed main
 effect, method × seed interaction, window effects and per-window noise; the interaction, the seed main effect or
 the windows dominating) at every basis used here — 1 seed with the grid's σ, 2, 3, 4, 5 and 8 seeds, paired and
 unpaired, with and without per-window data — and counts how often :func:`decide` calls them different at a zero
@@ -248,7 +248,7 @@ def welch(noise_b: SeedNoise, n_b: int, noise_a: SeedNoise, n_a: int) -> tuple[f
     variances); one estimate serving both sides (the same source) keeps its own ν — it is not two.
     Welch–Satterthwaite's ν, which grows whenever the smaller side's σ comes out small by chance, decides identical
     methods up to 7.5 % of the time at 3 seeds against 22 and 1.9 % at 1 − 0.05/18 (:func:`satterthwaite`; exact rates:
-    ``benchmarks/verdict_calibration.py --only welch``)."""
+    ``python -m dape_core.report.calibration --only welch``)."""
     vb, va = noise_b.sd ** 2 / n_b, noise_a.sd ** 2 / n_a
     se2 = vb + va
     if se2 == 0:

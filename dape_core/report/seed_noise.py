@@ -136,7 +136,7 @@ def table_variance(table: np.ndarray, paired: bool) -> tuple[float, float] | Non
     MS_seed = R Σ_s (V̄_·s − V̄)² / (S − 1) included, on S − 1 degrees of freedom — the fewest of its two parts
     (all runs share β, which the table sees S times). Satterthwaite's ν (*Biometrics Bulletin* 2, 1946) would be
     larger, but from mean squares of 1–4 degrees of freedom it decides two identical runs up to 11 % of the time
-    where β dominates (benchmarks/verdict_calibration.py); S − 1 is conservative. None without degrees of freedom
+    where β dominates (dape_core.report.calibration); S − 1 is conservative. None without degrees of freedom
     (a single run: its own spread, S − 1)."""
     table = np.asarray(table, dtype=float)
     if table.ndim != 2 or table.shape[1] < 2:

@@ -20,7 +20,7 @@ def sink_stronger(ctx: Context, t: Mapping) -> list[dict]:
     the mean over its sequences of the log layer-mean sink mass; DAPE1x3-X is compared with DAPE-X paired by seed
     and sequence (the attention-map runs of one setting share initialisation, batch stream and sequences), on the
     spread of the pair's own per-seed differences (ν = n − 1): encodings differ in noise, and a σ pooled over them
-    decides a noisier pair's identical methods beyond 5 % of the time (``benchmarks/verdict_calibration.py --only
+    decides a noisier pair's identical methods beyond 5 % of the time (``python -m dape_core.report.calibration --only
     sink``). With one shared seed, the σ of the paired differences pooled over the encodings with several seeds at
     that length sizes the seeds a verdict needs (a plan, :func:`~dape_core.report.claim_context.own_or_borrowed`)
     and the interval is (−∞, +∞)."""

@@ -20,8 +20,8 @@ Bases (those of :mod:`dape_core.report.intervals`, as the claims use them):
 - three regimes: seed noise dominating (interaction SD 2 × the windows' SE of a method's mean, seed main effect
   3 ×), the seed main effect dominating (4 × and 0.5 ×) and window noise dominating (0.5 × and 0.25 ×);
 - ``timing``: the timing rule's rise of ms(A) / ms(B) between two sizes of two identical methods
-  (:mod:`verdict_rules.timing`): interleaved rounds (a round effect shared by the workers of a round, log-normal
-  noise, outliers), each worker's process effect drawn once per block of fresh processes, and a job effect drawn
+  (:mod:`.timing`): interleaved rounds (a round effect shared by the workers of a round, log-normal noise,
+  outliers), each worker's process effect drawn once per block of fresh processes, and a job effect drawn
   once per job for each size × method (none, SD 0.04 as measured across runs of the design before, 0.1, and
   t₃-tailed); the workflow's design — every block timing both sizes and both methods, the blocks spread over
   replicate jobs — read by :func:`dape_core.report.timing_check.rise_interval` (t over the jobs' rises) at the
@@ -87,51 +87,48 @@ and Welch's, the rate of the same null trials read at Holm's strictest level 1 �
 the first step of the step-down across the 18 claims; 0.28 % nominal, resolved by 20,000 trials a cell, or exact).
 The timing rule writes a row at each level.
 
-Each rule's simulation is a module of ``benchmarks/verdict_rules/`` (common, bases, timing, sink, che, kernel,
-claims, heterogeneity, design, holm, welch); this script runs them and writes the results file.
+The calibration is part of the method, beside the claims it calibrates: each rule's simulation is a module of this
+package (common, bases, timing, sink, che, kernel, claims, heterogeneity, design, holm, welch), each driving the rules
+of :mod:`dape_core.report` themselves; :func:`main` runs them and writes the results file. Every claim that a new
+rule decides needs its rows here (docs/extending.md).
 
-    python benchmarks/verdict_calibration.py [--trials 20000] [--jobs N] [--timing-trials 20000]
-                                             [--sink-trials 500] [--che-trials 100]
-                                             [--kernel-trials 1000] [--kernel-power-trials 200]
-                                             [--claim-trials 1000] [--claim-power-trials 200] [--holm-trials 4000]
-                                             [--only {bases,claims,design,heterogeneity,holm,kernel,sink,timing,welch}]
-                                             [--out benchmarks/results/verdict_calibration.csv]
+    python -m dape_core.report.calibration [--trials 20000] [--jobs N] [--timing-trials 20000]
+                                           [--sink-trials 500] [--che-trials 100]
+                                           [--kernel-trials 1000] [--kernel-power-trials 200]
+                                           [--claim-trials 1000] [--claim-power-trials 200] [--holm-trials 4000]
+                                           [--only {bases,claims,design,heterogeneity,holm,kernel,sink,timing,welch}]
+                                           [--out benchmarks/results/verdict_calibration.csv]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# the rules' simulations (names used here, and read by tests/test_verdict_calibration.py through this package)
+from .bases import basis_cell, level_trial, paired_trial, unpaired_trial  # noqa: F401
+from .che import (CHE_HETEROGENEITY, CHE_NOISY, CHE_REGIMES, CHE_TASKS, che_claim_trial, che_rows,  # noqa: F401
+                  che_table, che_trial)
+from .claims import CHE_CLAIM_TASKS, claim_rows, claim_table, claim_trial  # noqa: F401
+from .common import (HOLM_DIVISOR, MANY_SEEDS, REGIMES, SEEDS, TAIL_TRIALS, WINDOW_SE, _noise, _rate,  # noqa: F401
+                     cell_rng, decided, each_cell, grid, seed_sd)
+from .design import DESIGN_MAX_SEEDS, DESIGN_PILOT_SEEDS, design_cell, design_rows, design_trial  # noqa: F401
+from .heterogeneity import (HETERO_RULES, HETEROGENEITY, LEAK_FACTOR, LEAK_SEEDS, another_kind_cell,  # noqa: F401
+                            hetero_cell, hetero_grid, hetero_rows, hetero_trial, leakage_cell, leakage_table,
+                            leakage_trial)
+from .holm import HOLM_CLAIMS, HOLM_REGIMES, HOLM_SEEDS, holm_rows, holm_trial  # noqa: F401
+from .kernel import (KERNEL_METHODS, KERNEL_REGIMES, KERNELS, kernel_cell, kernel_rows, kernel_table,  # noqa: F401
+                     kernel_trial, sweep_table)
+from .sink import SINK_HETEROGENEITY, SINK_REGIMES, SINK_SE, sink_rows, sink_table, sink_trial  # noqa: F401
+from .timing import (FAMILY_CLAIMS, ONE_JOB_PER_SIZE_BLOCKS, TIMING_DESIGNS, TIMING_REGIMES,  # noqa: F401
+                     replicate_rise, replicate_rises, simulate, timing_cells, timing_rows, timing_rows_all)
+from .welch import WELCH_RATIOS, WELCH_RULES, WELCH_SEEDS, welch_rate, welch_rows  # noqa: F401
 
-# the rules' simulations (names used here, and read by tests/test_verdict_calibration.py through this module)
-from verdict_rules.bases import basis_cell, level_trial, paired_trial, unpaired_trial  # noqa: E402,F401
-from verdict_rules.che import (CHE_HETEROGENEITY, CHE_NOISY, CHE_REGIMES, CHE_TASKS, che_claim_trial,  # noqa: E402,F401
-                               che_rows, che_table, che_trial)
-from verdict_rules.claims import CHE_CLAIM_TASKS, claim_rows, claim_table, claim_trial  # noqa: E402,F401
-from verdict_rules.common import (HOLM_DIVISOR, MANY_SEEDS, REGIMES, SEEDS, TAIL_TRIALS, WINDOW_SE,  # noqa: E402,F401
-                                  cell_rng, decided, each_cell, grid, seed_sd, _noise, _rate)
-from verdict_rules.design import DESIGN_MAX_SEEDS, DESIGN_PILOT_SEEDS, design_cell, design_rows, design_trial  # noqa: E402,F401
-from verdict_rules.heterogeneity import (HETERO_RULES, HETEROGENEITY, LEAK_FACTOR, LEAK_SEEDS,  # noqa: E402,F401
-                                         another_kind_cell, hetero_cell, hetero_grid, hetero_rows, hetero_trial,
-                                         leakage_cell, leakage_table, leakage_trial)
-from verdict_rules.holm import HOLM_CLAIMS, HOLM_REGIMES, HOLM_SEEDS, holm_rows, holm_trial  # noqa: E402,F401
-from verdict_rules.kernel import (KERNEL_METHODS, KERNEL_REGIMES, KERNELS, kernel_cell, kernel_rows,  # noqa: E402,F401
-                                  kernel_table, kernel_trial, sweep_table)
-from verdict_rules.sink import (SINK_HETEROGENEITY, SINK_REGIMES, SINK_SE, sink_rows, sink_table,  # noqa: E402,F401
-                                sink_trial)
-from verdict_rules.timing import (FAMILY_CLAIMS, ONE_JOB_PER_SIZE_BLOCKS, TIMING_DESIGNS,  # noqa: E402,F401
-                                  TIMING_REGIMES, replicate_rise, replicate_rises, simulate, timing_cells,
-                                  timing_rows, timing_rows_all)
-from verdict_rules.welch import WELCH_RATIOS, WELCH_RULES, WELCH_SEEDS, welch_rate, welch_rows  # noqa: E402,F401
-
-OUT = ROOT / "benchmarks" / "results" / "verdict_calibration.csv"
+#: the results file (of the repository this package is installed from in place, as ``make install`` does)
+OUT = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "verdict_calibration.csv"
 
 
 def calibration(trials: int, seed: int = 0, seeds=SEEDS + MANY_SEEDS, regimes=tuple(REGIMES), power: bool = True,
@@ -213,15 +210,16 @@ def kept_rows(path: str, recomputed: str) -> pd.DataFrame:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m dape_core.report.calibration",
+                                description=__doc__.split("\n\n")[0])
     p.add_argument("--trials", type=positive_int, default=TAIL_TRIALS, help="null trials per cell of the interval "
-                   "bases, the timing rule and unequal noise (each read at 95 % and at 1 − 0.05/18; power on up to "
+                   "bases, the timing rule and unequal noise (each read at 95 %% and at 1 − 0.05/18; power on up to "
                    "10,000)")
     p.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1,
                    help="cells computed at a time (processes)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timing-trials", type=positive_int, default=20000, help="null trials per cell of the timing "
-                   "rule (read at 95 % and at 1 − 0.05/18 on the same trials; a tenth as many at a rise for power)")
+                   "rule (read at 95 %% and at 1 − 0.05/18 on the same trials; a tenth as many at a rise for power)")
     p.add_argument("--sink-trials", type=positive_int, default=500, help="trials per cell of the sink rule "
                    "(slower: it runs the claim's own check on simulated tables)")
     p.add_argument("--che-trials", type=positive_int, default=100, help="trials per cell of the CHE rule (12 tasks "
@@ -272,7 +270,3 @@ def main(argv=None) -> int:
     print(f"largest false-decision rate: {worst['false_decisions']:.3f} ± {worst['false_decisions_se']:.3f} "
           f"({worst['basis']}, {worst['seeds']} seeds, {worst['regime']}); nominal 0.05")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,1 +1,0 @@
-"""The shipped simulation of every verdict rule, one module per rule (benchmarks/verdict_calibration.py runs them)."""
