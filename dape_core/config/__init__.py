@@ -4,14 +4,16 @@ One module per concept: :mod:`~dape_core.config.schema` (JSON-schema validation 
 :mod:`~dape_core.config.families` (families crossed into runs, the cross-field checks, the :class:`Plan`),
 :mod:`~dape_core.config.names` (deterministic run names), :mod:`~dape_core.config.sizes` (the sizes checked
 before any job runs), :mod:`~dape_core.config.options` (a run's settings as
-the grouped options its rules pass) and :mod:`~dape_core.config.estimate` (jobs and GPU-hours).
+the grouped options its rules pass) and :mod:`~dape_core.config.estimate` (jobs and GPU-hours: the FLOPs of
+:mod:`~dape_core.config.flops`, the measured throughput of :mod:`~dape_core.config.calibration`).
 ``python -m dape_core.config CONFIG`` prints the jobs of each family and the estimate.
 """
 
 from dape_core.config.checks import check_dataset, dataset_inputs, require_extras
-from dape_core.config.estimate import estimate, estimate_line, training_flops
+from dape_core.config.estimate import estimate, estimate_line
 from dape_core.config.families import (LM_STAGES, RULES, STAGES, Plan, build_plan, expand_family, family_grids,
                                        write_report_spec)
+from dape_core.config.flops import training_flops
 from dape_core.config.names import (che_cell_name, configuration_name, finetune_run_name, lm_run_name, plan_path,
                                     reports_dir, timing_job_name, timing_run_name)
 from dape_core.config.options import (CliOptions, JobSpec, attention_map_options, che_options, corpus_options, eval_options,
