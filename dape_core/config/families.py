@@ -32,6 +32,10 @@ from dape_core.config.names import (FINETUNE_NAME_SETTINGS, LM_NAME_SETTINGS, ch
 from dape_core.config.schema import SCHEMA_PATH, validate_schema
 from dape_core.errors import ConfigError, require_choice
 from dape_core.methods import parse_method
+from dape_core.settings.che import CHESettings
+from dape_core.settings.finetune import FinetuneSettings
+from dape_core.settings.model import GPTConfig
+from dape_core.settings.timing import TimingSettings
 
 STAGES = ("lm", "leakage", "timing", "che", "finetune")
 LM_STAGES = ("lm", "leakage")
@@ -349,12 +353,11 @@ def plain_copy(value):
 
 
 # ----------------------------------------------------------------------------------------------- LM runs
-def normalise_lm(settings: dict, defaults: dict) -> dict:
-    """Settings without a processor ignore the processor's settings: reset them so such runs share a name."""
-    settings = dict(settings)
-    if settings["processor"] == "none":
-        for key in ("kernel_size", "dape_width", "tril", "padding"):
-            settings[key] = defaults[key]
+def normalise_evaluated(settings: dict, defaults: dict, cls=GPTConfig) -> dict:
+    """An evaluated run's settings (an LM run's, or a fine-tune's with ``cls`` FinetuneSettings): without a processor,
+    the settings only the processor reads reset (:meth:`~dape_core.settings.AttentionSettings.reset_processor_settings`)
+    so such runs share a name; ΔP's window the training length unless given."""
+    settings = cls.reset_processor_settings(settings, defaults)
     if settings["eval"].get("delta_p_window") is None:
         settings["eval"] = dict(settings["eval"], delta_p_window=settings["train_len"])
     return settings
@@ -362,7 +365,7 @@ def normalise_lm(settings: dict, defaults: dict) -> dict:
 
 def _add_lm(plan: Plan, family: str, spec: dict, settings: dict, where: str) -> None:
     defaults = plan.config["defaults"]["lm"]
-    settings = normalise_lm(settings, defaults)
+    settings = normalise_evaluated(settings, defaults)
     stage = spec["stage"]
     if stage == "leakage":
         if settings["tril"]:
@@ -463,23 +466,12 @@ def _add_finetune_family(plan: Plan, family: str, spec: dict, grids: list[dict],
             _add_finetune(plan, family, grid_spec, settings, grid_where, base_run=base_run)
 
 
-def normalise_finetune(settings: dict, defaults: dict) -> dict:
-    """As :func:`normalise_lm`: a fine-tune without a processor ignores the processor's settings and path."""
-    settings = dict(settings)
-    if settings["processor"] == "none":
-        for key in ("encoding", "kernel_size", "dape_width", "tril", "padding", "attention_impl", "dape_dtype"):
-            settings[key] = defaults[key]
-    if settings["eval"].get("delta_p_window") is None:
-        settings["eval"] = dict(settings["eval"], delta_p_window=settings["train_len"])
-    return settings
-
-
 def _add_finetune(plan: Plan, family: str, spec: dict, settings: dict, where: str, *, base_run: str | None) -> str:
     """Check one fine-tune run and register it (shared by families as LM runs are); returns its name."""
     from dape_core.config.names import finetune_run_name
 
     defaults = finetune_defaults(plan.config["defaults"])
-    settings = normalise_finetune(settings, defaults)
+    settings = normalise_evaluated(settings, defaults, FinetuneSettings)  # unpatched without one: its path too
     if base_run is not None:  # its job starts from the base run's model/ of the same seed
         settings.update(base_model=None, base_config=None)
         if settings["processor"] != "none" and plan.finetune_runs[base_run]["settings"]["processor"] != "none":
@@ -498,8 +490,7 @@ def _add_finetune(plan: Plan, family: str, spec: dict, settings: dict, where: st
 
 def _add_timing(plan: Plan, family: str, settings: dict, where: str) -> None:
     defaults = plan.config["defaults"]["timing"]
-    if settings["processor"] == "none":
-        settings = dict(settings, kernel_size=defaults["kernel_size"], dape_width=defaults["dape_width"])
+    settings = TimingSettings.reset_processor_settings(settings, defaults)
     if settings["equal_tokens"] is not None:
         settings = dict(settings, batch_size=None)
     check_timing_run(settings, where)
@@ -544,8 +535,7 @@ def timing_jobs(timing_runs: dict[str, dict], defaults: dict) -> dict[str, dict]
 
 def _add_che(plan: Plan, family: str, spec: dict, settings: dict, where: str) -> None:
     defaults = plan.config["defaults"]["che"]
-    if settings["processor"] == "none":
-        settings = dict(settings, kernel_size=defaults["kernel_size"], dape_width=defaults["dape_width"])
+    settings = CHESettings.reset_processor_settings(settings, defaults)
     check_che_run(settings, where)
     name = che_cell_name(settings, defaults)
     cell = plan.che_cells.setdefault(name, {"settings": settings, "seeds": []})
