@@ -1,6 +1,6 @@
 """A decoder's parameters and training FLOPs from its settings alone: arithmetic, no torch, no model built.
 
-The plan's estimates (``dape_core.config.estimate``) count every run this way, so building the workflow's DAG
+The plan's estimates (``dape_core.config.flops``) count every run this way, so building the workflow's DAG
 never imports torch. ``tests/test_model_arithmetic.py`` checks the counts against the parameters of the built
 ``dape_core.model.GPT`` for every encoding × processor (decoder and encoder sides, shared and per-layer
 encodings).

@@ -238,23 +238,20 @@ def test_dape_rows_measured_with_other_compiled_path_options_are_named_upper_bou
     """The committed H200 rows timed the compiled path before its options existed (no ``path_options`` column: all
     off). With today's options (off) the estimate says nothing of them; once an option is set on CUDA it names them
     upper bounds, and a row that records today's options is not named."""
-    import importlib
-
+    from dape_core.config import calibration  # where the estimate reads the options
     from dape_core.settings.attention import compiled_options_text
-
-    estimate = importlib.import_module("dape_core.config.estimate")  # the package's `estimate` is a function
 
     config = grid.load_yaml(REPO / "configs" / "paper.yaml")
     assert "path's options" not in grid.estimate_line(grid.build_plan(config))
-    monkeypatch.setattr(estimate, "CUDA_COMPILED_OPTIONS", {"feature_map": "triton", "causal_chunks": 4,
-                                                            "tf32_scores": False})
+    monkeypatch.setattr(calibration, "CUDA_COMPILED_OPTIONS", {"feature_map": "triton", "causal_chunks": 4,
+                                                               "tf32_scores": False})
     frame = pd.read_csv(REPO / "benchmarks" / "results" / "gpu_calibration.csv")
     dape = ((frame["device"] == "NVIDIA H200") & (frame["processor"] != "none") & (frame["status"] == "ok")).sum()
     line = grid.estimate_line(grid.build_plan(config))
     assert dape and (f"({dape} DAPE rows measured with the compiled path's options feature_map=conv causal_chunks=1 "
                      "tf32_scores=False, not today's feature_map=triton causal_chunks=4 tf32_scores=False") in line
     assert "upper bounds until benchmarks/calibrate_gpu.py is rerun" in line
-    now = compiled_options_text(estimate.CUDA_COMPILED_OPTIONS)
+    now = compiled_options_text(calibration.CUDA_COMPILED_OPTIONS)
     frame.assign(path_options=now).to_csv(tmp_path / "calibration.csv", index=False)
     config["estimate"]["calibration"] = str(tmp_path / "calibration.csv")
     assert "path's options" not in grid.estimate_line(grid.build_plan(config))

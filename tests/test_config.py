@@ -85,6 +85,36 @@ def test_runs_without_a_processor_ignore_processor_settings():
     assert "code-T32-kerple-none" in plan.lm_runs and len(plan.lm_runs) == 2
 
 
+def test_every_stage_resets_the_settings_its_declaration_says_only_the_processor_reads():
+    """Without a processor, the processor's form (kernel, width, tril, padding) is reset to the stage's defaults in
+    LM, timing and CHE runs alike, so runs that build the same model share a name; a fine-tune, whose decoder stays
+    unpatched without one, also its encoding and path. A timed method keeps its path: it is what is timed."""
+    from dape_core.settings import AttentionSettings
+    from dape_core.settings.finetune import FinetuneSettings
+
+    assert AttentionSettings.processor_settings() == ("kernel_size", "dape_width", "tril", "padding")
+    assert FinetuneSettings.processor_settings() == ("encoding", "kernel_size", "dape_width", "tril", "padding",
+                                                     "attention_impl", "dape_dtype")
+    form = {"dape_width": 8, "tril": False, "padding": "causal"}
+    plan = grid.build_plan(base_config(
+        lm={"set": form, "axes": {"method": ["Kerple"]}},
+        time={"stage": "timing", "set": {**form, "attention_impl": "plain"}, "axes": {"method": ["Kerple"]}},
+        che={"stage": "che", "set": {"dape_width": 8, "padding": "causal"}, "axes": {"method": ["Kerple"]}}))
+    assert list(plan.lm_runs) == ["code-T32-kerple-none"]
+    assert list(plan.timing_runs) == ["forward-small-kerple-none-B1-plain"]
+    assert list(plan.che_cells) == ["even_pairs-kerple-none-lr0.0005"]
+    assert {(s["dape_width"], s["padding"]) for s in (plan.timing_runs["forward-small-kerple-none-B1-plain"],
+                                                     plan.che_cells["even_pairs-kerple-none-lr0.0005"]["settings"])
+            } == {(32, "same")}
+    ft = {"processor": "none", "encoding": "alibi", "kernel_size": 3, "attention_impl": "plain",
+          "dape_dtype": "bfloat16", "recompute_scores": True}
+    defaults = {**ft, "encoding": "nope", "kernel_size": 1, "attention_impl": "auto", "dape_dtype": "float32",
+                "recompute_scores": None}
+    assert FinetuneSettings.reset_processor_settings(ft, defaults) == {**defaults, "recompute_scores": True}
+    assert FinetuneSettings.reset_processor_settings({**ft, "processor": "dape_v2"}, defaults) == {
+        **ft, "processor": "dape_v2"}
+
+
 def test_grids_share_the_family_set_and_may_replace_seeds():
     plan = grid.build_plan(base_config(baselines={"set": {"lr": 0.01}, "grids": [
         {"seeds": [0, 1], "axes": {"method": ["Kerple"]}},

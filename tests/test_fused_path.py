@@ -220,7 +220,7 @@ def test_auto_picks_the_fused_kernel_only_at_layer_sizes_up_to_those_it_was_meas
         assert Encoder(EncoderConfig(n_layer=1, d_model=16, n_head=4, processor="dape_v2", kernel_size=3)
                        ).resolved_attention_impl("cuda") == "fused"
     # a timing row names the path its pass runs: a forward pass without gradients, a training step with them
-    monkeypatch.setattr(timing, "pass_autocast", lambda device, dtype: contextlib.nullcontext())
+    monkeypatch.setattr(timing.device, "pass_autocast", lambda device, dtype: contextlib.nullcontext())
     cfg = tiny_gpt("kerple", processor="dape_v2", kernel_size=3).cfg
     assert timing.pass_path(cfg, torch.device("cuda"), "forward", torch.bfloat16) == "fused"
     assert timing.pass_path(cfg, torch.device("cuda"), "train_step", torch.bfloat16) == "compiled"

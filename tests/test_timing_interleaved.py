@@ -202,7 +202,7 @@ def _cell(**case):
 
 def test_a_worker_that_exits_gives_one_line_naming_the_case(monkeypatch):
     script = "import sys; sys.stderr.write('Traceback …\\nMemoryError: boom\\n'); sys.exit(3)"
-    monkeypatch.setattr(timing, "WORKER_COMMAND", (sys.executable, "-c", script))
+    monkeypatch.setattr(timing.workers, "WORKER_COMMAND", (sys.executable, "-c", script))
     with pytest.raises(timing.TimingWorkerError) as info:
         timing.time_cell(_cell())
     message = str(info.value)
@@ -214,7 +214,7 @@ def test_a_worker_that_exits_gives_one_line_naming_the_case(monkeypatch):
 def test_a_worker_error_is_one_line_and_dape_time_exits_with_it(monkeypatch, tmp_path, capsys):
     reply = timing.REPLY + json.dumps({"error": "RuntimeError: shapes do not match"})
     script = f"import sys; print('a library says hello'); sys.stdin.readline(); print({reply!r}, flush=True)"
-    monkeypatch.setattr(timing, "WORKER_COMMAND", (sys.executable, "-c", script))
+    monkeypatch.setattr(timing.workers, "WORKER_COMMAND", (sys.executable, "-c", script))
     out = tmp_path / "job.csv"
     assert main(["time", "--size", "tiny", "--vocab-size", "64", "--seq-lens", "16", "--threads", "1",
                  "--out", str(out)]) == 1

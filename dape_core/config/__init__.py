@@ -1,22 +1,27 @@
 """The experiment grid: a configuration (config.yaml, configs/*.yaml) validated and expanded into runs.
 
 One module per concept: :mod:`~dape_core.config.schema` (JSON-schema validation and its messages),
-:mod:`~dape_core.config.families` (families crossed into runs, the cross-field checks, the :class:`Plan`),
+:mod:`~dape_core.config.families` (families crossed into runs and checked: :func:`build_plan`),
+:mod:`~dape_core.config.grids` (a family's grids crossed into settings), :mod:`~dape_core.config.plan` (the
+:class:`Plan` it fills, and its report spec),
 :mod:`~dape_core.config.names` (deterministic run names), :mod:`~dape_core.config.sizes` (the sizes checked
 before any job runs), :mod:`~dape_core.config.options` (a run's settings as
-the grouped options its rules pass) and :mod:`~dape_core.config.estimate` (jobs and GPU-hours).
+the grouped options its rules pass) and :mod:`~dape_core.config.estimate` (jobs and GPU-hours: the FLOPs of
+:mod:`~dape_core.config.flops`, the measured throughput of :mod:`~dape_core.config.calibration`).
 ``python -m dape_core.config CONFIG`` prints the jobs of each family and the estimate.
 """
 
 from dape_core.config.checks import check_dataset, dataset_inputs, require_extras
-from dape_core.config.estimate import estimate, estimate_line, training_flops
-from dape_core.config.families import (LM_STAGES, RULES, STAGES, Plan, build_plan, expand_family, family_grids,
-                                       write_report_spec)
+from dape_core.config.estimate import estimate, estimate_line
+from dape_core.config.families import build_plan
+from dape_core.config.flops import training_flops
+from dape_core.config.grids import expand_family, family_grids
 from dape_core.config.names import (che_cell_name, configuration_name, finetune_run_name, lm_run_name, plan_path,
                                     reports_dir, timing_job_name, timing_run_name)
 from dape_core.config.options import (CliOptions, JobSpec, attention_map_options, che_options, corpus_options, eval_options,
                                       finetune_options, group, spec_digest, timing_job_options, timing_options,
                                       train_options)
+from dape_core.config.plan import LM_STAGES, RULES, STAGES, Plan, write_report_spec
 from dape_core.config.provenance import (attention_file, attention_map_spec, che_file, che_spec, corpus_spec, eval_spec,
                                          expected_spec, lm_file, planned_results, planned_spec, timing_file,
                                          timing_spec, train_spec)

@@ -3,7 +3,7 @@
 Models this small are bound by per-step dispatch, on a GPU as on a CPU: each step launches hundreds to thousands of
 operator calls whose host cost does not shrink with the model. A job's GPU-hours are therefore the larger of its
 FLOP time (FLOPs / (``gpu_tflops`` × ``utilisation``)) and its dispatch time (this module), unless a calibration
-CSV measured the job's shape (:mod:`dape_core.config.estimate`). Pure Python: no torch at plan time.
+CSV measured the job's shape (:mod:`dape_core.config.calibration`). Pure Python: no torch at plan time.
 
 **Operator calls per step** (:func:`step_calls`), as ``dape_core.train.fit`` makes them on the ``materialized`` path
 (``attention_impl`` auto or ``compiled`` → ``materialized``, ``recompute_scores`` as set; the ``compiled`` path,
@@ -231,7 +231,8 @@ def calibration_step_seconds(row: Mapping) -> float:
 def per_call_cost(calibration_rows: list[dict] | None = None, *, device: str | None = None,
                   path: Path | None = None, counts: Path | None = None) -> PerCallCost:
     """Seconds per call: the least step time per counted call among the calibration rows (usable rows of one
-    device, as :func:`dape_core.config.estimate.load_calibration` returns them), else :func:`measured_per_call_cost`."""
+    device, as :func:`dape_core.config.calibration.load_calibration` returns them), else
+    :func:`measured_per_call_cost`."""
     best = None
     for row in calibration_rows or []:
         calls = step_calls(row, path=counts)

@@ -14,31 +14,31 @@ A ``finetune`` family's runs are Hugging Face decoders (``dape finetune``), eval
 ``eval`` settings start from ``defaults.lm.eval``): with a ``base`` block, the family's base model is one more run
 (``base`` over the family's ``set``: a fresh model from ``base_config`` or a ``base_model`` directory, trained by the
 same stage) and every run of its axes fine-tunes that run's output, seed by seed.
+
+A family's grids become settings in :mod:`~dape_core.config.grids`; the plan they fill is
+:mod:`~dape_core.config.plan`'s. A run without a processor has the settings only the processor reads reset to the
+stage's defaults (:meth:`~dape_core.settings.AttentionSettings.reset_processor_settings`, declared with the settings),
+so runs that build the same model share one name.
 """
 
 from __future__ import annotations
 
 import copy
-import itertools
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 from dape_core.config.checks import (check_che_run, check_dataset, check_finetune_run, check_lm_run, check_timing_run,
                                      check_train_processes)
+from dape_core.config.grids import expand_family, family_grids, merge_settings, plain_copy
 from dape_core.config.names import (FINETUNE_NAME_SETTINGS, LM_NAME_SETTINGS, che_cell_name, lm_run_name,
                                     timing_job_name, timing_run_name)
+from dape_core.config.plan import EVALUATED_STAGES, LM_STAGES, Plan
 from dape_core.config.schema import SCHEMA_PATH, validate_schema
 from dape_core.errors import ConfigError, require_choice
-from dape_core.methods import parse_method
-
-STAGES = ("lm", "leakage", "timing", "che", "finetune")
-LM_STAGES = ("lm", "leakage")
-EVALUATED_STAGES = (*LM_STAGES, "finetune")  # stages whose runs `dape evaluate` scores (perplexity tables)
-RULES = ("tokenize", "train_lm", "evaluate_lm", "attention_maps", "time_lm", "che", "finetune_lm")  # with resources
-#: settings whose value is a free mapping: merged key by key without a check (the job's library checks it)
-OPEN_MAPPINGS = ("base_config",)
+from dape_core.settings.che import CHESettings
+from dape_core.settings.finetune import FinetuneSettings
+from dape_core.settings.model import GPTConfig
+from dape_core.settings.timing import TimingSettings
 
 
 def _lm_settings() -> tuple[str, ...]:
@@ -54,141 +54,6 @@ def _finetune_settings() -> tuple[str, ...]:
     from dape_core.config.options import group
 
     return ("dataset", "tag", "base_run", *group("finetune_model"), *group("finetune_training"))
-
-
-# ----------------------------------------------------------------------------------------------- plan
-@dataclass
-class Plan:
-    """Everything the DAG and the report need, expanded from a configuration."""
-
-    config: dict
-    datasets: dict[str, dict] = field(default_factory=dict)
-    lm_runs: dict[str, dict] = field(default_factory=dict)  # name → settings, eval, seeds, attention_seeds, families
-    finetune_runs: dict[str, dict] = field(default_factory=dict)  # name → settings, eval, seeds, families
-    lm_members: list[dict] = field(default_factory=list)  # {"family", "run", "seed", "eval_lens"} (both kinds)
-    leakage_pairs: dict[str, list[dict]] = field(default_factory=dict)  # family → [{"run", "twin"}]
-    timing_runs: dict[str, dict] = field(default_factory=dict)
-    timing_members: list[dict] = field(default_factory=list)  # {"family", "run"}
-    # timing job → {"settings": what its runs share, "runs": the methods timed together, interleaved}
-    timing_jobs: dict[str, dict] = field(default_factory=dict)
-    che_cells: dict[str, dict] = field(default_factory=dict)  # name → {"settings", "seeds"}
-    che_members: list[dict] = field(default_factory=list)  # {"family", "cell", "seed"}
-    families: dict[str, dict] = field(default_factory=dict)  # name → family spec plus its run names
-    # LM run → its modelled memory on one GPU (dape_core.memory.TrainingMemory), with resources.train_lm.gpu_mem_gb;
-    # filled by dape_core.config.memory_plan.fit_micro_batches (torch), never while the workflow is parsed
-    memory: dict[str, object] = field(default_factory=dict)
-
-    def micro_batch_size(self, run: str) -> int | None:
-        """The micro-batch the memory model chose for an LM run (None: not modelled, or no gpu_mem_gb)."""
-        return self.memory[run].micro_batch if run in self.memory else None
-
-    # ---- jobs
-    def lm_jobs(self) -> list[tuple[str, int]]:
-        """(run, seed) of every evaluated language model: trained by `dape train` or by `dape finetune`."""
-        return self.train_jobs() + self.finetune_jobs()
-
-    def train_jobs(self) -> list[tuple[str, int]]:
-        return [(name, seed) for name, run in self.lm_runs.items() for seed in run["seeds"]]
-
-    def finetune_jobs(self) -> list[tuple[str, int]]:
-        return [(name, seed) for name, run in self.finetune_runs.items() for seed in run["seeds"]]
-
-    def evaluated_run(self, name: str) -> dict:
-        """An LM run or a fine-tune run (both have ``settings``, ``eval``, ``seeds`` and ``families``); a name of
-        neither (a target the plan does not know) is a ConfigError naming it."""
-        if name in self.lm_runs:
-            return self.lm_runs[name]
-        if name in self.finetune_runs:
-            return self.finetune_runs[name]
-        raise ConfigError(f"run: {name!r} is not a run of this configuration; allowed values: the {len(self.lm_runs)} "
-                          f"LM and {len(self.finetune_runs)} fine-tune runs of the plan (results/plan.json lists them)")
-
-    def che_cell(self, name: str) -> dict:
-        """A CHE cell (``settings`` and ``seeds``); a name the plan does not know is a ConfigError naming it."""
-        if name in self.che_cells:
-            return self.che_cells[name]
-        raise ConfigError(f"cell: {name!r} is not a CHE cell of this configuration; allowed values: the "
-                          f"{len(self.che_cells)} cells of the plan (results/plan.json lists them)")
-
-    def attention_jobs(self) -> list[tuple[str, int, int]]:
-        """(run, seed, heat-map length) of the runs of families with attention_maps."""
-        return [(name, seed, length) for name, run in self.lm_runs.items() for seed in run["attention_seeds"]
-                for length in run["attention_settings"]["heatmap_lens"]]
-
-    def che_jobs(self) -> list[tuple[str, int]]:
-        return [(name, seed) for name, cell in self.che_cells.items() for seed in cell["seeds"]]
-
-    def families_of_stage(self, *stages: str) -> list[str]:
-        return [name for name, fam in self.families.items() if fam["stage"] in stages]
-
-    def resources(self, rule: str, size: str | None = None) -> dict:
-        """A rule's resources; for train_lm, those of a run of model ``size`` (``resources.train_lm.sizes``)."""
-        values = dict(self.config["resources"][rule])
-        return {**values, **values.pop("sizes", {}).get(size, {})}
-
-    def with_design(self, fresh: dict[str, list[int]], maps: dict[str, list[int]]) -> "Plan":
-        """This plan with the fresh seeds of a design (``fresh``: LM run or CHE cell → its fresh seeds,
-        :func:`dape_core.report.design.choose`): each run or cell gets them beside its pilot's, in every family
-        that lists it (with that family's evaluation lengths); attention maps only at the seeds ``maps`` lists for
-        a run that has them (the seeds of a chosen claim read on the maps: no other claim reads them)."""
-        plan = copy.deepcopy(self)
-        for unit, seeds in fresh.items():
-            if unit in plan.lm_runs:
-                run = plan.lm_runs[unit]
-                run["seeds"] = sorted({*run["seeds"], *seeds})
-                if run["attention_seeds"] and maps.get(unit):
-                    run["attention_seeds"] = sorted({*run["attention_seeds"], *maps[unit]})
-                lens: dict[str, set] = {}
-                for m in self.lm_members:
-                    if m["run"] == unit:
-                        lens.setdefault(m["family"], set()).update(m["eval_lens"])
-                plan.lm_members += [{"family": family, "run": unit, "seed": seed, "eval_lens": sorted(lengths)}
-                                    for family, lengths in lens.items() for seed in seeds]
-            elif unit in plan.che_cells:
-                cell = plan.che_cells[unit]
-                cell["seeds"] = sorted({*cell["seeds"], *seeds})
-                families = dict.fromkeys(m["family"] for m in self.che_members if m["cell"] == unit)
-                plan.che_members += [{"family": family, "cell": unit, "seed": seed}
-                                     for family in families for seed in seeds]
-            else:
-                raise ConfigError(f"design: {unit!r} is neither an LM run nor a CHE cell of this configuration; "
-                                  "allowed values: the plan's runs and cells (rerun the design rule)")
-        return plan
-
-    def report_spec(self) -> dict:
-        """What the report stage needs (results/plan.json): families with their runs, memberships, run settings."""
-        lm_runs = {name: {"settings": run["settings"], "eval": run["eval"],
-                          "attention_settings": run["attention_settings"]} for name, run in self.lm_runs.items()}
-        finetune_runs = {name: {"settings": run["settings"], "eval": run["eval"]}
-                         for name, run in self.finetune_runs.items()}
-        # the settings of the CHE cells and timing jobs (and the timing runs' attention): what each of their files
-        # was made with, checked where the report reads it (dape_core.config.provenance.planned_spec)
-        che_cells = {name: {"settings": cell["settings"]} for name, cell in self.che_cells.items()}
-        return {"families": self.families, "lm_runs": lm_runs, "finetune_runs": finetune_runs,
-                "lm_members": self.lm_members,
-                "leakage_pairs": self.leakage_pairs, "timing_members": self.timing_members,
-                "che_members": self.che_members, "che_cells": che_cells, "timing_jobs": self.timing_jobs,
-                "timing_runs": self.timing_runs}
-
-    def job_counts(self) -> dict[str, dict[str, int]]:
-        """Family → jobs of each kind it lists (a job shared by families counts in each)."""
-        counts: dict[str, dict[str, int]] = {}
-        for name, fam in self.families.items():
-            if fam["stage"] in LM_STAGES:
-                pairs = {(m["run"], m["seed"]) for m in self.lm_members if m["family"] == name}
-                attention = sum(len(self.lm_runs[run]["attention_settings"]["heatmap_lens"]) for run, _ in pairs
-                                ) if fam["attention_maps"] else 0
-                counts[name] = {"train_lm": len(pairs), "evaluate_lm": len(pairs), "attention_maps": attention}
-            elif fam["stage"] == "finetune":
-                pairs = {(m["run"], m["seed"]) for m in self.lm_members if m["family"] == name}
-                counts[name] = {"finetune_lm": len(pairs), "evaluate_lm": len(pairs)}
-            elif fam["stage"] == "timing":
-                runs = {m["run"] for m in self.timing_members if m["family"] == name}
-                counts[name] = {"time_lm": sum(int(job["settings"]["replicates"]) for job in self.timing_jobs.values()
-                                               if runs & set(job["runs"]))}
-            else:
-                counts[name] = {"che": sum(1 for m in self.che_members if m["family"] == name)}
-        return counts
 
 
 def build_plan(config: dict, *, check_schema: bool = True, schema_path: str | Path = SCHEMA_PATH) -> Plan:
@@ -252,22 +117,6 @@ def _check_design(plan: Plan) -> None:
                           "seeds are its own), or a configuration without finetune families")
 
 
-def family_grids(spec: dict) -> list[dict]:
-    """The family's grids: its own ``set``/``axes``/``seeds``, or each of ``grids`` on top of the family's ``set``."""
-    if not spec.get("grids"):
-        return [{"set": spec["set"], "axes": spec["axes"], "seeds": spec["seeds"]}]
-    return [{"set": _deep_update(spec["set"], grid.get("set", {})), "axes": grid.get("axes", spec["axes"]),
-             "seeds": grid.get("seeds", spec["seeds"])} for grid in spec["grids"]]
-
-
-def _deep_update(base: dict, update: dict) -> dict:
-    out = copy.deepcopy(base)
-    for key, value in update.items():
-        out[key] = _deep_update(out[key], value) if isinstance(out.get(key), dict) and isinstance(value, dict) \
-            else copy.deepcopy(value)
-    return out
-
-
 def _defaults_key(stage: str) -> str:
     return "lm" if stage in LM_STAGES else stage
 
@@ -286,75 +135,12 @@ def _check_family_keys(family: str, spec: dict) -> None:
             raise ConfigError(f"{where}.{key}: not used by stage {stage!r}; allowed with stages: {', '.join(stages)}")
 
 
-def expand_family(spec: dict, defaults: dict, where: str) -> list[dict]:
-    """Cross the family's axes over ``defaults`` updated by ``set``; one settings dict per grid point."""
-    allowed = set(defaults)
-    base = _merge(defaults, spec.get("set") or {}, f"{where}.set", allowed)
-    axes = []
-    for axis, values in (spec.get("axes") or {}).items():
-        entries = []
-        for i, value in enumerate(values):
-            field_name = f"{where}.axes.{axis}[{i}]"
-            if axis == "method":
-                entries.append(_method_entry(value, field_name) if not isinstance(value, dict) else value)
-            elif isinstance(value, dict):
-                entries.append(value)
-            elif axis in allowed:
-                entries.append({axis: value})
-            else:
-                raise ConfigError(f"{where}.axes.{axis}: unknown setting; allowed values: a setting "
-                                  f"({', '.join(sorted(allowed))}), `method`, or any name with mappings as values")
-            for key in entries[-1]:
-                if key not in allowed:
-                    raise ConfigError(f"{field_name}.{key}: unknown setting; "
-                                      f"allowed values: {', '.join(sorted(allowed))}")
-        axes.append(entries)
-    runs = []
-    for combo in itertools.product(*axes):
-        settings = plain_copy(base)
-        for entry in combo:
-            settings = _merge(settings, entry, where, allowed)
-        runs.append(settings)
-    return runs
-
-
-def _merge(base: dict, update: dict, where: str, allowed: Iterable[str]) -> dict:
-    """``base`` with ``update`` applied; nested mappings (``eval``, ``attention``) merge key by key."""
-    allowed = set(allowed)
-    out = dict(base)  # nested values are copied where they are replaced or merged (plain_copy)
-    for key, value in update.items():
-        if key not in allowed:
-            raise ConfigError(f"{where}.{key}: unknown setting; allowed values: {', '.join(sorted(allowed))}")
-        if key in OPEN_MAPPINGS:
-            both = isinstance(out.get(key), dict) and isinstance(value, dict)
-            out[key] = {**out[key], **plain_copy(value)} if both else plain_copy(value)
-        elif isinstance(out.get(key), dict):
-            if not isinstance(value, dict):
-                raise ConfigError(f"{where}.{key}: {value!r} is not allowed; allowed values: a mapping of "
-                                  f"{', '.join(out[key])}")
-            out[key] = _merge(out[key], value, f"{where}.{key}", out[key])
-        else:
-            out[key] = plain_copy(value)
-    return out
-
-
-def plain_copy(value):
-    """A copy of a configuration value (mappings, lists and scalars, as YAML gives them): what copy.deepcopy makes
-    of it, without its bookkeeping, which costs most of the plan of a large grid."""
-    if isinstance(value, dict):
-        return {key: plain_copy(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [plain_copy(item) for item in value]
-    return value
-
-
 # ----------------------------------------------------------------------------------------------- LM runs
-def normalise_lm(settings: dict, defaults: dict) -> dict:
-    """Settings without a processor ignore the processor's settings: reset them so such runs share a name."""
-    settings = dict(settings)
-    if settings["processor"] == "none":
-        for key in ("kernel_size", "dape_width", "tril", "padding"):
-            settings[key] = defaults[key]
+def normalise_evaluated(settings: dict, defaults: dict, cls=GPTConfig) -> dict:
+    """An evaluated run's settings (an LM run's, or a fine-tune's with ``cls`` FinetuneSettings): without a processor,
+    the settings only the processor reads reset (:meth:`~dape_core.settings.AttentionSettings.reset_processor_settings`)
+    so such runs share a name; ΔP's window the training length unless given."""
+    settings = cls.reset_processor_settings(settings, defaults)
     if settings["eval"].get("delta_p_window") is None:
         settings["eval"] = dict(settings["eval"], delta_p_window=settings["train_len"])
     return settings
@@ -362,7 +148,7 @@ def normalise_lm(settings: dict, defaults: dict) -> dict:
 
 def _add_lm(plan: Plan, family: str, spec: dict, settings: dict, where: str) -> None:
     defaults = plan.config["defaults"]["lm"]
-    settings = normalise_lm(settings, defaults)
+    settings = normalise_evaluated(settings, defaults)
     stage = spec["stage"]
     if stage == "leakage":
         if settings["tril"]:
@@ -452,8 +238,8 @@ def _add_finetune_family(plan: Plan, family: str, spec: dict, grids: list[dict],
     defaults = finetune_defaults(plan.config["defaults"])
     base_run = None
     if spec.get("base") is not None:
-        base = plain_copy(_merge(_merge(defaults, spec["set"], f"{where}.set", defaults), spec["base"], f"{where}.base",
-                                 defaults))
+        base = plain_copy(merge_settings(merge_settings(defaults, spec["set"], f"{where}.set", defaults), spec["base"],
+                                         f"{where}.base", defaults))
         base_run = _add_finetune(plan, family, dict(spec, seeds=plan.families[family]["seeds"]), base, f"{where}.base",
                                  base_run=None)
     for i, grid in enumerate(grids):
@@ -463,23 +249,12 @@ def _add_finetune_family(plan: Plan, family: str, spec: dict, grids: list[dict],
             _add_finetune(plan, family, grid_spec, settings, grid_where, base_run=base_run)
 
 
-def normalise_finetune(settings: dict, defaults: dict) -> dict:
-    """As :func:`normalise_lm`: a fine-tune without a processor ignores the processor's settings and path."""
-    settings = dict(settings)
-    if settings["processor"] == "none":
-        for key in ("encoding", "kernel_size", "dape_width", "tril", "padding", "attention_impl", "dape_dtype"):
-            settings[key] = defaults[key]
-    if settings["eval"].get("delta_p_window") is None:
-        settings["eval"] = dict(settings["eval"], delta_p_window=settings["train_len"])
-    return settings
-
-
 def _add_finetune(plan: Plan, family: str, spec: dict, settings: dict, where: str, *, base_run: str | None) -> str:
     """Check one fine-tune run and register it (shared by families as LM runs are); returns its name."""
     from dape_core.config.names import finetune_run_name
 
     defaults = finetune_defaults(plan.config["defaults"])
-    settings = normalise_finetune(settings, defaults)
+    settings = normalise_evaluated(settings, defaults, FinetuneSettings)  # unpatched without one: its path too
     if base_run is not None:  # its job starts from the base run's model/ of the same seed
         settings.update(base_model=None, base_config=None)
         if settings["processor"] != "none" and plan.finetune_runs[base_run]["settings"]["processor"] != "none":
@@ -498,8 +273,7 @@ def _add_finetune(plan: Plan, family: str, spec: dict, settings: dict, where: st
 
 def _add_timing(plan: Plan, family: str, settings: dict, where: str) -> None:
     defaults = plan.config["defaults"]["timing"]
-    if settings["processor"] == "none":
-        settings = dict(settings, kernel_size=defaults["kernel_size"], dape_width=defaults["dape_width"])
+    settings = TimingSettings.reset_processor_settings(settings, defaults)
     if settings["equal_tokens"] is not None:
         settings = dict(settings, batch_size=None)
     check_timing_run(settings, where)
@@ -544,8 +318,7 @@ def timing_jobs(timing_runs: dict[str, dict], defaults: dict) -> dict[str, dict]
 
 def _add_che(plan: Plan, family: str, spec: dict, settings: dict, where: str) -> None:
     defaults = plan.config["defaults"]["che"]
-    if settings["processor"] == "none":
-        settings = dict(settings, kernel_size=defaults["kernel_size"], dape_width=defaults["dape_width"])
+    settings = CHESettings.reset_processor_settings(settings, defaults)
     check_che_run(settings, where)
     name = che_cell_name(settings, defaults)
     cell = plan.che_cells.setdefault(name, {"settings": settings, "seeds": []})
@@ -563,19 +336,3 @@ def _families_listing(plan: Plan, name: str) -> list[str]:
     return [f for f, meta in plan.families.items() if name in meta["runs"]]
 
 
-def write_report_spec(path: str | Path, spec: dict, log: str | Path | None = None) -> None:
-    """Write the report spec (``Plan.report_spec``) atomically; one summary line goes to ``log``."""
-    from dape_core import io
-
-    io.write_json(path, spec, seal=True)
-    if log is not None:
-        io.write_text(log, f"{len(spec['families'])} families, {len(spec['lm_runs'])} LM runs → {path}\n")
-
-
-# ----------------------------------------------------------------------------------------------- run checks
-def _method_entry(label: str, where: str) -> dict:
-    """A ``method`` axis entry: the label's settings (tril only when the label says "(no tril)")."""
-    entry = parse_method(label, field=where)
-    if entry["tril"]:
-        del entry["tril"]
-    return entry

@@ -32,7 +32,7 @@ from importlib import resources
 from types import SimpleNamespace
 
 from dape_core.config import dispatch
-from dape_core.config.estimate import run_shape, run_vocab
+from dape_core.config.flops import run_shape, run_vocab
 from dape_core.encoding_facts import facts
 from dape_core.errors import ConfigError
 from dape_core.model_arithmetic import decoder_flops_per_token, gpt_flops_per_token, stack_parameters

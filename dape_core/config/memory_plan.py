@@ -12,7 +12,7 @@ from __future__ import annotations
 def fit_micro_batches(plan) -> None:
     """Fill ``plan.memory`` (run → :class:`~dape_core.memory.TrainingMemory`) for the runs whose job has
     ``gpu_mem_gb``; a ConfigError names the first run that does not fit and what to change."""
-    from dape_core.config.estimate import run_vocab
+    from dape_core.config.flops import run_vocab
     from dape_core.memory import micro_batch_for, shards_of
     from dape_core.settings import field_names
     from dape_core.settings.model import GPTConfig

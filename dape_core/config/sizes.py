@@ -31,7 +31,7 @@ GIB = 2**30
 def check_sizes(plan, results: str | Path = "results") -> None:
     """Every LM run's training memory, every evaluated run's evaluation memory and windows (module docstring); a
     ConfigError names the first that cannot fit."""
-    from dape_core.config.estimate import run_vocab
+    from dape_core.config.flops import run_vocab
 
     splits: dict[str, np.ndarray | None] = {}
     for name, run in {**plan.lm_runs, **plan.finetune_runs}.items():

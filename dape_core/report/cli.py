@@ -321,7 +321,7 @@ def write_design(args) -> dict:
     would, its claims sized for fresh seeds, priced in reference CPU-seconds of their jobs' work (``--prices``), the
     design written and printed with its wall time on this machine (from the pilot jobs' measured seconds)."""
     from dape_core.report import aggregate, design, protocol
-    from dape_core.timing import cpu_model
+    from dape_core.machine import cpu_model
     from dape_core.report.claims import evaluate_claims
 
     plan = aggregate.read_plan(args.plan)

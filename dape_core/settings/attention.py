@@ -85,10 +85,12 @@ class AttentionSettings:
     encoding: str = setting("kerple", choices=ENCODING_FACTS, help="positional encoding")
     processor: str = setting("none", choices=PROCESSORS,
                              help="DAPE V1 (the MLP, kernel 1) or DAPE V2 (1×k convolution), eq. 5")
-    kernel_size: int = setting(1, help="k of DAPE V2's 1×k kernel (odd; dape_v1 requires 1)")
-    dape_width: int = setting(32, help="hidden width D_DAPE of the processor")
-    tril: bool = setting(True, help="zero future keys before the processor (off: the §4.5 leakage ablation)")
-    padding: str = setting("same", choices=PADDINGS,
+    # the processor's own form (ScoreProcessor's): read by nothing else, so a run without a processor ignores them
+    kernel_size: int = setting(1, processor_only=True, help="k of DAPE V2's 1×k kernel (odd; dape_v1 requires 1)")
+    dape_width: int = setting(32, processor_only=True, help="hidden width D_DAPE of the processor")
+    tril: bool = setting(True, processor_only=True,
+                         help="zero future keys before the processor (off: the §4.5 leakage ablation)")
+    padding: str = setting("same", choices=PADDINGS, processor_only=True,
                            help="same: k//2 each side (appendix L); causal: k−1 on the left (§3.3's text)")
     encoding_shared: bool | None = setting(None, help="one positional module for all layers; default: as the "
                                                        "public code (only T5's table shared)")
@@ -119,4 +121,20 @@ class AttentionSettings:
     def attention_settings(self) -> AttentionSettings:
         """These settings alone (a subclass instance → its AttentionSettings part)."""
         return AttentionSettings(**{f.name: getattr(self, f.name) for f in dataclasses.fields(AttentionSettings)})
+
+    @classmethod
+    def processor_settings(cls) -> tuple[str, ...]:
+        """The settings only the processor reads in this kind of run (declared ``processor_only``): the processor's
+        form here; in a Hugging Face decoder, which stays unpatched without a processor, also the encoding and path
+        that the patch adds (:class:`~dape_core.settings.finetune.FinetuneSettings`)."""
+        return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("processor_only"))
+
+    @classmethod
+    def reset_processor_settings(cls, settings: dict, defaults: dict) -> dict:
+        """A run's settings as a configuration gives them (a copy), with processor none: each of
+        :meth:`processor_settings` that it has at its value in ``defaults`` (the stage's ``defaults`` block), since a
+        run without a processor ignores them — runs that build the same model get the same settings and one name."""
+        if settings["processor"] != "none":
+            return dict(settings)
+        return {**settings, **{name: defaults[name] for name in cls.processor_settings() if name in settings}}
 

@@ -21,14 +21,24 @@ from dape_core.errors import ConfigError, require_choice
 
 
 def setting(default: Any = dataclasses.MISSING, *, choices: Iterable[Any] | None = None, help: str = "",
-            default_factory: Any = dataclasses.MISSING):
+            default_factory: Any = dataclasses.MISSING, processor_only: bool = False):
     """A dataclass field with its allowed values and a help line (read by :func:`add_arguments`). A mapping of
     choices (a registry such as ``dape_core.encoding_facts.ENCODING_FACTS``) stays live: names added to it later
-    are allowed too."""
+    are allowed too. ``processor_only``: only the DAPE processor reads it, so a run without one ignores it
+    (:meth:`dape_core.settings.AttentionSettings.reset_processor_settings`)."""
     if choices is not None and not isinstance(choices, Mapping):
         choices = tuple(choices)
-    metadata = {"choices": choices, "help": help}
+    metadata = {"choices": choices, "help": help, "processor_only": processor_only}
     return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)
+
+
+def redeclared(cls, name: str, **changes):
+    """``cls``'s declaration of setting ``name`` (default, allowed values, help) with ``changes``, for a subclass
+    in which the setting means something more (e.g. ``processor_only=True``)."""
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    declared = dict(default=f.default, default_factory=f.default_factory, choices=f.metadata.get("choices"),
+                    help=f.metadata.get("help", ""), processor_only=f.metadata.get("processor_only", False))
+    return setting(**{**declared, **changes})
 
 
 def check_choices(instance, cls) -> None:

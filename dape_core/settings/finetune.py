@@ -9,7 +9,7 @@ from typing import Any
 from dape_core.errors import ConfigError, require_choice
 from dape_core.settings import fields
 from dape_core.settings.attention import AttentionSettings
-from dape_core.settings.fields import field_names, setting
+from dape_core.settings.fields import field_names, redeclared, setting
 from dape_core.settings.training import TrainSettings
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
@@ -47,9 +47,12 @@ class FinetuneSettings(AttentionSettings):
                                                 "weights, tokenizer.json); null: a fresh model from base_config")
     base_config: dict | None = setting(None, help="with base_model null: the fresh model's configuration, "
                                                   + BASE_CONFIG_VALUES + "; vocab_size comes from the data")
-    encoding: str = setting("nope", choices=ENCODINGS,
+    # without a processor the decoder stays unpatched (dape_core.hf): the encoding and the path are the patch's
+    encoding: str = setting("nope", choices=ENCODINGS, processor_only=True,
                             help="nope: the processor sees A alone (eq. 4); alibi, kerple, fire: a bias B on top of "
                                  "the model's RoPE scores (eq. 5)")
+    attention_impl: str = redeclared(AttentionSettings, "attention_impl", processor_only=True)
+    dape_dtype: str = redeclared(AttentionSettings, "dape_dtype", processor_only=True)
 
     def __post_init__(self):
         super().__post_init__()

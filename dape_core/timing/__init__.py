@@ -1,0 +1,44 @@
+"""Forward time, training-step time and peak memory, methods timed together in interleaved repeats (Table 7 App. H,
+§4.2 step times).
+
+One module per concept, each stating its part of the protocol: :mod:`~dape_core.timing.workers` (the worker
+processes of a cell and their protocol), :mod:`~dape_core.timing.interleave` (blocks, rotated rounds, replicate
+jobs and their merge), :mod:`~dape_core.timing.case` (what one timed run is: threads, device, parking, precision,
+its rows), :mod:`~dape_core.timing.device` (the device and what a pass runs under there) and
+:mod:`~dape_core.timing.cli` (``dape time``: the job's cells from its options). What a row records of the machine
+(the CPU model, peak resident memory) is :mod:`dape_core.machine`'s.
+"""
+
+from dape_core.machine import cpu_model
+from dape_core.settings.timing import MODES, PRECISIONS, TIMED_SHAPE, TimingSettings
+from dape_core.timing import case, cli, device, interleave, workers
+from dape_core.timing.case import (SUMMARY_STATS, TimedCase, failed_row, measure, out_of_memory_row, summary_row,
+                                   timed_method)
+from dape_core.timing.cli import add_arguments, cases, cells, parse_methods, run
+from dape_core.timing.device import (AUTOCAST_DTYPES, device_name, pass_autocast, pass_path, synchronize,
+                                     timing_device)
+from dape_core.timing.interleave import (REPEAT_COLUMNS, REPEAT_SETTINGS, merge, repeats_path, replicate_spec,
+                                         rotation, time_cell)
+from dape_core.timing.workers import REPLY, WORKER_COMMAND, TimingWorkerError, Worker, describe, worker_main
+
+
+def _description(title: str | None, *modules) -> str | None:
+    """What ``dape time --help`` describes (and ``help(dape_core.timing)``): the title (the first paragraph of this
+    package's docstring), then each module's part of the protocol (its docstring after its first paragraph), in the
+    order a job goes through them; None where docstrings are stripped (``python -OO``)."""
+    if title is None or any(module.__doc__ is None for module in modules):
+        return None
+    parts = [title.split("\n\n", 1)[0], *(module.__doc__.split("\n\n", 1)[1] for module in modules)]
+    return "\n\n".join(part.strip() for part in parts) + "\n"
+
+
+__doc__ = _description(__doc__, workers, interleave, case, cli)
+
+__all__ = [
+    "AUTOCAST_DTYPES", "MODES", "PRECISIONS", "REPEAT_COLUMNS", "REPEAT_SETTINGS", "REPLY", "SUMMARY_STATS",
+    "TIMED_SHAPE", "TimedCase", "TimingSettings", "TimingWorkerError", "WORKER_COMMAND", "Worker", "add_arguments",
+    "case", "cases", "cells", "cli", "cpu_model", "describe", "device", "device_name", "failed_row", "interleave",
+    "measure", "merge", "out_of_memory_row", "parse_methods", "pass_autocast", "pass_path", "repeats_path",
+    "replicate_spec", "rotation", "run", "summary_row", "synchronize", "time_cell", "timed_method", "timing_device",
+    "worker_main", "workers",
+]
