@@ -8,7 +8,6 @@ import contextlib
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -16,10 +15,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-
-def rss_mb() -> float:
-    """Peak resident memory of this process so far, in MiB (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+from dape_core.machine import cpu_model, rss_mb  # noqa: F401 (rss_mb: the benchmarks import it from here)
 
 
 def run_worker(script: str | Path, kind: str, payload: dict):
@@ -36,13 +32,9 @@ def run_worker(script: str | Path, kind: str, payload: dict):
 
 
 def machine_info(device: str | None = None) -> dict:
-    """CPU model (/proc/cpuinfo on Linux, else platform.processor()), cores, versions; with ``device``, the GPU's
-    name (None off CUDA)."""
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
-    cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
-               platform.processor())
-    info = dict(cpu=cpu, cores=os.cpu_count())
+    """CPU model (:func:`dape_core.machine.cpu_model`), cores, versions; with ``device``, the GPU's name (None off
+    CUDA)."""
+    info = dict(cpu=cpu_model(), cores=os.cpu_count())
     if device is not None:
         info["gpu"] = torch.cuda.get_device_name(0) if device == "cuda" else None
     return dict(info, torch=torch.__version__, python=platform.python_version())
