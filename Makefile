@@ -36,6 +36,13 @@ install-test: $(BIN)/python
 test: install-test
 	$(BIN)/python -m pytest -q -n 2 --durations=15 tests --ignore=tests/cluster
 
+# The workflow's train, evaluate and che jobs run in forks of one warm process (`dape serve`,
+# dape_core/job_server.py): the same results without Python's start and torch's import in every job.
+# DAPE_JOB_SERVER= (empty) runs each job in its own process.
+DAPE_JOB_SERVER ?= auto
+SERVE = $(if $(DAPE_JOB_SERVER),$(BIN)/dape serve,@true)
+reproduce robustness: export DAPE_JOB_SERVER := $(DAPE_JOB_SERVER)
+
 # A lock left by a killed Snakemake is cleared first (one printed line); a running Snakemake's lock stops make.
 SNAKEMAKE_ARGS = --profile profiles/default --cores $(CORES) --configfile $(CONFIG)
 
@@ -45,14 +52,18 @@ SNAKEMAKE_ARGS = --profile profiles/default --cores $(CORES) --configfile $(CONF
 reproduce: install
 	$(BIN)/python -m dape_core.workflow_lock -- $(SNAKEMAKE_ARGS)
 	$(BIN)/dape verify --results results --reports $(REPORTS) --configfile $(CONFIG)
+	$(SERVE) --detach
 	$(BIN)/snakemake $(SNAKEMAKE_ARGS) $$($(BIN)/dape verify --results results --pending)
 	$(BIN)/python -m dape_core.report_html $(REPORTS)/report.html -- $(BIN)/snakemake $(SNAKEMAKE_ARGS)
+	$(SERVE) --stop
 
 # Runs this configuration's grid too where its claims are missing: both runs' verdicts are needed.
 robustness: install
 	$(BIN)/python -m dape_core.workflow_lock -- $(SNAKEMAKE_ARGS)
 	$(BIN)/dape verify --results results --reports $(REPORTS) --configfile $(CONFIG)
+	$(SERVE) --detach
 	$(BIN)/snakemake $(REPORTS)/robustness.md $(SNAKEMAKE_ARGS) $$($(BIN)/dape verify --results results --pending)
+	$(SERVE) --stop
 
 clean-results:
 	rm -rf results reports/*.csv reports/tables reports/figures reports/report.html

@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("dape_core.report.cli", "aggregate results into CSVs, tables, figures and claim verdicts"),
     "verify": ("dape_core.verify", "check every sealed and token file of a results directory; set damaged ones aside"),
     "seal": ("dape_core.seal", "seal the files of an older version's results once, as they are (the migration)"),
+    "serve": ("dape_core.job_server", "run the workflow's train, evaluate and che jobs in forks of one warm process"),
 }
 
 

@@ -28,3 +28,26 @@ def tiny_corpus(tmp_path_factory):
     assert main(["tokenize", "--source", "builtin-code", "--max-docs", "150", "--vocab-size", "512",
                  "--val-fraction", "0.1", "--seed", "0", "--out-dir", str(out)]) == 0
     return out
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _job_server(tmp_path_factory):
+    """The tests' `dape train|evaluate|che|report` commands and DAG runs run as `make reproduce` runs them: in forks
+    of a warm server (dape_core.job_server; tests/test_job_server.py checks that this changes no output)."""
+    import subprocess
+    import sys
+    import time
+
+    from dape_core.job_server import ENV
+
+    socket = tmp_path_factory.mktemp("job_server") / "jobs.sock"
+    server = subprocess.Popen([sys.executable, "-m", "dape_core.command", "serve", "--socket", str(socket),
+                               "--idle-exit", "3600"], stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not socket.exists() and server.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.environ[ENV] = str(socket)
+    yield socket
+    os.environ.pop(ENV, None)
+    server.terminate()
+    server.wait(timeout=60)
