@@ -557,3 +557,20 @@ def test_calibrate_gpu_takes_the_compiled_paths_options_it_is_given_and_refuses_
         done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "calibrate_gpu.py"), "--device", "cpu",
                                "--path-options", text], capture_output=True, text=True, timeout=120)
         assert done.returncode == 2 and f"--path-options: {message}" in done.stderr, done.stderr
+
+
+def test_seeds_per_core_second_runs_the_workflows_commands_both_ways(tiny_corpus, tmp_path):
+    """The default's NoPE job, 2 steps, each way: rows with start-up and step time apart, and the summary's ratio
+    against a job per process."""
+    from benchmarks import seeds_per_core_second as spcs
+
+    plan = spcs.plan_of(spcs.REPO / "config.yaml")
+    out = tmp_path / "rows.csv"
+    rows = spcs.measure_jobs(plan, ["NoPE"], list(spcs.WAYS), 1, tiny_corpus, tmp_path, 2, out)
+    assert [(r["method"], r["way"], r["steps"]) for r in rows] == [("NoPE", "process", 2), ("NoPE", "server", 2)]
+    assert all(r["train_startup_s"] > 0 and r["step_ms"] > 0 and r["eval_wall_s"] > 0 for r in rows)
+    assert len(pd.read_csv(out)) == 2
+    table = spcs.summarise(rows)
+    assert table.set_index("way").loc["process", "vs_process"] == 1.0
+    train, evaluate = spcs.job_commands(plan, spcs.CENTRAL["NoPE"], 0, tiny_corpus, tmp_path)
+    assert train[:4] == ["train", "--threads", "1", "--spec"] and '"seed":0' in train[4] and evaluate[0] == "evaluate"
