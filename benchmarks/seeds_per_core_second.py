@@ -21,6 +21,7 @@ if __package__ in (None, ""):  # run as a file: the repository root on the path,
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -139,11 +140,9 @@ def snakemake_cpu(config: Path, workdir: Path, *args: str) -> float:
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ticks, last = os.sysconf("SC_CLK_TCK"), 0.0
     while process.poll() is None:
-        try:
+        with contextlib.suppress(OSError, IndexError):  # it ended between poll and read: the last reading stands
             fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
             last = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
-        except (OSError, IndexError):
-            pass
         time.sleep(0.1)
     if process.returncode != 0:
         raise SystemExit(f"seeds_per_core_second: {' '.join(command)} failed ({process.returncode})")

@@ -19,6 +19,7 @@ of its child; the design stage reads their wall seconds only (:func:`dape_core.r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -135,10 +136,8 @@ def forward(argv: list[str]) -> int | None:
         if child is None:
             pending.append(signum)
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):  # the job has ended already: nothing to pass on
             os.kill(child, signum)
-        except ProcessLookupError:
-            pass
 
     handlers = {signum: signal.signal(signum, pass_on) for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -222,10 +221,8 @@ def _run_job(conn: socket.socket, key: str, imported: dict) -> None:
         _send(conn, {"pid": os.getpid()})
 
         def watch() -> None:  # the command is gone (killed): so is its job
-            try:
+            with contextlib.suppress(OSError):  # a reset connection is a gone command too
                 conn.recv(1)
-            except OSError:
-                pass
             os._exit(143)
 
         threading.Thread(target=watch, daemon=True).start()
