@@ -41,14 +41,12 @@ rule all:
 
 onerror:
     # Snakemake deletes a failed job's outputs but not their seals (<file>.sha256, written by the job itself)
-    from dape_core.verify import remove_orphan_seals
+    from dape_core.failed_run import failed_job_errors, remove_orphan_seals
 
     for seal in remove_orphan_seals("results", REPORTS):
         print(f"dape: removed {seal}: the seal of an output deleted after its job failed", flush=True)
     # each failed job's own one-line error (a damaged input, a refused write …), on the console beside Snakemake's
     # pointer to the job's log
-    from dape_core.verify import failed_job_errors
-
     for line in failed_job_errors(log):
         print(f"dape: {line}", flush=True)
 

@@ -189,7 +189,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from dape_core.attention_maps import layer_rows, layer_sinks, sink_frame, sink_sequences, write_heatmaps
     from dape_core.data import load_split
-    from dape_core.train import load_model
+    from dape_core.model_file import load_model
 
     ev = fields.from_args(EvalSettings, args)
     hf_directory = Path(args.checkpoint).is_dir()
@@ -220,7 +220,7 @@ def run(args) -> int:
         "seed": ts["seed"], "lr": ts["lr"], "steps": ts["steps"], "batch_size": ts["batch_size"],
         "config_hash": ckpt["config_hash"],
     }
-    from dape_core.train import git_commit
+    from dape_core.provenance import git_commit
 
     split = load_split(args.data_dir, "val")
     if ckpt["status"] == "diverged":

@@ -40,7 +40,8 @@ from dape_core.distributed import Distributed
 from dape_core.errors import ConfigError
 from dape_core.settings.finetune import (BASE_CONFIG_VALUES, NOT_FINETUNE_OPTIONS, FinetuneSettings,
                                          check_steps, is_finetuned)
-from dape_core.train import NOT_HASHED, TrainSettings, config_hash, fit, optimizer_for
+from dape_core.provenance import config_hash
+from dape_core.train import NOT_HASHED, TrainSettings, fit, optimizer_for
 
 #: TrainSettings fields that are not options of `dape finetune`: it runs one process, eagerly, without block
 #: recomputation

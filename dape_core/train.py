@@ -5,7 +5,7 @@ AdamW β (0.9, 0.95), cosine decay to ``min_lr_ratio``·lr after a linear warm-u
 (seed, step), so a resumed run draws exactly the batches the uninterrupted run would have drawn.
 
 Outputs in ``--out-dir``: ``model.pt`` (a plain full state dict under every ``distributed`` mode; restore with
-:func:`load_model`), ``summary.json`` (status ``ok`` or ``diverged``, provenance, throughput), ``metrics.jsonl``
+:func:`dape_core.model_file.load_model`), ``summary.json`` (status ``ok`` or ``diverged``, provenance, throughput), ``metrics.jsonl``
 (step, loss, lr, gradient norm, tokens/s) and ``tensorboard/`` (event files, :mod:`dape_core.tensorboard_log`).
 Periodic checkpoints go to ``--checkpoint-dir`` (:mod:`dape_core.checkpoints`; the newest two are kept) — keep it
 outside a workflow rule's declared outputs so a failed job's clean-up keeps them. ``--distributed ddp`` or ``fsdp``
@@ -17,12 +17,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import math
-import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -39,6 +35,7 @@ from dape_core.errors import ConfigError, require_positive
 from dape_core.methods import method_label
 from dape_core.model import GPT, GPTConfig
 from dape_core.positions import training_positions
+from dape_core.provenance import config_hash, provenance
 from dape_core.settings.training import NOT_HASHED, NOT_TRAIN_OPTIONS, TrainSettings, require_training_steps
 from dape_core.tensorboard_log import TrainingLog
 
@@ -105,31 +102,6 @@ def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, gra
     return full_value(norm)
 
 
-def git_commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=10
-        )
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def provenance(threads: int) -> dict:
-    import dape_core
-
-    versions = {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
-                "dape_core": dape_core.__version__}
-    hardware = {"machine": platform.machine(), "processor": platform.processor() or platform.machine(),
-                "cpu_count": os.cpu_count(),
-                "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
-    return {"git_commit": git_commit(), "versions": versions, "hardware": hardware, "threads": threads}
-
-
-def config_hash(config: dict) -> str:
-    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
 def hashed_model_config(model: GPT, device) -> dict:
     """The model settings a resume checkpoint must match: what runs, not how it was asked for. ``auto`` is
     resolved to the path it selects on ``device``, and ``max_position`` counts only for an encoding that draws
@@ -141,31 +113,6 @@ def hashed_model_config(model: GPT, device) -> dict:
     if not ENCODINGS[model.cfg.encoding].randomized_positions:
         config.pop("max_position")
     return config
-
-
-MODEL_KEYS = ("model", "model_config", "train_settings", "status", "config_hash", "method")  # model.pt's
-
-
-def load_model(path: str | Path, map_location: str = "cpu") -> tuple[GPT, dict]:
-    """Restore a ``model.pt`` written by ``dape train``: returns (model in eval mode, the checkpoint dict). The file
-    is checked against the sha256 its job recorded; an unreadable or foreign file stops with one line naming it."""
-    from dape_core.artefacts import fail, verify_hash
-
-    verify_hash(path, "train_lm", commands=("dape train",))
-    try:
-        checkpoint = torch.load(path, map_location=map_location, weights_only=False)
-    except Exception as err:  # pickle, zip and torch each raise their own kinds on a damaged file
-        raise fail(path, f"not a readable model.pt of `dape train` ({type(err).__name__})", "train_lm") from None
-    missing = [k for k in MODEL_KEYS if not isinstance(checkpoint, dict) or k not in checkpoint]
-    if missing:
-        raise fail(path, f"not a model.pt of `dape train` (no {', '.join(missing)})", "train_lm")
-    try:
-        model = GPT(GPTConfig(**checkpoint["model_config"]))
-        model.load_state_dict(checkpoint["model"])
-    except (TypeError, ValueError, RuntimeError, KeyError) as err:
-        raise fail(path, f"its weights do not fit the model its model_config describes ({type(err).__name__}: "
-                         f"{str(err).splitlines()[0][:120]})", "train_lm") from None
-    return model.eval(), checkpoint
 
 
 def fit(
@@ -314,7 +261,8 @@ def train(
         model_config = dataclasses.replace(model_config, vocab_size=vocab)
     model_config = dataclasses.replace(model_config, train_len=settings.train_len)
     if len(train_split.tokens) < settings.train_len + 2:
-        raise ConfigError(f"train_len: {settings.train_len} exceeds the training split ({len(train_split.tokens)} tokens)")
+        raise ConfigError(f"train_len: {settings.train_len} exceeds the training split "
+                          f"({len(train_split.tokens)} tokens)")
     if settings.batch_size % dist.world:
         raise ConfigError(f"batch_size: {settings.batch_size} is not divisible by the {dist.world} processes")
     if gpu_mem_gb is not None and settings.micro_batch_size is None:

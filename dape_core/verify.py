@@ -25,7 +25,8 @@ are made, would not redo it, and the reports would keep numbers whose source is 
 A file of a kind the jobs seal (CSV, JSON, model, archive) that has no seal is set aside too: its seal was removed,
 or it is not what its job wrote. Results of an older version, written before every output was sealed, are sealed
 once by ``dape seal`` (:mod:`dape_core.seal`), the migration. A failed run leaves no seal of a file that does not
-exist: the workflow's ``onerror`` removes the seals of the outputs Snakemake deleted (:func:`remove_orphan_seals`).
+exist: the workflow's ``onerror`` removes the seals of the outputs Snakemake deleted
+(:func:`dape_core.failed_run.remove_orphan_seals`).
 
 A file copied with its seal from another run's folder is set aside as well: the seal names the file it was written
 for. Results whose seals are an older version's (a sha256 without the file's identity) are not damage to redo: the
@@ -293,48 +294,6 @@ def whole_model_directories(findings: list[Finding]) -> list[Finding]:
         else:
             out.setdefault(model, Finding(model, f"{finding.path.relative_to(model)} {finding.problem}"))
     return list(out.values())
-
-
-def remove_orphan_seals(*folders: str | Path) -> list[Path]:
-    """Removes the seals under ``folders`` (their .damaged folders aside) whose file is gone, and returns them: a
-    job that fails has its outputs deleted by Snakemake, which does not know their seals (the workflow's ``onerror``
-    calls this, so that a failed run leaves no seal of a file that does not exist)."""
-    removed = []
-    for folder in map(Path, folders):
-        if not folder.is_dir():
-            continue
-        for path, record in sealed_files(folder):
-            if not path.exists():
-                record.unlink(missing_ok=True)
-                removed.append(record)
-    return removed
-
-
-def failed_job_errors(snakemake_logs) -> list[str]:
-    """The one-line errors (``dape <command>: error: …``) of the jobs a Snakemake run reports as failed (its "Error in
-    rule" blocks name each job's log), as ``<job log>: <error>``; ``snakemake_logs``: the run's log file or files
-    (the ``log`` of ``onerror``); empty when none can be read."""
-    import re
-
-    if snakemake_logs is None:
-        return []
-    paths = [snakemake_logs] if isinstance(snakemake_logs, (str, Path)) else list(snakemake_logs)
-    text = ""
-    for path in paths:
-        try:
-            text += Path(path).read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-    lines = []
-    for block in text.split("Error in rule ")[1:]:
-        match = re.search(r"^\s*log: (\S+)", block, re.MULTILINE)
-        try:
-            job_log = Path(match.group(1)).read_text(encoding="utf-8", errors="replace") if match else ""
-        except OSError:
-            continue
-        lines += [f"{match.group(1)}: {line.strip()}" for line in job_log.splitlines()
-                  if re.match(r"^dape [\w-]+: error: ", line.strip())]
-    return list(dict.fromkeys(lines))
 
 
 def pending(results: Path, set_aside_now: list[Path] = ()) -> list[Path]:

@@ -18,7 +18,7 @@ from dape_core import artefacts, io
 from dape_core.cli import main
 from dape_core.errors import ArtefactError
 from dape_core.model import GPT, GPTConfig
-from dape_core.train import load_model
+from dape_core.model_file import load_model
 
 
 def eval_frame(lengths=(32, 64)) -> pd.DataFrame:
@@ -343,7 +343,7 @@ def test_dape_verify_checks_the_configurations_reports_tables_and_not_another_co
 def test_a_failed_jobs_one_line_error_is_found_through_snakemakes_log(tmp_path, monkeypatch):
     """The workflow's onerror prints each failed job's own error line (its log, which Snakemake's "Error in rule"
     block names), so that the file and the cause reach the console."""
-    from dape_core.verify import failed_job_errors
+    from dape_core.failed_run import failed_job_errors
 
     monkeypatch.chdir(tmp_path)
     job = Path("logs/lm/r/seed0/train.log")
@@ -377,7 +377,7 @@ def test_dape_verify_names_a_token_file_changed_in_place(tiny_corpus, tmp_path):
 
 def test_remove_orphan_seals_removes_only_seals_whose_file_is_gone(tmp_path):
     from dape_core import io
-    from dape_core.verify import remove_orphan_seals
+    from dape_core.failed_run import remove_orphan_seals
 
     kept, gone = tmp_path / "results" / "a.csv", tmp_path / "reports" / "b.csv"
     for path in (kept, gone):

@@ -306,7 +306,8 @@ def test_the_che_runner_draws_with_the_shared_sampler():
 def test_training_and_evaluation_give_a_randrope_model_its_drawn_positions(tiny_corpus, tmp_path, monkeypatch):
     from dape_core.data import load_split
     from dape_core.evaluate import evaluate
-    from dape_core.train import TrainSettings, load_model, train
+    from dape_core.model_file import load_model
+    from dape_core.train import TrainSettings, train
 
     seen = []
     forward = GPT.forward

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from dape_core.cli import main
-from dape_core.train import load_model
+from dape_core.model_file import load_model
 
 STEPS, EVERY = 24, 4
 ARGS = ["--size", "tiny", "--encoding", "kerple", "--processor", "dape_v2", "--kernel-size", "3", "--train-len", "32",

@@ -20,7 +20,7 @@ import torch
 from dape_core.cli import main
 from dape_core.errors import ArtefactError
 from dape_core.seal import seal_unsealed
-from dape_core.train import load_model
+from dape_core.model_file import load_model
 
 LEGACY = Path(__file__).parent / "data" / "legacy"
 EXPECTED = json.loads((LEGACY / "expected.json").read_text())

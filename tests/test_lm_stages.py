@@ -11,7 +11,8 @@ from dape_core.cli import main
 from dape_core.data import load_split
 from dape_core.evaluate import evaluate, evaluate_windows, more_anchors, window_anchors
 from dape_core.model import GPTConfig
-from dape_core.train import TrainSettings, load_model, train
+from dape_core.model_file import load_model
+from dape_core.train import TrainSettings, train
 
 TINY = ["--size", "tiny", "--train-len", "32", "--batch-size", "8", "--threads", "1", "--no-progress"]
 

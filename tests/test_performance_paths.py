@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import dape_core.implementations.fast as fast
+import dape_core.implementations.fast_autograd as fast_autograd
 from dape_core.dape import ScoreProcessor
 from dape_core.implementations.fast import blocked_scores
 from dape_core.encodings import ENCODINGS, GeometryCache, build_encoding, geometry
@@ -89,13 +90,13 @@ def test_fast_path_with_batch_one_and_default_blocks(encoding):
 def test_a_relative_bias_is_convolved_once_per_distance(encoding, relative, monkeypatch):
     """ALiBi, Kerple and T5 at contiguous positions take the per-distance path; FIRE (normalised by i) does not."""
     built = []
-    original = fast._RelativeBiasHalf.__init__
+    original = fast_autograd.RelativeBiasHalf.__init__
 
     def counting(self, *args, **kwargs):
         built.append(1)
         original(self, *args, **kwargs)
 
-    monkeypatch.setattr(fast._RelativeBiasHalf, "__init__", counting)
+    monkeypatch.setattr(fast_autograd.RelativeBiasHalf, "__init__", counting)
     with torch.no_grad():
         tiny_gpt(encoding, processor="dape_v2", kernel_size=3)(torch.randint(0, VOCAB, (2, 12)))
     assert bool(built) == relative

@@ -109,7 +109,7 @@ def test_n_sequences_give_n_times_layers_rows_paired_across_runs(two_runs, tiny_
 
 def test_sequence_zero_is_the_heatmap_sequence_and_each_mass_its_own_forward(two_runs, tiny_corpus, tmp_path):
     sink = _sink_job(two_runs["dape1x3"] / "model.pt", tiny_corpus, tmp_path, sequences=3)
-    from dape_core.train import load_model
+    from dape_core.model_file import load_model
 
     model, _ = load_model(two_runs["dape1x3"] / "model.pt")
     split = load_split(tiny_corpus, "val")

@@ -63,7 +63,8 @@ def main() -> None:
     import dape_core
     from dape_core.cli import main as dape
     from dape_core.data import load_split
-    from dape_core.train import git_commit, load_model
+    from dape_core.model_file import load_model
+    from dape_core.provenance import git_commit
 
     data = HERE / "data"
     shutil.rmtree(data, ignore_errors=True)

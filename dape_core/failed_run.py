@@ -1,0 +1,49 @@
+"""What the workflow's ``onerror`` does after a failed Snakemake run: removes the seals of the outputs Snakemake
+deleted (the jobs wrote them, Snakemake does not know them) and names each failed job's own one-line error."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from dape_core.verify import sealed_files
+
+
+def remove_orphan_seals(*folders: str | Path) -> list[Path]:
+    """Removes the seals under ``folders`` (their .damaged folders aside) whose file is gone, and returns them: a
+    job that fails has its outputs deleted by Snakemake, which does not know their seals (the workflow's ``onerror``
+    calls this, so that a failed run leaves no seal of a file that does not exist)."""
+    removed = []
+    for folder in map(Path, folders):
+        if not folder.is_dir():
+            continue
+        for path, record in sealed_files(folder):
+            if not path.exists():
+                record.unlink(missing_ok=True)
+                removed.append(record)
+    return removed
+
+
+def failed_job_errors(snakemake_logs) -> list[str]:
+    """The one-line errors (``dape <command>: error: …``) of the jobs a Snakemake run reports as failed (its "Error in
+    rule" blocks name each job's log), as ``<job log>: <error>``; ``snakemake_logs``: the run's log file or files
+    (the ``log`` of ``onerror``); empty when none can be read."""
+    if snakemake_logs is None:
+        return []
+    paths = [snakemake_logs] if isinstance(snakemake_logs, (str, Path)) else list(snakemake_logs)
+    text = ""
+    for path in paths:
+        try:
+            text += Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+    lines = []
+    for block in text.split("Error in rule ")[1:]:
+        match = re.search(r"^\s*log: (\S+)", block, re.MULTILINE)
+        try:
+            job_log = Path(match.group(1)).read_text(encoding="utf-8", errors="replace") if match else ""
+        except OSError:
+            continue
+        lines += [f"{match.group(1)}: {line.strip()}" for line in job_log.splitlines()
+                  if re.match(r"^dape [\w-]+: error: ", line.strip())]
+    return list(dict.fromkeys(lines))
