@@ -18,6 +18,17 @@ from pathlib import Path
 
 from snakemake.logging import logger
 
+# Snakemake documents only `workflow.cores` and `workflow.source_path` of its Workflow object (source_path copies the
+# file into a cache, so it names no file of this checkout). The workflow reads six more attributes, each for something
+# Snakemake offers no documented way to know, which is why pyproject.toml pins snakemake below 10:
+#   overwrite_configfiles  the --configfile files: a given configuration replaces config.yaml, names its reports
+#                          folder, and is reread for repeated keys (below and the Snakefile)
+#   basedir                the checkout, which the conda environments install (DAPE_CORE_SRC)
+#   main_snakefile         the Snakefile the nested robustness run executes (robustness.smk)
+#   deployment_settings    whether jobs run in conda environments (where a fine-tune's transformers comes from)
+#   is_main_process        the estimate is logged once, not again in every job step of a cluster run
+#   resource_settings      --cores or --local-cores without failing when --cores is unset (local_cores)
+
 from dape_core import config as grid
 from dape_core.config import job_cost
 from dape_core.errors import ConfigError
