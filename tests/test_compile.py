@@ -21,6 +21,7 @@ import torch._dynamo as dynamo
 from torch._dynamo.backends.registry import lookup_backend
 
 import dape_core.train as train_module
+from dape_core.model_file import load_model
 from dape_core.cli import main
 from dape_core.encodings import ENCODINGS
 from dape_core.errors import ConfigError
@@ -225,7 +226,7 @@ def test_train_compile_follows_the_eager_run_and_resumes(tiny_corpus, tmp_path, 
              for name in ("eager", "compiled")}
     assert len(curve["eager"]) == len(curve["compiled"]) == 4
     torch.testing.assert_close(torch.tensor(curve["compiled"]), torch.tensor(curve["eager"]), rtol=1e-5, atol=0)
-    model, checkpoint = train_module.load_model(tmp_path / "compiled" / "model.pt")  # strict: the plain keys
+    model, checkpoint = load_model(tmp_path / "compiled" / "model.pt")  # strict: the plain keys
     assert checkpoint["model"].keys() == GPT(model.cfg).state_dict().keys()
 
 
