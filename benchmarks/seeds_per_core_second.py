@@ -9,7 +9,15 @@ wall seconds are its core-seconds; a training job's start-up is its wall time le
 Snakemake's own CPU seconds (its process, not its jobs) over a dry run of ``--config`` and a real run of
 ``--smoke-config``.
 
-    python -m benchmarks.seeds_per_core_second --out benchmarks/results/seeds_per_core_second.csv --snakemake
+With ``--anatomy OUT`` it also takes each method's training step apart, on one thread, in the same process: the
+step's median time; under ``torch.profiler`` the FLOPs and self time of its GEMMs (``aten::mm``, ``addmm``, ``bmm``,
+``baddbmm``), hence their rate against a 1024³ fp32 GEMM's on the same core; the step's GEMM floor (its GEMM FLOPs at
+the better of the two rates: what no way of running the same fp32 model can go below); and the ceiling of seeds per
+core-second that floor allows against ``process``: a seed whose steps took only their GEMM floor, with the server's
+start-up, with (``ceiling``) and without (``ceiling_no_eval``) the server's evaluation job.
+
+    python -m benchmarks.seeds_per_core_second --out benchmarks/results/seeds_per_core_second.csv --snakemake \
+        --anatomy benchmarks/results/step_anatomy.csv
 """
 
 from __future__ import annotations
@@ -132,6 +140,118 @@ def summarise(rows: list[dict]) -> pd.DataFrame:
     return table
 
 
+GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+
+
+def training_step(plan, method: str, data_dir: Path, steps: int | None = None):
+    """(the model, a function running its training step ``i``) of ``method``'s central run at seed 0 as `dape
+    train` runs it: the spec's model, optimiser, learning rate, batches and positions, one micro-batch as the
+    default trains (``steps``: the schedule's length, default the spec's)."""
+    import dataclasses
+
+    import torch
+
+    from dape_core import config as grid
+    from dape_core import train as training
+    from dape_core.data import load_split
+    from dape_core.model import GPT, GPTConfig
+    from dape_core.positions import training_positions
+    from dape_core.settings import fields
+    from dape_core.settings.training import TrainSettings
+
+    parser = argparse.ArgumentParser()
+    training.add_arguments(parser)
+    fields.apply_spec(parser, grid.train_spec(plan.lm_runs[CENTRAL[method]]["settings"], 0).json())
+    args = parser.parse_args(["--data-dir", str(data_dir), "--out-dir", "unused", "--threads", "1"])  # as a job
+    settings = fields.from_args(TrainSettings, args)
+    if steps is not None:
+        settings = dataclasses.replace(settings, steps=steps)
+    if settings.grad_accum != 1 or settings.micro_batch_size is not None:
+        raise SystemExit(f"seeds_per_core_second: {method} trains in several micro-batches; the anatomy takes one")
+    split = load_split(data_dir, "train")
+    config = dataclasses.replace(fields.from_args(GPTConfig, args, train_len=settings.train_len),
+                                 vocab_size=int(split.meta["tokenizer"]["vocab_size"]))
+    torch.set_num_threads(settings.threads)
+    torch.manual_seed(settings.seed)
+    model = GPT(config)
+    optimizer = training.optimizer_for(model, settings)
+    model.train()
+
+    def step(i: int) -> None:
+        for group in optimizer.param_groups:
+            group["lr"] = training.learning_rate(i, settings)
+        optimizer.zero_grad(set_to_none=True)
+        starts = training.batch_starts(i, 0, settings.seed, len(split.tokens), settings.train_len,
+                                       settings.batch_size)
+        x, y = training.get_batch(split.tokens, starts, settings.train_len)
+        positions = training_positions(config, settings.seed, i, 0, settings.train_len)
+        loss = model(x, y, positions=positions)[1]
+        loss.backward()
+        float(loss.detach())
+        training.optimizer_step(model, optimizer, settings.grad_clip)
+
+    return model, step
+
+
+def gemm_peak(size: int = 1024, repeats: int = 20) -> float:
+    """GFLOP/s of a size³ fp32 GEMM on the current threads (median of ``repeats``)."""
+    import torch
+
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    for _ in range(3):
+        a @ b
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - start)
+    return 2 * size**3 / sorted(times)[len(times) // 2] / 1e9
+
+
+def step_anatomy(plan, method: str, data_dir: Path, steps: int, warmup: int, peak_gflops: float) -> dict:
+    """One thread: ``method``'s training step timed (median of ``steps``), then profiled over as many steps for its
+    GEMMs' FLOPs and self time; their rate, the step's GEMM floor and its share of the step."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.set_num_threads(1)
+    _, step = training_step(plan, method, data_dir)
+    for i in range(warmup):
+        step(i)
+    times = []
+    for i in range(warmup, warmup + steps):
+        start = time.perf_counter()
+        step(i)
+        times.append(time.perf_counter() - start)
+    with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
+        for i in range(warmup + steps, warmup + 2 * steps):
+            step(i)
+    events = prof.key_averages()
+    gemms = [e for e in events if e.key in GEMM_OPS]
+    gemm_gflop = sum(e.flops for e in gemms) / steps / 1e9
+    gemm_ms = sum(e.self_cpu_time_total for e in gemms) / steps / 1e3
+    step_ms = 1e3 * sorted(times)[len(times) // 2]
+    rate = gemm_gflop / (gemm_ms / 1e3)
+    floor_ms = 1e3 * gemm_gflop / max(rate, peak_gflops)
+    return dict(method=method, steps=steps, step_ms=step_ms, operators_per_step=sum(e.count for e in events) / steps,
+                gemm_gflop_per_step=gemm_gflop, gemm_ms=gemm_ms, gemm_share=gemm_ms / step_ms, gemm_gflops=rate,
+                peak_gflops=peak_gflops, floor_ms=floor_ms, floor_share=floor_ms / step_ms)
+
+
+def ceilings(anatomy: list[dict], jobs: pd.DataFrame, steps: int) -> pd.DataFrame:
+    """Per method, seeds per core-second against ``process`` if every training step took only its GEMM floor, with
+    the server's start-up, with (``ceiling``) and without (``ceiling_no_eval``) the server's evaluation job."""
+    frame = pd.DataFrame(anatomy)
+    table = summarise(jobs.to_dict("records")).pivot(index="method", columns="way")
+    process, server = table["seed_wall_s"]["process"], table
+    floor_train = server["train_startup_s"]["server"] + steps * frame.set_index("method")["floor_ms"] / 1e3
+    frame["process_seed_s"] = frame["method"].map(process)
+    frame["ceiling"] = frame["method"].map(process / (floor_train + server["eval_wall_s"]["server"]))
+    frame["ceiling_no_eval"] = frame["method"].map(process / floor_train)
+    frame["measured"] = frame["method"].map(process / table["seed_wall_s"]["server"])
+    return frame
+
+
 def snakemake_cpu(config: Path, workdir: Path, *args: str) -> float:
     """CPU seconds of the Snakemake process itself (not its jobs) over ``snakemake --configfile config args``:
     its /proc counters, read until it exits."""
@@ -162,7 +282,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--snakemake", action="store_true", help="also Snakemake's own CPU over a dry and a real run")
     p.add_argument("--smoke-config", type=Path, default=REPO / "configs" / "smoke.yaml")
     p.add_argument("--out", type=Path, default=None, help="the rows as CSV (replaced after every job)")
+    p.add_argument("--anatomy", type=Path, default=None,
+                   help="also each method's training step taken apart (GEMM floor and ceilings) into this CSV")
+    p.add_argument("--anatomy-steps", type=int, default=30, help="steps timed, and as many profiled, per method")
     args = p.parse_args(argv)
+    if args.anatomy is not None and set(args.ways) != set(WAYS):
+        raise SystemExit("seeds_per_core_second: --anatomy compares against both ways; keep --ways at its default")
     if not (args.data_dir / "meta.json").exists():
         raise SystemExit(f"seeds_per_core_second: --data-dir {args.data_dir}: no tokenized corpus (meta.json)")
     plan = plan_of(args.config)
@@ -170,6 +295,17 @@ def main(argv: list[str] | None = None) -> int:
         rows = measure_jobs(plan, args.methods, args.ways, args.rounds, args.data_dir, Path(work), args.steps,
                             args.out)
         print(summarise(rows).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+        if args.anatomy is not None:
+            import torch
+
+            torch.set_num_threads(1)
+            peak = gemm_peak()
+            anatomy = [step_anatomy(plan, method, args.data_dir, args.anatomy_steps, 10, peak)
+                       for method in args.methods]
+            steps = int(pd.DataFrame(rows)["steps"].median())
+            table = ceilings(anatomy, pd.DataFrame(rows), steps)
+            write_rows([{**row, **machine_info()} for row in table.to_dict("records")], args.anatomy)
+            print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
         if args.snakemake:
             dry = snakemake_cpu(args.config, Path(work) / "dry", "-n", "--cores", "2")
             real = Path(work) / "smoke"

@@ -574,3 +574,44 @@ def test_seeds_per_core_second_runs_the_workflows_commands_both_ways(tiny_corpus
     assert table.set_index("way").loc["process", "vs_process"] == 1.0
     train, evaluate = spcs.job_commands(plan, spcs.CENTRAL["NoPE"], 0, tiny_corpus, tmp_path)
     assert train[:4] == ["train", "--threads", "1", "--spec"] and '"seed":0' in train[4] and evaluate[0] == "evaluate"
+
+
+def test_the_anatomy_steps_the_model_dape_train_trains_and_counts_its_gemm_flops(tiny_corpus, tmp_path):
+    """The anatomy's step is `dape train`'s (3 steps of the default's DAPE1x3-Kerple job: the same parameters bit
+    for bit), and the profiler's GEMM FLOPs of a NoPE step are the model's own: 3 × 2·N·(12·L·d² + V·d)."""
+    from benchmarks import seeds_per_core_second as spcs
+    from dape_core.cli import main
+    from dape_core.config import train_spec
+    from dape_core.model_file import load_model
+
+    plan = spcs.plan_of(spcs.REPO / "config.yaml")
+    model, step = spcs.training_step(plan, "DAPE1x3-Kerple", tiny_corpus, steps=3)
+    for i in range(3):
+        step(i)
+    spec = train_spec(plan.lm_runs[spcs.CENTRAL["DAPE1x3-Kerple"]]["settings"], 0)
+    assert main(["train", "--spec", spec.json(), "--steps", "3", "--threads", "1", "--no-progress", "--data-dir",
+                 str(tiny_corpus), "--out-dir", str(tmp_path / "run")]) == 0
+    trained, _ = load_model(tmp_path / "run" / "model.pt")
+    mine = model.state_dict()
+    assert all(torch.equal(mine[k], v) for k, v in trained.state_dict().items())
+
+    row = spcs.step_anatomy(plan, "NoPE", tiny_corpus, steps=2, warmup=1, peak_gflops=1e9)
+    cfg = model.cfg
+    tokens = 16 * cfg.train_len  # the default's batch 16
+    assert row["gemm_gflop_per_step"] * 1e9 == pytest.approx(
+        3 * 2 * tokens * (12 * cfg.n_layer * cfg.d_model**2 + cfg.vocab_size * cfg.d_model), rel=1e-9)
+    assert 0 < row["gemm_share"] < 1 and row["floor_ms"] == pytest.approx(row["gemm_gflop_per_step"] / 1e6)
+
+
+def test_the_ceilings_put_a_seed_of_gemm_floor_steps_against_a_job_per_process():
+    """A worked example: process seed 20 s; the server's start-up 0.5 s and evaluation 1.5 s; 100 steps whose GEMM
+    floor is 40 ms (4 s) → ceiling 20 / (0.5 + 4 + 1.5) = 3.33…, without the evaluation 20 / 4.5."""
+    from benchmarks import seeds_per_core_second as spcs
+
+    jobs = pd.DataFrame([dict(method="NoPE", way="process", train_wall_s=15.0, train_startup_s=3.0, step_ms=100.0,
+                              eval_wall_s=5.0, seed_wall_s=20.0),
+                         dict(method="NoPE", way="server", train_wall_s=10.5, train_startup_s=0.5, step_ms=100.0,
+                              eval_wall_s=1.5, seed_wall_s=12.0)])
+    table = spcs.ceilings([dict(method="NoPE", floor_ms=40.0)], jobs, steps=100).iloc[0]
+    assert table["ceiling"] == pytest.approx(20 / 6.0) and table["ceiling_no_eval"] == pytest.approx(20 / 4.5)
+    assert table["measured"] == pytest.approx(20 / 12.0) and table["process_seed_s"] == 20.0
