@@ -243,10 +243,10 @@ def ceilings(anatomy: list[dict], jobs: pd.DataFrame, steps: int) -> pd.DataFram
     the server's start-up, with (``ceiling``) and without (``ceiling_no_eval``) the server's evaluation job."""
     frame = pd.DataFrame(anatomy)
     table = summarise(jobs.to_dict("records")).pivot(index="method", columns="way")
-    process, server = table["seed_wall_s"]["process"], table
-    floor_train = server["train_startup_s"]["server"] + steps * frame.set_index("method")["floor_ms"] / 1e3
+    process = table["seed_wall_s"]["process"]
+    floor_train = table["train_startup_s"]["server"] + steps * frame.set_index("method")["floor_ms"] / 1e3
     frame["process_seed_s"] = frame["method"].map(process)
-    frame["ceiling"] = frame["method"].map(process / (floor_train + server["eval_wall_s"]["server"]))
+    frame["ceiling"] = frame["method"].map(process / (floor_train + table["eval_wall_s"]["server"]))
     frame["ceiling_no_eval"] = frame["method"].map(process / floor_train)
     frame["measured"] = frame["method"].map(process / table["seed_wall_s"]["server"])
     return frame
@@ -288,6 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.anatomy is not None and set(args.ways) != set(WAYS):
         raise SystemExit("seeds_per_core_second: --anatomy compares against both ways; keep --ways at its default")
+    if args.anatomy_steps < 1:
+        raise SystemExit(f"seeds_per_core_second: --anatomy-steps {args.anatomy_steps}: allowed values: a positive "
+                         "integer")
     if not (args.data_dir / "meta.json").exists():
         raise SystemExit(f"seeds_per_core_second: --data-dir {args.data_dir}: no tokenized corpus (meta.json)")
     plan = plan_of(args.config)
