@@ -87,6 +87,21 @@ def test_dry_run_builds_the_dag(tmp_path, name):
 
 
 @pytest.mark.slow
+def test_a_job_step_that_parses_the_snakefile_again_logs_no_second_estimate(tmp_path):
+    """A run logs its estimate once: a job step (a cluster job, a spawned job process) inherits the run's environment,
+    where the estimate is marked logged. The nested robustness run asks for the cores this Snakemake was given."""
+    env = {**os.environ, "DAPE_ESTIMATE_LOGGED": "1"}
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+               "--configfile", str(CONFIGS["smoke"]), "-n", "--cores", "2", "reports/smoke/robustness.md"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    assert "GPU-hours" not in out and "plan: " not in out
+    nested = out[out.index("rule robustness_run:"):]
+    assert re.search(r"^\s+threads: 2$", nested[:nested.index("Shell command")], re.M), nested[:800]
+
+
+@pytest.mark.slow
 def test_the_timing_cell_is_timed_in_separate_replicate_jobs_that_one_rule_merges(tmp_path):
     """The default's forward-time family alone: one timing job times both sizes and both methods (its spec lists the
     four), repeated as `replicates` time_lm jobs (rep0, rep1, …, each with its own blocks) that merge_timing reads

@@ -19,15 +19,13 @@ from pathlib import Path
 from snakemake.logging import logger
 
 # Snakemake documents only `workflow.cores` and `workflow.source_path` of its Workflow object (source_path copies the
-# file into a cache, so it names no file of this checkout). The workflow reads six more attributes, each for something
+# file into a cache, so it names no file of this checkout). The workflow reads four more attributes, each for something
 # Snakemake offers no documented way to know, which is why pyproject.toml pins snakemake below 10:
 #   overwrite_configfiles  the --configfile files: a given configuration replaces config.yaml, names its reports
 #                          folder, and is reread for repeated keys (below and the Snakefile)
 #   basedir                the checkout, which the conda environments install (DAPE_CORE_SRC)
 #   main_snakefile         the Snakefile the nested robustness run executes (robustness.smk)
 #   deployment_settings    whether jobs run in conda environments (where a fine-tune's transformers comes from)
-#   is_main_process        the estimate is logged once, not again in every job step of a cluster run
-#   resource_settings      --cores or --local-cores without failing when --cores is unset (local_cores)
 
 from dape_core import config as grid
 from dape_core.config import job_cost
@@ -60,7 +58,11 @@ DESIGN = PLAN.config.get("design")
 DESIGN_JSON = f"{REPORTS}/design.json"
 PROTOCOL_JSON = f"{REPORTS}/protocol.json"
 DESIGNED_PLAN_JSON = PLAN_JSON.removesuffix(".json") + ".designed.json"
-if workflow.is_main_process:  # not again in every job step of a cluster run
+ESTIMATE_LOGGED = "DAPE_ESTIMATE_LOGGED"
+# The estimate is logged once a run: a job step that parses this Snakefile again (a cluster job, a spawned job process)
+# inherits the environment of the run that logged it.
+if not os.environ.get(ESTIMATE_LOGGED):
+    os.environ[ESTIMATE_LOGGED] = "1"
     logger.info(grid.estimate_line(PLAN))
     if job_cost.design_line(PLAN):
         logger.info(job_cost.design_line(PLAN))
@@ -114,10 +116,9 @@ def threads_of(rule_name):
 
 
 def local_cores() -> int:
-    """The cores this Snakemake gives its local jobs: --cores, else --local-cores (a cluster executor's run, where
-    --cores may be unset and `workflow.cores` would stop the parse of every run, not only of this rule's)."""
-    settings = workflow.resource_settings
-    return settings.cores or settings.local_cores or 1
+    """The threads of a local job that uses what this Snakemake gives it: Snakemake lowers a rule's threads to
+    --cores (`threads = min(threads, cores)`, its documented rule), so this asks for every core of the host."""
+    return os.cpu_count() or 1
 
 
 def slurm_resources(values):

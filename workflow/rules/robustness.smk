@@ -46,8 +46,9 @@ rule robustness_run:
         # as `make` does for the outer run
         nested = "--snakefile {params.snakefile} --directory {params.directory} --configfile {params.config}"
         shell(f"{sys.executable} -m dape_core.workflow_lock -- {nested} > {{log}} 2>&1")
+        # a run of its own, which logs its own estimate
         shell(
-            f"{sys.executable} -m snakemake {nested} --cores {{threads}} --rerun-incomplete --keep-going"
+            f"env -u {ESTIMATE_LOGGED} {sys.executable} -m snakemake {nested} --cores {{threads}} --rerun-incomplete --keep-going"
             " reports/claims.csv reports/claims.md >> {log} 2>&1"
         )
 
