@@ -1,9 +1,8 @@
-"""Every per-job output checked where it is read: the sha256 and the identity its job recorded (``<file>.sha256``,
-written by ``dape_core.io`` with ``seal=True``), the columns and types its kind declares, and its row counts where
-the plan knows them. A damaged, cut or foreign file stops the reader with one line that names the file, what is
-wrong and the command that redoes it (:class:`~dape_core.errors.ArtefactError`); it never becomes a number in
-reports/. A file without its seal, or whose seal names another file (a copy of another run's file with its seal),
-is damage; an older version's results are sealed once by ``dape seal`` (:mod:`dape_core.seal`).
+"""Every per-job output checked where it is read: the sha256 and identity its job recorded (``<file>.sha256``,
+:mod:`dape_core.io`), the columns and types its kind declares, and its row counts where the plan knows them. A
+damaged, cut or foreign file (also one without its seal, or whose seal names another file) stops the reader with one
+line naming the file, the problem and the command that redoes it (:class:`~dape_core.errors.ArtefactError`): it never
+becomes a number in reports/. An older version's results are sealed once by ``dape seal`` (:mod:`dape_core.seal`).
 """
 
 from __future__ import annotations
@@ -23,10 +22,10 @@ from dape_core.model_folder import RUN_RECORD, model_files
 
 @dataclass(frozen=True)
 class Kind:
-    """What a reader verifies of one kind of file: the ``columns`` (CSV) or ``keys`` (JSON) its readers need; of
-    the columns present, the ``numeric`` ones hold numbers and the ``filled`` ones no blank (``filled_when_ok``:
-    none in a row whose status is ok; the last column of a job's table is among them, so a cut row shows); and
-    the rule that writes it (for the redo command), and the commands whose jobs write it (their seals name them)."""
+    """What a reader verifies of one kind of file: the ``columns`` (CSV) or ``keys`` (JSON) it needs; of the columns
+    present, ``numeric`` ones hold numbers and ``filled`` ones no blank (``filled_when_ok``: none in a row of status
+    ok; a job table's last column is among them, so a cut row shows); the ``rule`` that writes it (for the redo
+    command) and the ``commands`` whose jobs write it (their seals name them)."""
 
     name: str
     rule: str
@@ -110,13 +109,12 @@ def fail(path: str | Path, problem: str, rule: str | None = None) -> ArtefactErr
 
 def verify_hash(path: str | Path, rule: str | None = None, *, spec: str | None = None,
                 commands: tuple[str, ...] = ()) -> bool:
-    """Compare ``path`` with the sha256 and the identity its job recorded; True when both match. A missing record (a
-    removed seal, or an older version's file that ``dape seal`` has not migrated), an unreadable one, a seal of
-    another file (a copy of another run's file with its seal) or a content mismatch raises. Where the reader knows
-    them, the settings (``spec``: the digest the plan gives the file's job, :mod:`dape_core.config.provenance`) and
-    the command that wrote the file (one of ``commands``) must be those its seal records (a seal without them — an
-    earlier version's, or a command run by hand — is checked for content and identity only). A verified file is an
-    input of the running job (:func:`dape_core.io.record_input`)."""
+    """Compare ``path`` with the sha256 and identity its job recorded; True when both match. Raises on a missing seal
+    (removed, or an older version's file not yet migrated by ``dape seal``), an unreadable one, a seal of another file
+    or a content mismatch. Where given, ``spec`` (the plan's digest for the file's job,
+    :mod:`dape_core.config.provenance`) and ``commands`` must match what the seal records (a seal without them is
+    checked for content and identity only). A verified file becomes an input of the running job
+    (:func:`dape_core.io.record_input`)."""
     record = io.hash_path(path)
     if not record.is_file():
         raise fail(path, f"has no seal ({record.name}): its seal was removed, or it was written before outputs were "
@@ -150,9 +148,8 @@ def verify_hash(path: str | Path, rule: str | None = None, *, spec: str | None =
 
 
 def verify_model_directory(path: str | Path, rule: str = "finetune_lm") -> bool:
-    """A model directory this project wrote (it holds a run record, ``finetune.json``): every file in it matches
-    its seal (:func:`verify_hash`: content and identity; a file without one is damage). False, verifying nothing,
-    for a directory of another origin (a downloaded base model, which carries no run record)."""
+    """Verify every file of a model directory this project wrote (with a run record, ``finetune.json``) against its
+    seal (:func:`verify_hash`); False, verifying nothing, for one without a run record (a downloaded base model)."""
     path = Path(path)
     if not (path / RUN_RECORD).is_file():
         return False
@@ -163,9 +160,8 @@ def verify_model_directory(path: str | Path, rule: str = "finetune_lm") -> bool:
 
 def read_csv(path: str | Path, kind: Kind, *, rows: int | None = None, rule: str | None = None,
              spec: str | None = None) -> pd.DataFrame:
-    """A CSV output of ``kind``, verified: recorded hash and identity (with the job's settings ``spec`` where the
-    reader knows them, :func:`verify_hash`), parseable, the declared columns, numbers where numbers are declared, no
-    blank in the filled columns, and exactly ``rows`` rows when given."""
+    """A CSV output of ``kind``, verified: its seal (:func:`verify_hash`, with ``spec``), parseable, the declared
+    columns, numbers and no blanks where declared, and exactly ``rows`` rows when given."""
     rule = rule or kind.rule
     verify_hash(path, rule, spec=spec, commands=kind.commands)
     try:
@@ -196,8 +192,8 @@ def read_csv(path: str | Path, kind: Kind, *, rows: int | None = None, rule: str
 
 
 def read_json(path: str | Path, kind: Kind, *, rule: str | None = None, spec: str | None = None) -> dict[str, Any]:
-    """A JSON output of ``kind``, verified: recorded hash and identity (and settings, ``spec``: :func:`verify_hash`),
-    valid JSON, an object with the declared keys."""
+    """A JSON output of ``kind``, verified: its seal (:func:`verify_hash`, with ``spec``), an object with the
+    declared keys."""
     rule = rule or kind.rule
     verify_hash(path, rule, spec=spec, commands=kind.commands)
     try:

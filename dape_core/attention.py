@@ -2,35 +2,19 @@
 
     scores = q·kᵀ/√d  →  + encoding bias B  →  DAPE processor  →  causal mask  →  softmax  →  ·V
 
-``attention_impl`` is a resolved path (``plain``, ``fast``, ``materialized``, ``compiled`` or ``fused``;
-:func:`dape_core.implementations.resolve_attention_impl` turns ``auto`` into one of them by device), looked up in
-the table of paths (:data:`dape_core.implementations.registry.PATHS`: each path's entry, devices and options). Six
-ways to run it, all computing the same function:
-* the plain path (``attention_impl="plain"``, ``_attend_rows`` on all rows): the readable reference, materialises
-  [batch, H, T, T] and the processor's [batch, 2H, T, T] input and [batch, D_DAPE, T, T] hidden map;
-* without a processor on every other path, ``scaled_dot_product_attention`` (B as a float mask, in
-  query chunks at long lengths: each chunk reads only the keys its rows can reach, and the mask is never
-  [H, T, T] whole);
-* with a processor on the fast path (the CPU's, :mod:`dape_core.implementations.fast`): query rows in chunks, the
-  processor's blocked GEMM form, each chunk reading only the keys its rows reach;
-* with a processor on the materialized path (the accelerator's): the reference's arithmetic per chunk of query
-  rows with operator calls independent of the batch (:mod:`dape_core.implementations.materialized`); on the
-  compiled path the same chunks, each compiled by ``torch.compile`` (:mod:`dape_core.implementations.compiled`);
-* with a processor on the fused path: one Triton kernel per pass, the processor on chip, no [batch, H, T, T]
-  tensor (:mod:`dape_core.implementations.fused`); with attention dropout it takes the materialized path, and
-  without a processor it is the materialized path (SDPA);
-* an exact query-chunked plain path (``query_chunk_size`` with ``attention_impl="plain"``): the 1×k convolution runs
-  along keys only, so query rows are independent. A chunk of rows r0…r1−1 needs its row offset (for tril and
-  the causal mask) and, with ``same`` padding, the key columns right of its last row that the convolutions
-  read (``ScoreProcessor.needed_halo``); keys beyond are never read. Peak memory then grows with
-  chunk × T × dape_width instead of T² × dape_width.
+``attention_impl`` is a resolved path (:func:`dape_core.implementations.resolve_attention_impl` resolves ``auto``),
+a row of :data:`dape_core.implementations.registry.PATHS`; every path computes the same function. ``plain``
+(``_attend_rows``) is the readable reference, materialising [batch, H, T, T] and the processor's input and hidden map;
+exactly chunked by ``query_chunk_size``, since the 1×k convolution runs along keys only, a chunk of rows needs just
+its row offset (tril, causal mask) and, with ``same`` padding, the halo right of its last row
+(``ScoreProcessor.needed_halo``), so memory grows with chunk × T × dape_width, not T² × dape_width. Without a processor
+every other path runs ``scaled_dot_product_attention`` (B as a float mask, in query chunks at long lengths, each
+reading only the keys its rows reach); with one, the path's entry in :mod:`dape_core.implementations`.
 
-:func:`attend_causal` is the entry for a host model (``dape_core.hf``): Tq query rows against Tk ≥ Tq keys, query
-row r being key Tk − Tq + r (a KV cache), optionally under the host's key mask (padding, a sliding window). Without
-a mask that removes keys, the rows go through the same paths as above, looked up as :func:`attend` looks them
-up. With one, they take the plain path, by chunks of rows: the fast, materialized and fused forms take no
-key mask. There the processor treats a removed key as its zero padding (``ScoreProcessor.forward``'s ``key_mask``),
-then the scores get the causal mask and the host's.
+:func:`attend_causal` is a host model's entry (``dape_core.hf``): Tq query rows against Tk ≥ Tq keys, row r being key
+Tk − Tq + r (a KV cache), optionally under the host's key mask (padding, a sliding window). A mask that removes keys
+sends the rows to the plain path (no other form takes one), where the processor treats a removed key as its zero
+padding (``ScoreProcessor.forward``'s ``key_mask``) before the causal and the host's masks apply.
 """
 
 from __future__ import annotations
@@ -54,11 +38,10 @@ ACCELERATOR_SCORE_BYTES = 2**30  # one SDPA call's [batch, H, rows, T] scores on
 
 @dataclass(frozen=True)
 class AttentionPath:
-    """How a model's layers compute attention — never what: every path computes the same function (§3, eq. 1–5).
-    ``impl``: a resolved path (a row of :data:`~dape_core.implementations.registry.PATHS`); ``query_chunk_size``:
-    query rows per chunk (None: chosen per path); ``dape_dtype``: the DAPE GEMMs' dtype on the fast path (None: the
-    inputs'); ``recompute_scores``: the materialized path's per-chunk recomputation (None: on). A model builds it
-    once from its settings per call."""
+    """How a model's layers compute attention, never what (every path computes §3, eq. 1–5). ``impl``: a resolved
+    path (a row of :data:`~dape_core.implementations.registry.PATHS`); ``query_chunk_size``: query rows per chunk
+    (None: chosen per path); ``dape_dtype``: DAPE's feature-map dtype (None: the path's); ``recompute_scores``: the
+    chunked paths' per-chunk recomputation (None: on)."""
 
     impl: str = "fast"
     query_chunk_size: int | None = None
@@ -89,9 +72,7 @@ def attend(
     dape_dtype: torch.dtype | None = None,
     recompute_scores: bool | None = None,
 ) -> torch.Tensor:
-    """Self-attention of q, k, v [batch, H, T, d_head] at ``positions`` [T] on the path ``attention_impl``;
-    ``recompute_scores``: the materialized path's per-chunk recomputation (default on); returns
-    [batch, H, T, d_head]."""
+    """Self-attention of q, k, v [batch, H, T, d_head] at ``positions`` [T] on path ``attention_impl``."""
     path = attention_path(attention_impl, dropout=dropout_p > 0)
     q, k = encoding.rotate(q, k, positions, positions)
     return _attend_rotated(q, k, v, 0, path=path, encoding=encoding, processor=processor, positions=positions,
@@ -113,10 +94,10 @@ def attend_causal(
     attention_impl: str = "fast",
     dape_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
-    """Causal attention of q [batch, H, Tq, d_head] against k, v [batch, H, Tk, d_head], Tk ≥ Tq, query row r
-    at key Tk − Tq + r (a KV cache), keys at ``positions`` [Tk]; ``key_mask`` (bool, broadcastable to
-    [batch, 1, Tq, Tk], True where a key may be attended): a host model's mask on top of the causal one.
-    Returns [batch, H, Tq, d_head]."""
+    """Causal attention of q [batch, H, Tq, d_head] against k, v [batch, H, Tk, d_head], Tk ≥ Tq, query row r at key
+    Tk − Tq + r (a KV cache), keys at ``positions`` [Tk]; ``key_mask`` (bool, broadcastable to [batch, 1, Tq, Tk], True
+    where a key may be attended): a host model's mask on top of the causal one. Returns [batch, H, Tq, d_head];
+    raises ValueError when Tq > Tk."""
     path = attention_path(attention_impl, dropout=dropout_p > 0)
     n, n_keys = q.shape[2], k.shape[2]
     if n > n_keys:
@@ -132,9 +113,9 @@ def attend_causal(
 
 def _attend_rotated(q, k, v, row_offset, *, path: AttentionImpl, encoding, processor, positions, causal,
                     dropout_p, query_chunk_size, dape_dtype, recompute_scores, key_mask=None):
-    """Attention of rotated q [batch, H, Tq, d_head] (query row r at key ``row_offset`` + r) against k, v
-    [batch, H, Tk, d_head] on ``path``: under a host's ``key_mask`` the plain path (no other form takes one), with a
-    processor the path's entry, else the reference's rows (plain) or SDPA (every other path)."""
+    """Attention of rotated q [batch, H, Tq, d_head] (query row r at key ``row_offset`` + r) against k, v on ``path``:
+    under a host's ``key_mask`` the plain path, with a processor the path's entry, else the reference's rows (plain)
+    or SDPA (every other path)."""
     n, n_keys = q.shape[2], k.shape[2]
     rows = dict(encoding=encoding, processor=processor, positions=positions, dropout_p=dropout_p)
     if key_mask is not None:
@@ -174,10 +155,9 @@ def _by_row_chunks(attend_rows, n: int, chunk: int) -> torch.Tensor:
 
 
 def _attend_rows_masked(q, k, v, row_offset, key_mask, *, encoding, processor, positions, dropout_p):
-    """The plain path (eq. 5) for query rows ``row_offset …`` under a host's ``key_mask`` [.., rows, Tk]: the
-    processor treats a masked key as its zero padding, the scores get the causal mask and the host's. A row whose
-    keys are all masked (a padding token's) attends to all its keys instead: a finite placeholder that no unmasked
-    row reads (its key is masked wherever it appears)."""
+    """The plain path (eq. 5) for query rows ``row_offset …`` under a host's ``key_mask`` [.., rows, Tk]. A row whose
+    keys are all masked (a padding token's) attends to all its keys instead: a finite placeholder no unmasked row
+    reads (its key is masked wherever it appears)."""
     rows_end = row_offset + q.shape[2]
     keys_read, keys_kept = _key_range(processor, True, rows_end, k.shape[2])
     k_read, mask = k[:, :, :keys_read], key_mask[..., :keys_read]
@@ -199,16 +179,14 @@ def _attend_rows_masked(q, k, v, row_offset, key_mask, *, encoding, processor, p
 
 
 def _longest_first(starts: range) -> list[int]:
-    """Chunks in reverse order: each chunk's [.., rows, keys] temporaries are then no larger than the previous
-    chunk's, so the allocator reuses their memory instead of growing the heap (peak memory at long lengths)."""
+    """Chunks in reverse order: each chunk's temporaries are no larger than the last's, so the allocator reuses them."""
     return list(reversed(starts))
 
 
 def accelerator_chunk_rows(batch: int, heads: int, n: int, itemsize: int = 4,
                            budget: int = ACCELERATOR_SCORE_BYTES) -> int:
-    """Query rows per SDPA call on the accelerator path with a bias: all n rows (one call per layer) while the
-    [batch, H, rows, n] scores in the compute dtype — the size of the bias gradient an SDPA kernel writes — fit
-    ``budget``; fewer, at least 64, beyond."""
+    """Query rows per SDPA call on an accelerator path with a bias: all n (one call per layer) while the
+    [batch, H, rows, n] scores in the compute dtype (the bias gradient SDPA writes) fit ``budget``; else fewer, ≥ 64."""
     return max(MIN_CHUNK_ROWS, min(n, budget // max(1, batch * heads * n * itemsize)))
 
 
@@ -263,8 +241,7 @@ def _attend_rows(q, k, v, row_offset, *, encoding, processor, positions, causal,
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention whose scores go through ``attend`` on a model's :class:`AttentionPath`; one
-    processor per layer."""
+    """Multi-head self-attention through ``attend`` on a model's :class:`AttentionPath`; one processor per layer."""
 
     def __init__(self, d_model: int, n_head: int, *, causal: bool, dropout: float = 0.0):
         super().__init__()

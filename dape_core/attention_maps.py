@@ -1,21 +1,15 @@
 """What a trained decoder's attention looks like (paper appendix K): A, B, the DAPE term and the attention sink.
 
-For one sequence, each layer's pieces of the score pipeline are recomputed from the layer's input:
-A = q·kᵀ/√d, B = the encoding's bias, ``dape`` = f(tril([A; B])) (what the processor adds), and the attention
-probabilities. The attention sink (Xiao et al., 2024; App. K compares DAPE1x3's with DAPE's) is measured as
-``sink_mass``: the mean, over heads and over queries at positions ≥ ``sink_min_query`` (default 16), of the
-probability placed on the first key.
+Each layer's score pipeline is recomputed from its input for one sequence: A = q·kᵀ/√d, B, ``dape`` = f(tril([A; B]))
+(what the processor adds) and the probabilities. The attention sink (Xiao et al., 2024; App. K compares DAPE1x3's with
+DAPE's) is ``sink_mass``: the probability on the first key, averaged over heads and queries at positions ≥
+``sink_min_query`` (default 16), measured on sequences (:func:`sink_sequences`) chosen from the split, the length and
+the evaluation seed alone, so every run of a dataset sees the same ones and runs pair by ``sequence``. Sequence 0's
+heat-maps are the ones written.
 
-The sink is measured on several sequences (:func:`sink_sequences`): distinct, non-overlapping windows of the
-validation documents in a seeded order, chosen from the split, the length and the evaluation seed alone — never from
-the model or the run's training seed — so every run of a dataset sees the same sequences and runs pair by
-``sequence`` (``document``, ``start`` name it). Sequence 0's heat-maps are the ones written.
-
-Everything is computed on the device the model is on (a GPU when the caller put it there, the CPU otherwise);
-only the arrays handed back are copied to host memory. :func:`layer_maps` hands back whole [H, T, T] maps (small
-lengths, tests); :func:`layer_rows` hands back what appendix K's figures and the sink statistic read — the last
-query row of each map and the sink mass — so that a long sequence (8192) never puts T² maps in host memory.
-:func:`sink_frame` and :func:`write_heatmaps` write them with the device that computed them.
+Everything is computed on the model's device; :func:`layer_rows` hands back only what appendix K's figures and the
+sink read (each map's last query row, the sink mass), so a long sequence (8192) never puts T² maps in host memory
+(:func:`layer_maps`: whole maps, for small lengths and tests).
 """
 
 from __future__ import annotations
@@ -42,8 +36,7 @@ def model_device(model: torch.nn.Module) -> torch.device:
 
 @torch.no_grad()
 def _layers(model: GPT, tokens: torch.Tensor) -> Iterator[dict[str, torch.Tensor]]:
-    """Per layer, on the model's device: A, B (zeros without a bias), the DAPE term and the probabilities, each
-    [1, H, T, T] in fp32."""
+    """Per layer on the model's device: A, B (zero without a bias), DAPE term, probabilities, each [1, H, T, T] fp32."""
     device = model_device(model)
     tokens = tokens.to(device)
     inputs: list[torch.Tensor] = []
@@ -77,7 +70,7 @@ def layer_maps(model: GPT, tokens: torch.Tensor) -> list[dict[str, np.ndarray]]:
 
 def layer_rows(model: GPT, tokens: torch.Tensor, min_query: int = 16) -> list[dict]:
     """Per layer: the last query row [H, T] of ``A``, ``B``, ``dape`` and ``probs`` (appendix K's figures) and
-    ``sink_mass`` (computed on the device; no [H, T, T] map leaves it)."""
+    ``sink_mass``; no [H, T, T] map leaves the device."""
     out = []
     for parts in _layers(model, tokens):
         row = {name: parts[name][0, :, -1, :].cpu().numpy() for name in MAP_NAMES}
@@ -94,14 +87,12 @@ def layer_sinks(model: GPT, tokens: torch.Tensor, min_query: int = 16) -> list[f
 
 
 def sink_sequences(split, length: int, count: int, seed: int = 0) -> list[tuple[int, int]]:
-    """(document, start) of up to ``count`` windows of ``length`` tokens, ``doc[start : start + length]``, for the
-    sink statistic of App. K. The candidates are every document's non-overlapping windows (starts 0, length,
-    2·length, …); a permutation seeded by ``seed`` orders them, and the first ``count`` whose tokens differ from every
-    window taken before are kept (boilerplate such as a licence header repeats across documents, and a repeated
-    sequence would count twice). The choice depends on the split, ``length``, ``count`` and ``seed`` only, never on
-    the model, so every run of a dataset gets the same sequences; a smaller ``count`` takes a prefix of a larger one.
-    Fewer than ``count`` when the documents hold fewer distinct windows; none when no document has ``length``
-    tokens."""
+    """(document, start) of up to ``count`` windows ``doc[start : start + length]`` for App. K's sink statistic: every
+    document's non-overlapping windows (starts 0, length, 2·length, …) in an order seeded by ``seed``, the first
+    ``count`` whose tokens differ from every window taken before (boilerplate such as a licence header repeats across
+    documents and would count twice). Depends on the split, ``length``, ``count`` and ``seed`` only; a smaller
+    ``count`` takes a prefix of a larger one. Fewer when the documents hold fewer distinct windows; none when no
+    document has ``length`` tokens."""
     require_positive("heatmap_len", length)
     require_positive("sink_sequences", count)
     lengths = np.asarray(split.document_lengths, dtype=np.int64)
@@ -134,9 +125,9 @@ SINK_COLUMNS = ["method", "eval_len", "layer", "sequence", "document", "start", 
 
 def sink_frame(layers: list, *, method: str, eval_len: int, device: str, sequence: int = 0,
                document: int = 0, start: int = 0) -> pd.DataFrame:
-    """One row per layer of one sequence (``sequence``, ``document``, ``start``: see :func:`sink_sequences`): the
-    sink mass (a float from :func:`layer_sinks`, or a layer of :func:`layer_rows` or :func:`layer_maps`) and the
-    device that computed it; no rows for a diverged run (no layers)."""
+    """One row per layer of one sequence (``sequence``, ``document``, ``start``: :func:`sink_sequences`): the sink
+    mass (a float of :func:`layer_sinks`, or a layer of :func:`layer_rows` or :func:`layer_maps`) and the device
+    that computed it; no rows for a diverged run (no layers)."""
     def mass(m) -> float:
         if isinstance(m, dict):
             return m["sink_mass"] if "sink_mass" in m else sink_mass(m["probs"])

@@ -1,15 +1,13 @@
 """Resume checkpoints of a training job: the newest two kept, each written atomically, with fallback on resume.
 
-Plain runs (``distributed: none`` or ``ddp``) write ``last.pt`` (``torch.save`` of model, optimiser, step, metrics
-history and config hash; rank 0 only) and keep the one before it as ``previous.pt``. Sharded runs (``fsdp``) write
-one ``torch.distributed.checkpoint`` directory per checkpoint, ``step-00000200/``: every process saves its shards
-of the model and optimiser state into ``step-00000200.tmp/``, rank 0 then writes the marker ``checkpoint.json``
-(step, history, config hash) and renames the directory; a directory is complete only with its marker, and the
-newest two complete ones are kept.
+Plain runs (``distributed: none`` or ``ddp``): rank 0 writes ``last.pt`` (model, optimiser, step, metrics history,
+config hash) and keeps the one before as ``previous.pt``. Sharded runs (``fsdp``): every process saves its shards into
+``step-00000200.tmp/`` (``torch.distributed.checkpoint``), then rank 0 writes the marker ``checkpoint.json`` (step,
+history, config hash) and renames it ``step-00000200/``; only a directory with its marker is complete.
 
-On resume the newest checkpoint of the same settings is restored. An unreadable one (a truncated file, a missing
-shard) is reported with its name and the previous one is tried; when no checkpoint can be read the job stops with
-a :class:`CheckpointError` naming the files and the way out (delete the checkpoint directory to train from step 0).
+On resume the newest checkpoint of the same settings is restored; an unreadable one (a truncated file, a missing
+shard) is named and the previous one tried. When none can be read, :class:`CheckpointError` names the files and the
+way out (delete the checkpoint directory to train from step 0).
 """
 
 from __future__ import annotations
@@ -62,9 +60,8 @@ class Checkpoints(ABC):
 
     # ------------------------------------------------------------------------------------------ shared logic
     def load(self, model: nn.Module, optimizer: torch.optim.Optimizer, config_hash: str) -> Restored | None:
-        """Restore the newest readable checkpoint of these settings into ``model`` and ``optimizer``.
-
-        None when there is none to resume (nothing saved, or only checkpoints of other settings)."""
+        """Restore the newest readable checkpoint of these settings into ``model`` and ``optimizer``; None when there
+        is none (nothing saved, or only other settings')."""
         unreadable: list[tuple[Path, str]] = []
         candidates = self.candidates()
         for i, path in enumerate(candidates):
@@ -87,8 +84,8 @@ class Checkpoints(ABC):
                 f"{self.directory} (rm -r {self.directory}) to train from step 0")
         return None
 
-    #: what a failed read raises: anything from ``torch.load`` (a truncated zip archive, a bad pickle, …) and
-    #: ``torch.distributed.checkpoint``'s ``CheckpointException`` (a ``BaseException``, gathered from every process)
+    #: what a failed read raises: anything from ``torch.load`` (truncated archive, bad pickle, …) and DCP's
+    #: ``CheckpointException`` (a ``BaseException``, gathered from every process)
     read_errors: tuple[type[BaseException], ...] = (Exception,)
 
     def _say(self, message: str) -> None:
@@ -121,8 +118,8 @@ class PlainCheckpoints(Checkpoints):
         super().__init__(directory, dist)
         self.last = self.directory / "last.pt"
         self.previous = self.directory / "previous.pt"
-        # last.pt moves to previous.pt only when it is known to be good (written or read by this job): an
-        # unreadable last.pt is overwritten instead, so the good previous.pt survives the next save
+        # last.pt becomes previous.pt only when known good (written or read by this job): an unreadable one is
+        # overwritten instead, so a good previous.pt survives the next save
         self._last_is_good = False
 
     def candidates(self) -> list[Path]:
@@ -216,8 +213,8 @@ class ShardedCheckpoints(Checkpoints):
         self.dist.barrier()
 
     def _prune(self, keep: Path) -> None:
-        """Keep ``keep`` and the newest complete checkpoint before it; remove the rest (older ones, later ones
-        of an abandoned run, and unfinished ``.tmp`` directories)."""
+        """Keep ``keep`` and the newest complete checkpoint before it; remove older ones, later ones (an abandoned
+        run's) and unfinished ``.tmp`` directories."""
         kept = {keep}
         older = [path for step, path in self._complete() if path != keep and path.name < keep.name]
         kept.update(older[: KEEP - 1])

@@ -1,10 +1,9 @@
 """The ``dape`` command: one sub-command per pipeline stage.
 
-Each stage module defines ``add_arguments(parser)`` and ``run(args)``; modules are imported only when
-their sub-command is used, so ``dape --help`` stays fast. Every stage also takes ``--spec``: the job's settings as
-one JSON object (setting → value, the names of its options), which is how a workflow rule hands a job its settings
-(:class:`dape_core.config.JobSpec`); the command reads it as the same options given one by one and writes it to its
-log (stderr).
+Each stage module defines ``add_arguments(parser)`` and ``run(args)`` and is imported only when its sub-command is
+used, so ``dape --help`` stays fast. Every stage also takes ``--spec``: the job's settings as one JSON object
+(setting → value), as a workflow rule hands them (:class:`dape_core.config.JobSpec`); the command reads it as the same
+options given one by one and writes it to its log (stderr).
 """
 
 from __future__ import annotations
@@ -64,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             fields.apply_spec(args._parser, args.spec)
         except ConfigError as err:
             parser.exit(2, f"dape {args.command}: error: {err}\n")
-        print(f"dape {args.command} --spec {shlex.quote(args.spec)}", file=sys.stderr, flush=True)  # to rerun it by hand
+        print(f"dape {args.command} --spec {shlex.quote(args.spec)}", file=sys.stderr, flush=True)  # to rerun by hand
         spec = io.spec_digest(json.loads(args.spec))
         args = parser.parse_args()
     io.stamp_job(f"dape {args.command}", spec)  # its seals say who wrote them, with which settings, from what

@@ -1,25 +1,21 @@
 """The DAPE score processor: A + B + f(tril([A; B])) for DAPE V1 (kernel 1, the MLP) and DAPE V2 (kernel 1×k).
 
-Paper eq. (2)–(5) and appendix L. A = q·kᵀ/√d, B the encoding's additive bias. f is
-Conv2(LeakyReLU(Conv1(·))) over the channel axis (2H → D_DAPE → H) with a (1, k) kernel along the keys; DAPE V1
-is the same with k = 1, written as the MLP of the DAPE paper (Linear–LeakyReLU–Linear over heads at each (i, j)).
-For encodings without a bias (NoPE, RoPE) f sees the H score channels alone: A + f(A) (eq. 4).
+Paper eq. (2)–(5) and appendix L. A = q·kᵀ/√d, B the encoding's additive bias, f = Conv2(LeakyReLU(Conv1(·))) over
+the channel axis (2H → D_DAPE → H) with a (1, k) kernel along the keys; DAPE V1 is k = 1, written as the DAPE paper's
+MLP (Linear–LeakyReLU–Linear over heads at each (i, j)). Without a bias (NoPE, RoPE) f sees the H score channels
+alone: A + f(A) (eq. 4).
 
 Settings (:class:`~dape_core.settings.AttentionSettings`):
-* ``tril`` zeroes keys right of the query in every channel before Conv1; off is the paper's §4.5 leakage
-  ablation.
-* ``padding``: ``same`` pads k//2 on both sides, as the appendix-L code; ``causal`` pads k−1 on the left only,
-  as the text of §3.3 says ("padding of k−1"). With ``same`` the output at (i, j) reads inputs up to
-  j + 2·(k//2), so without tril it sees future keys; with ``causal`` it never reads right of j, so it stays causal
-  even without tril.
+* ``tril`` zeroes keys right of the query in every channel before Conv1; off is the paper's §4.5 leakage ablation.
+* ``padding``: ``same`` pads k//2 on both sides, as the appendix-L code; ``causal`` pads k−1 on the left only, as the
+  text of §3.3 says ("padding of k−1"). ``same`` lets the output at (i, j) read inputs up to j + 2·(k//2), future
+  keys without tril; ``causal`` never reads right of j, so it stays causal even without tril.
 
-``ScoreProcessor.forward`` is the paper's materialised form and the reference: [batch, 2H, Tq, Tk] through
-``nn.Conv2d``. Its optional ``key_mask`` marks keys that a host model's mask removes (padding, a sliding window):
-such a key is treated as the convolutions' zero padding (its input [A; B] and its Conv1 output are zero), so a
-left-padded sequence's real tokens get the scores of the unpadded sequence. ``zero_init_output`` starts a new
-processor as the identity (f = 0: the second layer's weights and bias are zero), for adding DAPE to a trained
-model. Faster paths computing the same function live in :mod:`dape_core.implementations`, each proven
-equal to ``forward`` by the tests.
+``ScoreProcessor.forward`` is the paper's materialised form and the reference ([batch, 2H, Tq, Tk] through
+``nn.Conv2d``); its optional ``key_mask`` treats keys a host model's mask removes as the convolutions' zero padding,
+so a left-padded sequence's real tokens get the unpadded scores. ``zero_init_output`` starts a processor as the
+identity (f = 0), for adding DAPE to a trained model. Faster paths, each proven equal to ``forward`` by the tests:
+:mod:`dape_core.implementations`.
 """
 
 from __future__ import annotations
@@ -86,8 +82,8 @@ class ScoreProcessor(nn.Module):
         return 2 * self.reach
 
     def needed_halo(self) -> int:
-        """Key columns right of the last query row that a causal output needs. With tril the inputs right of the
-        row are zero, so only Conv1's output there (one reach) is read; without tril, both reaches."""
+        """Key columns right of the last query row a causal output needs: one reach with tril (the inputs there are
+        zero, only Conv1's output is read), both reaches without."""
         return self.reach if self.tril else self.right_halo
 
     def _pad(self, x: torch.Tensor) -> torch.Tensor:
@@ -107,9 +103,8 @@ class ScoreProcessor(nn.Module):
                 key_mask: torch.Tensor | None = None) -> torch.Tensor:
         """A + B + f(tril([A; B])) for query rows ``row_offset …`` and all given keys (eq. 5); the reference.
 
-        ``key_mask`` (bool, broadcastable to [batch, 1, Tq, Tk]): False where a key is absent for a row; an absent
-        key is the convolutions' zero padding (input and Conv1 output zero). Future keys are tril's business:
-        a caller passes them as present."""
+        ``key_mask`` (bool, broadcastable to [batch, 1, Tq, Tk]): False where a key is absent for a row, treated as
+        the convolutions' zero padding. Future keys are tril's business: a caller passes them as present."""
         batch, _, tq, tk = scores.shape
         if self.bias_channels:
             if bias is None:

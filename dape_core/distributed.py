@@ -1,10 +1,9 @@
 """Data parallelism inside one training job under torchrun: DDP (a replica per process) or FSDP2 (sharded).
 
-``none`` trains in one process. ``ddp`` keeps a full replica in every process and averages gradients
-(``DistributedDataParallel``). ``fsdp`` shards every parameter, its gradient and its optimiser state on dim 0 across
-the processes (PyTorch FSDP2, ``torch.distributed.fsdp.fully_shard``): each transformer block is one all-gather
-unit, the root (embedding, head, final norm, positional encodings, DAPE processors) another. The backend is NCCL on
-GPU and gloo on CPU. Outside torchrun (``WORLD_SIZE`` unset or 1) every mode trains in one process.
+``ddp`` keeps a full replica per process and averages gradients (``DistributedDataParallel``). ``fsdp`` shards every
+parameter, gradient and optimiser state on dim 0 (``torch.distributed.fsdp.fully_shard``): each transformer block is
+one all-gather unit, the root (embedding, head, final norm, positional encodings, DAPE processors) another. NCCL on
+GPU, gloo on CPU. ``none``, or any mode outside torchrun (``WORLD_SIZE`` unset or 1), trains in one process.
 """
 
 from __future__ import annotations
@@ -96,8 +95,8 @@ class Distributed:
         return sum(local_tensor(p).numel() for p in model.parameters())
 
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
-        """The model's plain state dict (the keys of an unwrapped ``GPT``), gathered on CPU from the shards under
-        ``fsdp``. A collective: every process calls it; processes other than rank 0 receive an empty dict."""
+        """The model's plain state dict (an unwrapped ``GPT``'s keys), gathered on CPU under ``fsdp``: a collective
+        that every process calls; ranks other than 0 receive an empty dict."""
         if not self.sharded:
             return model.state_dict()
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict

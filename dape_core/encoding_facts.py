@@ -1,9 +1,9 @@
-"""What each positional encoding is, without torch: the one place its name, display name and shape facts live.
+"""What each positional encoding is, without torch: the one home of its name, display name and shape facts.
 
-``dape_core.encodings`` registers one module class under each name here and takes these facts from it; the
-settings, the method labels, the plan and the estimates read them without importing torch (a workflow that only
-builds its DAG never imports it). ``tests/test_encoding_facts.py`` checks every fact against the module it
-describes (``has_bias``, sharing, random positions and the learned parameters of one instance).
+``dape_core.encodings`` registers one module class under each name here and takes its facts from here; the settings,
+method labels, plan and estimates read them without importing torch (building the DAG never imports it).
+``tests/test_encoding_facts.py`` checks every fact against its module (``has_bias``, sharing, random positions, one
+instance's learned parameters).
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ def _sides(causal: bool) -> int:
 
 @dataclass(frozen=True)
 class EncodingFacts:
-    """One encoding: ``display`` (tables and method labels), ``has_bias`` (adds B, so the DAPE processor reads 2h
-    channels, paper eq. 4), ``randomized_positions`` (trained and evaluated at random positions, Ruoss et al.,
-    2023), ``shared_by_default`` (one module for all layers, as the public code has only T5's table) and
-    ``parameters(n_head, head_dim, causal)``: the learned parameters of one instance."""
+    """One encoding: ``display`` (tables, method labels), ``has_bias`` (adds B, so the DAPE processor reads 2h
+    channels, paper eq. 4), ``randomized_positions`` (trained and evaluated at random positions, Ruoss et al., 2023),
+    ``shared_by_default`` (one module for all layers; in the public code only T5's table) and
+    ``parameters(n_head, head_dim, causal)``: one instance's learned parameters."""
 
     display: str
     has_bias: bool

@@ -1,34 +1,23 @@
 """Perplexity at many evaluation lengths, bits per byte, and the ΔP information gain of appendix A.
 
-Evaluation windows come from single validation documents long enough for the longest length; every length
-scores the same final tokens of each window and only the context grows, so lengths compare like with like.
-The score at length L is the perplexity of the last ``window`` tokens (paper: 256; at L < window, all L — the
-effective window is in each row). A document contributes windows ending at its end, then every ``window``
-tokens earlier, while the longest context still fits; ``max_windows`` caps them (seeded choice). At lengths up to
-the training length, where a window costs least and the windows' part of a comparison's seed noise is largest
-(benchmarks/results/README.md, window count), ``max_windows_within`` windows may be scored: the same
-``max_windows`` and more from the same documents (:func:`more_anchors`), so a statistic over several lengths reads
-the windows they share.
+Every length scores the same final ``window`` tokens (paper: 256; all L when L < window, each row records its window)
+of windows cut from single validation documents long enough for the longest length: only the context grows. A
+document gives windows ending at its end, then every ``window`` tokens earlier while the longest context fits,
+``max_windows`` at most (seeded choice). Up to the training length, where a window costs least and the windows' part
+of a comparison's seed noise is largest (benchmarks/results/README.md, window count), ``max_windows_within`` windows
+may be scored: those and more from the same documents (:func:`more_anchors`), so lengths still share windows.
 
 ΔP (appendix A, eq. 6) = P(M(x[−T_train:]), w) − P(M(x), w) with w = ``delta_p_window`` (default the training
 length): positive when the context beyond the training length helps.
 
-Per-window losses (``--windows-out``): for every evaluation length, each window's mean NLL over its scored tokens
-(and over the ΔP window, with the full and the local context), keyed by (``document``, ``anchor``): the window's
-validation document and the end of its scored tokens. Windows depend only on the split, the evaluation settings
-(longest length, ``window``, ``max_windows``, ``max_windows_within``, ``seed``) and the training length, never on
-the model, so two runs evaluated on the same split with the same settings score the same windows and are compared
-window by window (the claims' paired bootstrap). Every scored window has the same number of tokens, so exp(mean of
-a length's window losses) is its perplexity.
-
-The attention sink (``--sink-out``, App. K) is measured at ``heatmap_len`` on ``sink_sequences`` windows of the
-validation split, chosen by :func:`dape_core.attention_maps.sink_sequences` from the split, the length and ``seed``
-alone: one row per sequence × layer, the same sequences for every run of a dataset, so runs pair by sequence. The
-heat-maps (``--heatmap-out``) are those of sequence 0.
-
-The model and the batches go to one device, chosen once: CUDA when present (TF32 off, so results match fp32 on
-the CPU to rounding), the CPU otherwise; ``eval_device`` records it (and the sink and heat-map files, computed on
-the same device, record it as ``device``).
+``--windows-out``: per length, each window's mean NLL over its scored tokens and its ΔP window (full and local
+context), keyed by (``document``, ``anchor``: the end of its scored tokens). Windows depend on the split, the
+evaluation settings and the training length, never on the model, so runs pair window by window (the claims' paired
+bootstrap); all hold as many tokens, so exp(mean window loss) is the perplexity. ``--sink-out`` (App. K): the
+attention sink at ``heatmap_len`` on ``sink_sequences`` validation windows chosen from the split, length and ``seed``
+alone (:func:`dape_core.attention_maps.sink_sequences`), a row per sequence × layer; ``--heatmap-out``: sequence 0's
+heat-maps. One device: CUDA when present (TF32 off, so results match the CPU's fp32 to rounding), else the CPU,
+recorded as ``eval_device`` (``device`` in the sink and heat-map files).
 """
 
 from __future__ import annotations
@@ -62,8 +51,8 @@ def device_name(device: torch.device) -> str:
 @torch.no_grad()
 def window_nll(model, inputs: np.ndarray, targets: np.ndarray, last: int, batch_size: int, *,
                seed: int = 0) -> np.ndarray:
-    """Per-token negative log-likelihood [n_windows, last] of the final ``last`` targets of each window. A model at
-    random positions (``randrope``) scores one window per forward, at positions drawn for (seed, length, window)."""
+    """Per-token NLL [n_windows, last] of each window's final ``last`` targets; a ``randrope`` model scores one window
+    per forward, at positions drawn for (seed, length, window)."""
     device = next(model.parameters()).device
     batch_size = 1 if randomized(model.cfg) else batch_size
     out = []
@@ -110,9 +99,8 @@ def evaluate_windows(
     seed: int = 0,
     n_boot: int = 1000,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(one row per evaluation length: ppl, its bootstrap interval, bits per byte, ΔP and the data it used;
-    one row per length × window: its id (``document``, ``anchor``) and mean NLL ``loss``, ``loss_dp`` and
-    ``loss_local`` over the scored and the ΔP tokens)."""
+    """(per length: ppl, its bootstrap interval, bits per byte, ΔP and the data used; per length × window:
+    ``document``, ``anchor`` and mean NLL ``loss``, ``loss_dp``, ``loss_local`` over the scored and ΔP tokens)."""
     eval_lens = sorted(set(int(x) for x in eval_lens))
     for x in eval_lens:
         require_positive("eval_lens", x)

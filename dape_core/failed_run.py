@@ -10,9 +10,8 @@ from dape_core.verify import sealed_files
 
 
 def remove_orphan_seals(*folders: str | Path) -> list[Path]:
-    """Removes the seals under ``folders`` (their .damaged folders aside) whose file is gone, and returns them: a
-    job that fails has its outputs deleted by Snakemake, which does not know their seals (the workflow's ``onerror``
-    calls this, so that a failed run leaves no seal of a file that does not exist)."""
+    """Remove and return the seals under ``folders`` (not their .damaged folders) whose file is gone: Snakemake
+    deletes a failed job's outputs but not their seals (the workflow's ``onerror`` calls this)."""
     removed = []
     for folder in map(Path, folders):
         if not folder.is_dir():
@@ -25,9 +24,8 @@ def remove_orphan_seals(*folders: str | Path) -> list[Path]:
 
 
 def failed_job_errors(snakemake_logs) -> list[str]:
-    """The one-line errors (``dape <command>: error: …``) of the jobs a Snakemake run reports as failed (its "Error in
-    rule" blocks name each job's log), as ``<job log>: <error>``; ``snakemake_logs``: the run's log file or files
-    (the ``log`` of ``onerror``); empty when none can be read."""
+    """``<job log>: <error>`` for each ``dape <command>: error: …`` line of the jobs the run's log file(s)
+    ``snakemake_logs`` (``onerror``'s ``log``) report failed in "Error in rule" blocks; empty when none can be read."""
     if snakemake_logs is None:
         return []
     paths = [snakemake_logs] if isinstance(snakemake_logs, (str, Path)) else list(snakemake_logs)

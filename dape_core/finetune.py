@@ -1,23 +1,19 @@
 """Continue training a Hugging Face causal LM (Llama, Mistral, Qwen2) with or without a DAPE processor, or train a
 fresh one from a configuration: the base models and fine-tunes of the ``finetune`` families.
 
-The model starts from ``base_model``, a local transformers directory (``config.json``, safetensors weights and the
-``tokenizer.json`` its data were tokenized with), or, with ``base_model`` null, from ``base_config``: a fresh model
-of that configuration (a mapping with ``model_type`` and the configuration's fields; ``vocab_size`` is the data's,
-from meta.json). ``processor`` dape_v1 / dape_v2 gives every attention layer a processor
-(:func:`dape_core.hf.add_processor`, starting as the identity: eq. 4 with ``encoding: nope``, eq. 5 with an
-additive bias on top of the model's RoPE); ``processor: none`` trains the model as it is and leaves it unpatched.
-The data are token files of ``dape tokenize`` made with the model's own tokenizer: a fresh model takes its data's
-(the BPE the tokenize stage trains), a checkpoint must bring the tokenizer.json the data were made with
-(``tokenizer: file``).
+The model starts from ``base_model`` (a local transformers directory: ``config.json``, safetensors weights and the
+``tokenizer.json`` its data were tokenized with) or, with ``base_model`` null, from ``base_config`` (``model_type``
+and the configuration's fields; ``vocab_size`` is the data's, from meta.json). ``processor`` dape_v1 / dape_v2 gives
+every attention layer a processor starting as the identity (:func:`dape_core.hf.add_processor`; eq. 4 with
+``encoding: nope``, eq. 5 with an additive bias on the model's RoPE); ``none`` leaves the model unpatched. The token
+files must come from the model's own tokenizer: a fresh model takes its data's (the trained BPE), a checkpoint brings
+the tokenizer.json the data were made with (``tokenizer: file``).
 
-Training is ``dape train``'s loop, :func:`dape_core.train.fit` (AdamW with decay on matrices only, warm-up and
-cosine decay, gradient clipping, training windows as a function of (seed, step), resume checkpoints — a killed job
-resumes to the uninterrupted run's weights —, TensorBoard files and divergence detection), with the model's loss
-and its saving. ``steps: 0`` with a ``base_model`` and no processor exports the checkpoint as it is: the family's
-original model, evaluated as one more method ("Llama (base)"). Outputs in ``--out-dir``:
-``model/`` (written atomically by :func:`dape_core.hf.save_pretrained`, or in transformers' own format without a
-processor, with ``tokenizer.json`` and ``finetune.json``, the record ``dape evaluate`` reads), ``summary.json``,
+Training is ``dape train``'s loop (:func:`dape_core.train.fit`: optimiser, schedule, resume to the uninterrupted run's
+weights, TensorBoard, divergence detection) with the model's loss and saving. ``steps: 0`` with a ``base_model`` and
+no processor exports the checkpoint as it is, as one more method ("Llama (base)"). Outputs in ``--out-dir``:
+``model/`` (atomically by :func:`dape_core.hf.save_pretrained`, or transformers' own format without a processor;
+with ``tokenizer.json`` and ``finetune.json``, the record ``dape evaluate`` reads), ``summary.json``,
 ``metrics.jsonl`` and ``tensorboard/``.
 """
 
@@ -43,8 +39,6 @@ from dape_core.settings.finetune import (BASE_CONFIG_VALUES, NOT_FINETUNE_OPTION
 from dape_core.provenance import config_hash
 from dape_core.train import NOT_HASHED, TrainSettings, fit, optimizer_for
 
-#: TrainSettings fields that are not options of `dape finetune`: it runs one process, eagerly, without block
-#: recomputation
 MODEL_DIR = "model"
 
 
@@ -63,8 +57,8 @@ def parse_base_config(text: str | None) -> dict | None:
 
 
 def base_identity(model_settings: FinetuneSettings, seed: int) -> dict[str, Any]:
-    """What the base model is, for the resume check and the summary: the directory's configuration and weights
-    (their sha256, not the path: a moved directory is the same base), or the fresh configuration and its seed."""
+    """The base model's identity for the resume check and summary: the directory's config and weights sha256 (not
+    the path: a moved directory is the same base), or the fresh configuration and its seed."""
     if model_settings.base_model is None:
         return {"kind": "config", "base_config": model_settings.base_config, "seed": seed}
     path = Path(model_settings.base_model)
@@ -136,8 +130,8 @@ def finetune(
     progress: bool = True,
     stop_after: int | None = None,
 ) -> dict:
-    """Build the base, add the processor, train it with :func:`dape_core.train.fit` (``train``'s loop and
-    arguments), write ``model/`` and the outputs; returns the summary. ``stop_after`` ends early (tests)."""
+    """Build the base, add the processor, train with :func:`dape_core.train.fit`, write ``model/`` and the outputs;
+    returns the summary. ``stop_after`` ends early (tests)."""
     from dape_core.data import load_split
     from dape_core.hf import add_processor, save_causal_lm
     from dape_core.hf.adapter import RUN_RECORD, run_record

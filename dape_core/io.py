@@ -1,13 +1,11 @@
 """Atomic outputs: write under a temporary name in the destination directory, then rename.
 
-A killed job never leaves a file that looks finished (Snakemake judges completeness by existence). A job's
-result files are also *sealed* (``seal=True``): the sha256 of their content is written beside them first, as
-``<file>.sha256`` — a ``sha256sum`` line, then the file's identity (``file: <its path>``, :func:`identity_of`) —
-so the reader (:mod:`dape_core.artefacts`) can tell a damaged or overwritten file from the one the job wrote, and a
-copy of another run's file (with its seal) from this run's own. A workflow job's seals also say whose the file is
-(:func:`stamp_job`): ``by: dape <command>`` (the command that wrote it), ``spec: <digest>`` (the settings of its
-job, :func:`spec_digest` of its ``--spec``) and one ``input: <identity> <sha256> <spec>``
-line per sealed file the job read and verified (:func:`record_input`): the settings and inputs it was made from.
+A killed job never leaves a file that looks finished (Snakemake judges completeness by existence). A job's result
+files are also *sealed* (``seal=True``): first ``<file>.sha256`` is written beside them, a ``sha256sum`` line and the
+file's identity (``file: <its path>``, :func:`identity_of`), so the reader (:mod:`dape_core.artefacts`) can tell a
+damaged, overwritten or copied file from the one this job wrote. A workflow job's seals also carry (:func:`stamp_job`)
+``by: dape <command>``, ``spec: <digest>`` (:func:`spec_digest` of its ``--spec``) and, per sealed file the job read
+and verified (:func:`record_input`), one ``input: <identity> <sha256> <spec>`` line.
 """
 
 from __future__ import annotations
@@ -26,9 +24,8 @@ from dape_core.errors import WriteFailure
 
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path next to ``path``; on success it is renamed to ``path``, on error removed. A write
-    that fails for want of room or permission (:func:`write_failure`) is raised as a :class:`WriteFailure` naming
-    ``path`` and the errno; ``path`` itself keeps its previous content."""
+    """Yield a temporary path next to ``path``, renamed to ``path`` on success, removed on error. A write refused for
+    want of room or permission raises :class:`WriteFailure` (:func:`write_failure`); ``path`` keeps its content."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -49,9 +46,8 @@ WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, 
 
 
 def write_failure(path: Path, tmp: Path, err: BaseException) -> WriteFailure | None:
-    """A :class:`WriteFailure` for ``path`` when ``err`` came from the disk or a limit, else None. An OSError says
-    its errno; a writer that hides it (torch.save raises a RuntimeError) is asked by appending one byte to the
-    partial temporary file: that write fails with the same errno if the disk or a limit stopped it."""
+    """A :class:`WriteFailure` for ``path`` when ``err`` came from the disk or a limit, else None. Where a writer
+    hides the errno (torch.save's RuntimeError), appending one byte to ``tmp`` fails with it if that was the cause."""
     if isinstance(err, WriteFailure):
         return err
     cause = err if isinstance(err, OSError) and err.errno in WRITE_ERRNOS else None
@@ -104,29 +100,27 @@ _JOB: dict[str, Any] = {"command": None, "spec": None, "inputs": {}}  # the runn
 
 
 def spec_digest(spec: dict) -> str:
-    """A short hash of a spec — a job's settings (``JobSpec.settings``, or the JSON of its ``--spec`` read back), the
-    report spec —, keys sorted: the same settings in any order give the same digest. A job's seals record it
-    (``spec:``); a rule that writes a spec file takes it as its params (a changed spec reruns it)."""
+    """A short hash of a spec (a job's settings or ``--spec`` JSON, the report spec), independent of key order; a
+    job's seals record it (``spec:``), and a rule writing a spec file takes it as params (a change reruns it)."""
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def stamp_job(command: str | None, spec: str | None) -> None:
-    """The seals this process writes from now on say who wrote them: ``command`` (``dape evaluate``) and the digest
-    of the job's settings (None: a command run by hand without ``--spec``); the inputs recorded so far are
-    forgotten."""
+    """Stamp this process's later seals with ``command`` (``dape evaluate``) and ``spec`` digest (None: run by hand
+    without ``--spec``); forgets the inputs recorded so far."""
     _JOB.update(command=command, spec=spec, inputs={})
 
 
 def record_input(seal: Seal) -> None:
-    """A sealed file the running job read and verified: its identity, sha256 and spec go into the seals it writes
-    (only in a job with a spec, :func:`stamp_job`: a report over hundreds of files lists none)."""
+    """Record a sealed file the running job read and verified, for its seals' ``input:`` lines (only in a job with a
+    spec, :func:`stamp_job`: a report over hundreds of files lists none)."""
     if _JOB["spec"] is not None and seal.identity is not None:
         _JOB["inputs"][seal.identity] = (seal.digest, seal.spec)
 
 
 def identity_of(path: str | Path) -> str:
-    """A file's identity in its seal: its path relative to the working directory it is written from (the workflow's
-    workdir: ``results/lm/<run>/seed0/eval.csv``), or absolute outside it."""
+    """A file's identity in its seal: its path relative to the working directory (the workflow's workdir:
+    ``results/lm/<run>/seed0/eval.csv``), or absolute outside it."""
     absolute = Path(os.path.abspath(path))
     try:
         return absolute.relative_to(Path.cwd()).as_posix()
@@ -135,9 +129,8 @@ def identity_of(path: str | Path) -> str:
 
 
 def names_file(recorded: str, path: str | Path) -> bool:
-    """Whether the identity ``recorded`` names ``path``: their path components agree from the file name back over
-    the shorter of the two (so a project moved or read from another working directory keeps its files, and a
-    file copied into another run's, seed's or configuration's folder does not)."""
+    """Whether the identity ``recorded`` names ``path``: their path components agree from the file name back over the
+    shorter of the two (a moved project keeps its files; a file copied into another run's folder does not)."""
     theirs = [part for part in Path(recorded).parts if part not in ("/", ".", "..")]
     ours = [part for part in Path(os.path.abspath(path)).parts if part != "/"]
     n = min(len(theirs), len(ours))
@@ -181,8 +174,7 @@ def hash_path(path: str | Path) -> Path:
 
 
 def seal_file(path: str | Path) -> Path:
-    """Records the sha256 and identity of an existing file beside it (``<file>.sha256``), as a job records what it
-    writes."""
+    """Seal an existing file (``<file>.sha256``), as a job seals what it writes."""
     path = Path(path)
     record = hash_path(path)
     with atomic_path(record) as written:
@@ -192,9 +184,8 @@ def seal_file(path: str | Path) -> Path:
 
 @contextmanager
 def output_path(path: str | Path, seal: bool = False) -> Iterator[Path]:
-    """:func:`atomic_path`; with ``seal`` the finished temporary file's sha256 is recorded beside ``path`` before the
-    file is renamed into place (a kill in between leaves a record without its file, which Snakemake redoes). A
-    failed write leaves no record of a file that is not there."""
+    """:func:`atomic_path`; with ``seal`` the seal is written before the rename (a kill in between leaves a seal
+    without its file, which Snakemake redoes); a failed write leaves no seal of a file that is not there."""
     record = hash_path(path)
     try:
         with atomic_path(path) as tmp:

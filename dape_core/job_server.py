@@ -2,18 +2,17 @@
 import in each.
 
 A job's command is unchanged (``dape train --spec … > log 2>&1``). With ``DAPE_JOB_SERVER`` naming a socket where
-``dape serve`` listens (``auto``: the socket of this installation and interpreter, :func:`socket_path`), the
-command hands its arguments, working directory, environment and standard streams to the server, which forks a child
-that already has torch and the stages imported. The child runs the command as its own process would — the same
-code, settings and seeds, so the same bytes on one machine (``tests/test_job_server.py``) — writes into the job's
-own streams and returns its exit status. The command runs in its own process as before when no server listens, when
-the server's sources have changed since it started (it then stops), for another installation of the package or
-another interpreter, outside the server's control group (a scheduler's allocation) or with limits above its own,
-and for the commands it does not take (:data:`FORWARDED`). A signal sent to the command is passed on to its
-child, and a child whose command has gone (its connection closed) stops: a workflow's kill ends the job.
+``dape serve`` listens (``auto``: one per installation and interpreter, :func:`socket_path`), the command hands its
+arguments, working directory, environment and standard streams to the server, which forks a child that already has
+torch and the stages imported. The child runs the command as its own process would (same code, settings and seeds,
+so the same bytes on one machine: ``tests/test_job_server.py``) and returns its exit status. The command runs in its
+own process when no server listens, when the server's sources have changed (it then stops), for another installation
+or interpreter, outside the server's control group (a scheduler's allocation), with limits above its own, and for
+commands not in :data:`FORWARDED`. A signal to the command is passed on to its child, and a child whose command has
+gone stops: a workflow's kill ends the job.
 
-Snakemake's benchmark files of a job so run record the command's wall time, as before, but not the CPU and memory
-of its child; the design stage reads their wall seconds only (:func:`dape_core.report.design.measured_prices`).
+Snakemake's benchmark files of such a job record the command's wall time but not its child's CPU and memory; the
+design stage reads wall seconds only (:func:`dape_core.report.design.measured_prices`).
 """
 
 from __future__ import annotations
@@ -40,9 +39,8 @@ FORWARDED = ("train", "evaluate", "che", "report")
 #: imported once by the server, so that its children start with them
 PRELOAD = ("torch", "torch._dynamo", "numpy", "pandas", "dape_core.train", "dape_core.evaluate", "dape_core.memory",
            "dape_core.data", "dape_core.che.runner", "dape_core.report.cli", "dape_core.report.figures")
-#: variables read when the interpreter starts or a preloaded library is imported: a command whose values differ from
-#: the server's runs in its own process. (Those read later — CUDA's, the allocator's — are read from the command's
-#: environment, which the child takes; thread counts are set by every forwarded command itself, `--threads`.)
+#: variables read at interpreter start or preload: a command whose values differ runs in its own process (later-read
+#: ones, CUDA's and the allocator's, come from the command's environment; each command sets its own `--threads`)
 IMPORT_ENV = ("TRITON_INTERPRET", "PYTHONHASHSEED", "PYTHONPATH")
 #: the command's limits its job keeps in the server's child (a disk-full or memory limit set on the job)
 LIMITS = ("RLIMIT_FSIZE", "RLIMIT_AS", "RLIMIT_DATA", "RLIMIT_CPU", "RLIMIT_CORE")
@@ -54,8 +52,8 @@ PACKAGE = str(Path(__file__).resolve().parent)
 
 
 def source_key() -> str:
-    """What a child's code is made of: the interpreter and the package's files (path, size, modification time). A
-    command of another key finds the server's code stale: the server stops."""
+    """The key of a child's code: the interpreter and the package's files (path, size, mtime); a command of another
+    key finds the server's code stale, and the server stops."""
     package = Path(PACKAGE)
     digest = hashlib.sha256(f"{sys.executable}\0{sys.version}\0{package}".encode())
     for path in sorted(package.rglob("*")):
@@ -85,9 +83,8 @@ def limits() -> dict[str, list[int]]:
 
 
 def socket_path(value: str | None = None) -> Path | None:
-    """The socket ``DAPE_JOB_SERVER`` names (``value``, default the environment's): a path, or ``auto`` — one per
-    installation of the package and interpreter, in the temporary directory, whatever a job's working directory (a
-    nested workflow's jobs find their parent's server). None when unset."""
+    """The socket ``DAPE_JOB_SERVER`` (or ``value``) names, None when unset: a path, or ``auto``: one per installation
+    and interpreter in the temporary directory, whatever the working directory (nested workflows share it)."""
     value = os.environ.get(ENV) if value is None else value
     if not value:
         return None

@@ -1,10 +1,10 @@
 """The compiled path's measured constants on CUDA, read from package data (``dape_core/config/measured/``).
 
-``cuda_compiled_path.json`` holds what a device run decided, written by ``benchmarks/adopt_device_run.py`` and never
-by hand: ``measured`` (the run it came from, or "no run yet"), ``cuda_compiled_options`` (the compiled path's options
-under bf16/fp16 autocast on CUDA: :data:`dape_core.settings.attention.CUDA_COMPILED_OPTIONS`) and
-``compiled_kept_scale`` (:data:`dape_core.memory.COMPILED_KEPT_SCALE`). This module is a leaf: it imports nothing
-of the package but its errors, so the settings (torch-free, read at the DAG's parse) and the memory model share it.
+``cuda_compiled_path.json`` holds what a device run decided, written only by ``benchmarks/adopt_device_run.py``:
+``measured`` (the run, or "no run yet"), ``cuda_compiled_options``
+(:data:`dape_core.settings.attention.CUDA_COMPILED_OPTIONS`) and ``compiled_kept_scale``
+(:data:`dape_core.memory.COMPILED_KEPT_SCALE`). A leaf module (it imports only the package's errors), so the
+torch-free settings and the memory model share it.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ def where(path: Path) -> str:
 
 
 def read_compiled_path(path: Path = COMPILED_PATH) -> dict:
-    """``path``'s three keys, checked for form (the options' values are checked by the settings that read them); a
-    missing, damaged or foreign file is one line naming it."""
+    """``path``'s three keys, checked for form (the settings check the options' values); a missing, damaged or
+    foreign file is one line naming it."""
     try:
         data = json.loads(path.read_text())
         if not isinstance(data, dict) or set(data) != set(COMPILED_PATH_KEYS):

@@ -4,40 +4,25 @@ A training job's peak on one device is modelled as
 
     peak(b) = states + saved(b) + max(transient(b)) + reserve
 
-* ``states``: fp32 weights, their gradients and AdamW's two moments, 16 bytes per parameter (divided by the
-  processes under FSDP, which shards all four), plus the bf16 copies of the weights autocast keeps for a step (2 bytes
-  per parameter of the matrices) under ``precision: bf16``;
-* ``saved(b)``: what the forward pass of a micro-batch of b sequences keeps for the backward pass — counted, not
-  guessed: the model runs on the ``meta`` device (shapes without data, no compute) under
-  ``torch.autograd.graph.saved_tensors_hooks`` and the distinct storages it saves are summed; that sum is affine in
-  b (batch-free tensors such as a bias [H, T, T] are its intercept) and in the number of layers, so four traces of
-  models of 1 and 2 layers at b = 1 and 2 give it for any batch and depth (:func:`model_saved_bytes`; the DAPE
-  path's chunks cut as at b). The trace stands for the job's pass on CUDA: under bf16 the feature map in bf16, as
-  autocast runs it, and on the compiled path the options it runs there (:func:`job_path_options`: the Triton
-  feature map, causal chunks), whose kept scores' saved bytes are scaled by :data:`COMPILED_KEPT_SCALE`, fitted to
-  the peaks GPUs measured (``benchmarks/memory_fit.py``). On an accelerator SDPA
-  runs the flash or memory-efficient kernel, which keep q, k, v, the output and the log-sum-exp (and the mask); the
-  trace runs the memory-efficient kernel's operator for every SDPA call (``attention_kernel="efficient"``). A CPU
-  runs the math kernel, which also keeps the probabilities (``attention_kernel="math"``: what the CPU tests
-  measure);
-* ``transient(b)``: the largest working set of one backward step beyond what is saved — the loss's gradient
-  (b·T·V fp32 values twice: the log-softmax's and the logits') or one layer's attention: a DAPE chunk recomputed with
-  its gradients (2 × :func:`~dape_core.implementations.materialized.chunk_bytes`), or SDPA's bias gradient
-  [b, H, rows, T] in the compute dtype and its fp32 reduction to [H, rows, T];
-* ``reserve``: what the model does not see — the CUDA context, cuBLAS/cuDNN workspaces and the caching allocator's
-  fragmentation: ``RESERVE_BYTES`` plus ``RESERVE_SHARE`` of the rest.
+* ``states``: fp32 weights, gradients and AdamW's two moments, 16 bytes per parameter (divided by the processes under
+  FSDP), plus under ``precision: bf16`` autocast's bf16 copies of the matrices (2 bytes per parameter);
+* ``saved(b)``: what the forward pass of b sequences keeps for the backward pass, counted on ``meta`` under
+  ``saved_tensors_hooks`` (distinct storages summed). Affine in b and in the layers, so four traces (1 and 2 layers at
+  b = 1 and 2) give any batch and depth (:func:`model_saved_bytes`). The trace stands for the job's CUDA pass (bf16
+  feature map, the compiled path's CUDA options: :func:`job_path_options`), kept compiled scores scaled by
+  :data:`COMPILED_KEPT_SCALE`; SDPA as the memory-efficient operator (``attention_kernel="efficient"``: q, k, v, mask,
+  output, log-sum-exp) or a CPU's math kernel, which also keeps the probabilities (``"math"``);
+* ``transient(b)``: one backward step's largest working set beyond the saved tensors: the loss's gradient (b·T·V fp32
+  values twice) or one layer's attention: a DAPE chunk recomputed with its gradients (2 ×
+  :func:`~dape_core.implementations.materialized.chunk_bytes`), or SDPA's bias gradient [b, H, rows, T] in the compute
+  dtype and its fp32 reduction to [H, rows, T];
+* ``reserve``: CUDA context, library workspaces and fragmentation: ``RESERVE_BYTES`` plus ``RESERVE_SHARE`` of the rest.
 
-:func:`micro_batch_for` picks the largest micro-batch — a divisor of each process's share of a micro-batch, so that
-every piece has the same size — whose peak fits ``gpu_mem_gb``; the job then runs each micro-batch in pieces of that
-size (``dape train --micro-batch-size``), which changes the memory, not the result: the gradient of the whole
-micro-batch is the size-weighted sum of its pieces' gradients.
-
-It also settles ``recompute_scores`` where a DAPE model leaves it unset on the accelerator paths (``materialized``,
-``compiled``): the scores are kept (recomputation off) when the whole share of a micro-batch fits that way, and
-recomputed otherwise, before any micro-batch is split. Keeping them measured 0.72–0.77× the training step on the
-compiled path (125M DAPE1×3-Kerple on an H200, bf16, T 512 × 32: 163.8 ms against 212.5 ms; T 2048 × 8: 399.0 ms
-against 550.6 ms; ``benchmarks/results/h200-compiled/run3``); recomputation changes memory and time, never the
-gradients (``tests/test_accelerator_memory.py``).
+:func:`micro_batch_for` picks the largest divisor of each process's share of a micro-batch whose peak fits
+``gpu_mem_gb``; the job runs the micro-batch in pieces of it (``dape train --micro-batch-size``), which changes the
+memory, not the gradient. Where a DAPE model leaves ``recompute_scores`` unset on ``materialized`` or ``compiled``, it
+keeps the scores if the whole share fits that way (faster: docs/performance.md, "Keeping the scores where they fit"),
+else recomputes them; recomputation never changes the gradients (``tests/test_accelerator_memory.py``).
 """
 
 from __future__ import annotations
@@ -61,10 +46,8 @@ KERNELS = ("efficient", "math")
 RESERVE_BYTES = 2 * 2**30  # CUDA context and library workspaces
 RESERVE_SHARE = 0.10  # the caching allocator's fragmentation, of the modelled bytes
 GIB = 2**30
-#: what the compiled path's graphs keep without recomputation, over the eager trace's count (the trace stands for
-#: them): the largest scale of the trace's saved bytes that a measured peak needs, rounded up to 0.05 (the committed
-#: peaks against the model, each row's scale in benchmarks/results/memory_fit.csv: benchmarks/memory_fit.py, which
-#: names it; benchmarks/adopt_device_run.py writes it into package data, :mod:`dape_core.measured`)
+#: the compiled graphs' kept scores over the eager trace's: the largest scale a measured peak needs, rounded up to
+#: 0.05 (benchmarks/memory_fit.py; package data of :mod:`dape_core.measured`, written by benchmarks/adopt_device_run.py)
 COMPILED_KEPT_SCALE = float(measured.compiled_path()["compiled_kept_scale"])
 
 
@@ -91,8 +74,8 @@ class TrainingMemory:
 
 
 class _EfficientSDPA(TorchFunctionMode):
-    """F.scaled_dot_product_attention as an accelerator runs it: the memory-efficient kernel's operator, whose
-    autograd node keeps q, k, v, the mask, the output and the log-sum-exp (the flash kernel's, without a mask)."""
+    """F.scaled_dot_product_attention as an accelerator runs it: the memory-efficient kernel, which keeps q, k, v, the
+    mask, the output and the log-sum-exp (the flash kernel's, without a mask)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -115,9 +98,9 @@ _SAVED: dict[tuple, int] = {}
 
 def saved_bytes(cfg, micro_batch: int, *, precision: str = "fp32", attention_kernel: str = "efficient",
                 path_options: dict | None = None) -> int:
-    """Bytes of the distinct storages a training forward pass of ``micro_batch`` sequences of ``cfg.train_len``
-    tokens keeps for its backward pass, counted on the ``meta`` device (the model built there from ``cfg``), the
-    DAPE path run with ``path_options`` (None: the job's, :func:`job_path_options`)."""
+    """Bytes of the distinct storages a training forward pass of ``micro_batch`` sequences of ``cfg.train_len`` tokens
+    keeps for its backward pass, counted on ``meta``, the DAPE path run with ``path_options`` (None: the job's,
+    :func:`job_path_options`)."""
     require_choice("attention_kernel", attention_kernel, KERNELS)
     options = job_path_options(cfg, precision) if path_options is None else dict(path_options)
     key = (json.dumps(dataclasses.asdict(cfg), sort_keys=True), micro_batch, precision, attention_kernel,
@@ -131,8 +114,8 @@ def _count_saved(cfg, micro_batch: int, precision: str, attention_kernel: str, o
     from dape_core.implementations import options_on_meta
     from dape_core.model import GPT
 
-    # under bf16 autocast on CUDA the feature map runs in bf16 (the materialized path's autocast dtype), which meta,
-    # without autocast, learns from dape_dtype; its convolutions' operands are cast as CUDA's autocast casts them
+    # CUDA's bf16 autocast runs the feature map in bf16, which meta (no autocast) learns from dape_dtype; its
+    # convolutions' operands are cast as CUDA's autocast casts them
     traced = dataclasses.replace(cfg, attention_impl=_accelerator_path(cfg.attention_impl),
                                  dape_dtype="bfloat16" if precision == "bf16" else cfg.dape_dtype)
     with torch.device("meta"):
@@ -155,17 +138,16 @@ def _count_saved(cfg, micro_batch: int, precision: str, attention_kernel: str, o
 
 
 def _accelerator_path(attention_impl: str) -> str:
-    """The path traced for ``attention_impl`` training on a GPU (``auto``: ``training_path``): ``compiled`` as
-    ``materialized`` (on ``meta``, which compiles nothing), whose chunks it runs and recomputes alike; without
-    recomputation, the eager path's saved tensors stand for what the compiled graph saves."""
+    """The path traced for ``attention_impl`` training on a GPU: ``compiled`` as ``materialized`` (``meta`` compiles
+    nothing), whose chunks it runs and recomputes alike; without recomputation the eager path's saved tensors stand
+    for the compiled graph's."""
     path = training_path(attention_impl)
     return "materialized" if path == "compiled" else path
 
 
 def job_path_options(cfg, precision: str) -> dict:
-    """The options a job's DAPE path runs with on CUDA (``feature_map``, ``causal_chunks``, ``tf32_scores``;
-    :func:`dape_core.implementations.path_options`): the compiled path's
-    :data:`~dape_core.settings.attention.CUDA_COMPILED_OPTIONS` under bf16 autocast, else none (each off)."""
+    """The options a job's DAPE path runs with on CUDA (:func:`dape_core.implementations.path_options`): the compiled
+    path's :data:`~dape_core.settings.attention.CUDA_COMPILED_OPTIONS` under bf16 autocast, else none (each off)."""
     from dape_core import implementations
 
     on = cfg.processor != "none" and training_path(cfg.attention_impl) == "compiled" and precision == "bf16"
@@ -181,10 +163,9 @@ class _nothing:
 
 
 class _meta_autocast(TorchFunctionMode):
-    """bf16 autocast's effect on what is saved, on a device without autocast (``meta``): the inputs of the linear
-    layers and of SDPA in bf16, as CUDA's autocast casts them (fp32: nothing changes; DAPE's materialized path
-    turns autocast off for its scores anyway) and of the convolutions (the feature map's, which the trace runs in
-    bf16 as CUDA's autocast does: :func:`_count_saved`)."""
+    """bf16 autocast's effect on what is saved, on ``meta`` (no autocast): the inputs of the linear layers, SDPA and
+    the feature map's convolutions in bf16, as CUDA's autocast casts them (fp32: nothing changes; DAPE's
+    materialized path turns autocast off for its scores anyway)."""
 
     LOWER = {F.linear, F.scaled_dot_product_attention, F.conv2d}
 
@@ -213,8 +194,8 @@ def state_bytes(cfg, *, precision: str = "fp32", shards: int = 1) -> int:
 
 
 def transient_bytes(cfg, micro_batch: int, *, precision: str = "fp32", path_options: dict | None = None) -> int:
-    """The largest working set of one backward step beyond the saved tensors (module docstring); a DAPE chunk's
-    rows as the path runs them with ``path_options`` (None: the job's; ``causal_chunks`` makes them fewer)."""
+    """The largest working set of one backward step beyond the saved tensors (module docstring), a DAPE chunk's rows
+    as the path runs them with ``path_options`` (None: the job's)."""
     from dape_core.attention import accelerator_chunk_rows
     from dape_core.encodings import ENCODINGS
     from dape_core.implementations.materialized import causal_chunk, chunk_bytes
@@ -249,8 +230,8 @@ def _feature_itemsize(cfg, precision: str) -> int:
 
 
 def dape_chunk_rows(cfg, micro_batch: int, precision: str) -> int:
-    """Query rows per chunk of the DAPE path a job trains with at ``micro_batch`` sequences (its chunk budget,
-    before ``causal_chunks``): the compiled path's 4 GiB, else the materialized path's 1 GiB."""
+    """Query rows per chunk of the job's DAPE path at ``micro_batch`` sequences, before ``causal_chunks``: within the
+    compiled path's 4 GiB, else the materialized path's 1 GiB."""
     from dape_core.implementations.compiled import CHUNK_BYTES as COMPILED_CHUNK_BYTES
     from dape_core.implementations.materialized import chunk_rows
 
@@ -261,10 +242,9 @@ def dape_chunk_rows(cfg, micro_batch: int, precision: str) -> int:
 
 def model_saved_bytes(cfg, micro_batch: int, *, precision: str = "fp32", attention_kernel: str = "efficient",
                       path_options: dict | None = None) -> int:
-    """:func:`saved_bytes` of the whole model from four small traces: it is affine in the batch and in the number of
-    layers (every block saves the same), so models of 1 and 2 layers at batches 1 and 2 give it for any b and depth.
-    The DAPE path sizes its chunks by the whole batch, so the traces cut the chunks of ``micro_batch``
-    (:func:`dape_chunk_rows`): traced at a smaller batch it would cut fewer, and keep other maps."""
+    """:func:`saved_bytes` of the whole model from four small traces (1 and 2 layers at batches 1 and 2; affine in
+    both). The DAPE path sizes its chunks by the whole batch, so the traces cut ``micro_batch``'s chunks
+    (:func:`dape_chunk_rows`), not the fewer a small batch would."""
     if (cfg.processor != "none" and cfg.query_chunk_size is None
             and training_path(cfg.attention_impl) in ("materialized", "compiled")):
         cfg = dataclasses.replace(cfg, query_chunk_size=dape_chunk_rows(cfg, micro_batch, precision))
@@ -284,8 +264,8 @@ def model_saved_bytes(cfg, micro_batch: int, *, precision: str = "fp32", attenti
 def training_memory(cfg, micro_batch: int, *, precision: str = "fp32", shards: int = 1,
                     attention_kernel: str = "efficient", reserve_bytes: int = RESERVE_BYTES,
                     path_options: dict | None = None) -> TrainingMemory:
-    """The modelled peak of a training step of ``micro_batch`` sequences on one device (module docstring), the
-    DAPE path run with ``path_options`` (None: the job's, :func:`job_path_options`)."""
+    """The modelled peak of a training step of ``micro_batch`` sequences on one device (module docstring), the DAPE
+    path run with ``path_options`` (None: the job's)."""
     saved = model_saved_bytes(cfg, micro_batch, precision=precision, attention_kernel=attention_kernel,
                               path_options=path_options)
     if keeps_compiled_scores(cfg):
@@ -308,9 +288,8 @@ def shards_of(processes: int, distributed: str) -> int:
 def micro_batch_for(cfg, per_device: int, gpu_mem_gb: float, *, precision: str = "fp32", shards: int = 1,
                     run: str = "") -> TrainingMemory:
     """The largest divisor of ``per_device`` (a micro-batch's sequences on one device) whose modelled peak fits
-    ``gpu_mem_gb``, and for a model whose ``recompute_scores`` is the memory model's to choose, that choice: kept
-    where all ``per_device`` sequences fit with kept scores, else recomputed (module docstring); a ConfigError naming
-    the run and what to change when even one sequence does not fit."""
+    ``gpu_mem_gb``, with the ``recompute_scores`` choice where it is the memory model's (module docstring). Raises
+    ConfigError, naming the run and what to change, when even one sequence does not fit."""
     if chooses_recomputation(cfg):
         kept = training_memory(dataclasses.replace(cfg, recompute_scores=False), per_device, precision=precision,
                                shards=shards)
@@ -342,8 +321,7 @@ def chooses_recomputation(cfg) -> bool:
 
 
 def machine_memory_bytes() -> int | None:
-    """This machine's memory as a job sees it: the smaller of MemTotal and the cgroup's limit (None when neither
-    can be read)."""
+    """This machine's memory as a job sees it: the smaller of MemTotal and the cgroup's limit (None: neither read)."""
     limits = []
     try:
         with open("/proc/meminfo", encoding="ascii") as meminfo:
@@ -362,16 +340,14 @@ def machine_memory_bytes() -> int | None:
 
 def cpu_preflight(cfg, micro_batch: int, *, precision: str = "fp32", mem_mb: int | None = None,
                   machine_bytes: int | None = None) -> TrainingMemory:
-    """Stop a CPU training job before it starts when its modelled peak (the math attention kernel, the CPU's
-    baseline for a reserve) exceeds the machine's memory or the job's ``mem_mb``: a ConfigError with the estimate
-    and the settings to change. Returns the estimate otherwise."""
+    """The modelled peak of a CPU training job (the math attention kernel, the CPU's reserve); raises ConfigError,
+    with the estimate and the settings to change, when it exceeds the machine's memory or the job's ``mem_mb``."""
     machine = machine_memory_bytes() if machine_bytes is None else machine_bytes
     limits = [(f"resources.train_lm.mem_mb {mem_mb}", mem_mb * 2**20)] if mem_mb else []
     limits += [(f"this machine's memory ({machine / GIB:.1f} GiB)", machine)] if machine else []
     name, limit = min(limits, key=lambda item: item[1], default=(None, None))
-    # without the saved activations first: the states, the transient and the reserve cost no trace, and a job far
-    # beyond its memory (whose trace at its length would itself take minutes) is refused from them alone
-    # a CPU runs none of the compiled path's options on CUDA
+    # first without the saved activations: the other terms cost no trace, and a job far beyond its memory (whose trace
+    # would itself take minutes) is refused from them alone; a CPU runs none of the compiled path's CUDA options
     states = state_bytes(cfg, precision=precision)
     transient = transient_bytes(cfg, micro_batch, precision=precision, path_options={})
     memory = TrainingMemory(micro_batch, states, 0, transient,

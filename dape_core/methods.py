@@ -1,8 +1,8 @@
 """The paper's method labels, parsed and formatted in one place.
 
-A label names an encoding and its processor as the paper does: "Kerple" (no processor), "DAPE-Kerple" (DAPE V1,
-the MLP, kernel 1), "DAPE1x3-Kerple" (DAPE V2 with a 1×3 kernel), and " (no tril)" for the §4.5 ablation. Configs
-use labels on their ``method`` axis, reports group and compare runs by them, and the paper's numbers carry them.
+A label names an encoding and its processor as the paper does: "Kerple" (no processor), "DAPE-Kerple" (DAPE V1, the
+MLP, kernel 1), "DAPE1x3-Kerple" (DAPE V2, 1×3 kernel), " (no tril)" for the §4.5 ablation. Configs' ``method`` axis,
+reports and the paper's numbers all use them.
 """
 
 from __future__ import annotations
@@ -56,9 +56,9 @@ BASE, FINETUNED = " (base)", " fine-tuned"
 
 def hf_method_label(model_type: str, encoding: str = "nope", processor: str = "none", kernel_size: int = 1,
                     tril: bool = True, *, finetuned: bool) -> str:
-    """A Hugging Face decoder's label in the same style: "Llama (base)" (trained from a fresh configuration or the
-    original checkpoint), "Llama fine-tuned", "DAPE1x3-Llama fine-tuned" (eq. 4: the processor on the model's
-    RoPE scores), "DAPE-Llama+Kerple fine-tuned" (eq. 5 with an additive bias on top of RoPE)."""
+    """A Hugging Face decoder's label in the same style: "Llama (base)" (a fresh configuration or the original
+    checkpoint), "Llama fine-tuned", "DAPE1x3-Llama fine-tuned" (eq. 4: the processor on the model's RoPE scores),
+    "DAPE-Llama+Kerple fine-tuned" (eq. 5 with an additive bias on top of RoPE)."""
     name = HF_MODEL_NAMES.get(model_type, str(model_type))
     if processor != "none" and encoding != "nope":
         name += f"+{display_name(encoding)}"

@@ -1,11 +1,9 @@
 """The decoder (GPT) of the language-model experiments and the encoder of the CHE benchmark.
 
-Both are built from a config dataclass and share the attention block; the positional encoding and the DAPE
-processor are chosen by name (``encoding``, ``processor``, ``kernel_size``, ``dape_width``, ``tril``,
-``padding``), the same names as in ``config.yaml`` and on the command line.
-
-The configs and size presets (paper appendix I, Table 8) are torch-free, in :mod:`dape_core.settings.model`; the
-parameter and FLOP arithmetic in :mod:`dape_core.model_arithmetic`.
+Both are built from a config dataclass and share the attention block; the encoding and the DAPE processor are chosen
+by the names of ``config.yaml`` and the command line (``encoding``, ``processor``, ``kernel_size``, ``dape_width``,
+``tril``, ``padding``). The configs and size presets (paper appendix I, Table 8) are torch-free, in
+:mod:`dape_core.settings.model`; the parameter and FLOP arithmetic in :mod:`dape_core.model_arithmetic`.
 """
 
 from __future__ import annotations
@@ -116,8 +114,8 @@ class GPT(nn.Module):
         self, idx: torch.Tensor, targets: torch.Tensor | None = None, *, fast_path: bool = True, last: int | None = None,
         positions: torch.Tensor | None = None,
     ):
-        """Logits [batch, T, vocab] for token ids [batch, T] (only the ``last`` positions if given); with
-        ``targets`` also the mean cross-entropy. ``fast_path=False`` runs the plain reference path."""
+        """Logits [batch, T, vocab] for token ids [batch, T] (only the ``last`` positions if given), with ``targets``
+        also the mean cross-entropy; ``fast_path=False``: the plain reference path."""
         # positions [T]: 0 … T−1 unless given (randomized encodings draw theirs with dape_core.positions)
         positions = torch.arange(idx.shape[1], device=idx.device) if positions is None else positions.to(idx.device)
         x = self.drop(self.embed(idx))
@@ -135,8 +133,7 @@ class GPT(nn.Module):
                                       layer_sizes(self.cfg))
 
     def attention_path(self, device: torch.device | str, fast_path: bool = True) -> AttentionPath:
-        """How this decoder's layers attend on ``device`` (its settings resolved once; ``fast_path=False``: the
-        plain reference path)."""
+        """How this decoder's layers attend on ``device`` (``fast_path=False``: the plain reference path)."""
         return AttentionPath(self.resolved_attention_impl(device) if fast_path else "plain", self.cfg.query_chunk_size,
                              TORCH_DTYPES[self.cfg.dape_dtype], self.cfg.recompute_scores)
 
@@ -145,8 +142,8 @@ class GPT(nn.Module):
         return sum(p.numel() for p in self.parameters() if id(p) not in skip)
 
     def flops_per_token(self, seq_len: int) -> float:
-        """Training FLOPs per token (:func:`~dape_core.model_arithmetic.gpt_flops_per_token` of this decoder's
-        shape; its parameter count is the arithmetic one, equal to :meth:`non_embedding_parameters`)."""
+        """Training FLOPs per token (:func:`~dape_core.model_arithmetic.gpt_flops_per_token`, whose parameter count
+        equals :meth:`non_embedding_parameters`)."""
         return gpt_flops_per_token(self.cfg, seq_len)
 
 

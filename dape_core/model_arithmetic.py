@@ -1,9 +1,8 @@
 """A decoder's parameters and training FLOPs from its settings alone: arithmetic, no torch, no model built.
 
-The plan's estimates (``dape_core.config.flops``) count every run this way, so building the workflow's DAG
-never imports torch. ``tests/test_model_arithmetic.py`` checks the counts against the parameters of the built
-``dape_core.model.GPT`` for every encoding × processor (decoder and encoder sides, shared and per-layer
-encodings).
+The plan's estimates (``dape_core.config.flops``) count every run this way, so building the workflow's DAG never
+imports torch. ``tests/test_model_arithmetic.py`` checks the counts against the built ``dape_core.model.GPT``'s for
+every encoding × processor (decoder and encoder sides, shared and per-layer encodings).
 """
 
 from __future__ import annotations
@@ -20,8 +19,8 @@ def block_parameters(d_model: int, d_ff: int) -> int:
 
 
 def processor_parameters(processor: str, n_head: int, *, kernel_size: int, dape_width: int, bias_channels: bool) -> int:
-    """One layer's DAPE processor (paper eq. 5): V1's MLP (channels → D → h) or V2's Conv1, Conv2 of kernel 1×k;
-    it reads 2h channels when the encoding adds a bias, h otherwise (eq. 4)."""
+    """One layer's DAPE processor (paper eq. 5): V1's MLP (channels → D → h) or V2's Conv1, Conv2 of kernel 1×k,
+    reading 2h channels with a bias, h otherwise (eq. 4)."""
     if processor == "none":
         return 0
     channels = 2 * n_head if bias_channels else n_head
@@ -55,7 +54,7 @@ def decoder_flops_per_token(*, non_embedding: int, vocab_size: int, d_model: int
                             attention_width: int, seq_len: int, processor: str, bias_channels: bool,
                             kernel_size: int, dape_width: int) -> float:
     """Training FLOPs per token ≈ 6·N_non-embedding + 6·V·d (head) + attention and DAPE terms (Kaplan et al., 2020,
-    C ≈ 6N plus the context term): one formula for this project's GPT and the Hugging Face decoders of fine-tunes.
+    C ≈ 6N plus the context term), for this project's GPT and the Hugging Face decoders of fine-tunes alike.
 
     ``attention_width``: heads × head_dim (d_model in GPT); ``bias_channels``: the encoding adds a bias B, so the
     processor reads 2h channels (h with A alone, eq. 4); Conv1 (channels → D) and Conv2 (D → h) of kernel 1×k (eq. 5,
@@ -87,7 +86,7 @@ CPU_RESERVE_BYTES = 2**29  # on a CPU: the interpreter, torch and the data loade
 
 
 def loss_bytes(batch: int, length: int, vocab_size: int, *, backward: bool = True) -> int:
-    """The loss's working set over ``batch`` sequences of ``length`` tokens: their logits in fp32, and in a
-    training step the log-softmax's gradient beside them (b·T·V values twice)."""
+    """The loss's working set over ``batch`` sequences of ``length`` tokens: fp32 logits, and in training the
+    log-softmax's gradient beside them (b·T·V values twice)."""
     return (2 if backward else 1) * batch * length * vocab_size * 4
 

@@ -1,15 +1,11 @@
 """Token positions: 0 … T−1, or the sorted random positions of randomized positional encodings.
 
-Randomized positional encodings (Ruoss et al., 2023) give a sequence of length T the positions of T indices
-drawn without replacement from [0, L_max) and sorted, so that a model trained on short sequences has seen every
-position and relative distance up to L_max − 1 (L_max = ``max_position`` ≥ the longest evaluation length). One
-sampler, :func:`draw_positions`, serves the CHE runner (Table 6, where the benchmark randomises the positions of
-every encoding) and the language models of an encoding that declares ``randomized_positions`` (``randrope``).
-
-Language models draw from generators seeded by integers alone, never from a stream that depends on what came
-before: a training micro-batch's positions are a function of (seed, step, micro-batch), as its data is
-(``dape_core.train.batch_starts``), so a resumed run draws the positions of the uninterrupted run; an evaluation
-window's positions are a function of (seed, length, window), so the perplexity does not depend on batching.
+Randomized positional encodings (Ruoss et al., 2023) give a sequence of length T the sorted positions of T indices
+drawn without replacement from [0, L_max), L_max = ``max_position`` ≥ the longest evaluation length, so training has
+seen every position and distance; :func:`draw_positions` serves the CHE runner (Table 6) and language models whose
+encoding declares ``randomized_positions``. Language models seed each draw by integers alone: a training
+micro-batch's by (seed, step, micro-batch), as its data (``dape_core.train.batch_starts``), so a resumed run draws the
+same; an evaluation window's by (seed, length, window), so perplexity does not depend on batching.
 """
 
 from __future__ import annotations
@@ -34,9 +30,9 @@ def draw_positions(rng: np.random.Generator, length: int, max_position: int) -> 
 
 
 def consecutive(positions: torch.Tensor) -> bool:
-    """Whether ``positions`` [T] step by 1 (a relative bias is then a function of the key index difference).
-    Under ``torch.compile`` False, without reading them: a host read of the values would be a graph break and a
-    device sync, and False only forgoes a shortcut (the blocked path's per-distance Conv1), never exactness."""
+    """Whether ``positions`` [T] step by 1 (a relative bias is then a function of the index difference). Under
+    ``torch.compile`` False without reading them (a host read breaks the graph and syncs the device): False only
+    forgoes a shortcut (the blocked path's per-distance Conv1), never exactness."""
     if torch.compiler.is_compiling():
         return False
     return bool((positions[1:] - positions[:-1] == 1).all())
@@ -44,7 +40,7 @@ def consecutive(positions: torch.Tensor) -> bool:
 
 def training_positions(cfg, seed: int, step: int, micro: int, length: int) -> torch.Tensor | None:
     """Positions of one training micro-batch (shared by its sequences): None (0 … T−1) unless the encoding is
-    randomized, else a draw that is a function of (seed, step, micro) alone."""
+    randomized, else a draw depending on (seed, step, micro) alone."""
     if not randomized(cfg):
         return None
     return draw_positions(np.random.default_rng([seed, step, micro, POSITION_STREAM]), length, cfg.max_position)
@@ -52,7 +48,7 @@ def training_positions(cfg, seed: int, step: int, micro: int, length: int) -> to
 
 def evaluation_positions(cfg, seed: int, length: int, window: int) -> torch.Tensor | None:
     """Positions of one evaluation window of ``length`` tokens: None (0 … T−1) unless the encoding is randomized,
-    else a draw that is a function of (seed, length, window) alone (Ruoss et al. sample at test time too)."""
+    else a draw depending on (seed, length, window) alone (Ruoss et al. sample at test time too)."""
     if not randomized(cfg):
         return None
     return draw_positions(np.random.default_rng([seed, length, window, POSITION_STREAM]), length, cfg.max_position)

@@ -1,9 +1,8 @@
 """``python -m dape_core.report_html OUT -- SNAKEMAKE_COMMAND``: Snakemake's HTML report written atomically.
 
-The command (``snakemake --configfile … --profile …``) is run with ``--report`` of a temporary file beside ``OUT``,
-which is moved into place only when it succeeded: a report that cannot be finished (a full disk, a file-size
-limit) leaves the previous ``OUT`` whole, and the cause is said in one line, not Snakemake's stack. ``make
-reproduce`` writes ``report.html`` this way.
+The command (``snakemake --configfile … --profile …``) runs with ``--report`` of a temporary file beside ``OUT``,
+moved into place only on success: an unfinished report (a full disk, a file-size limit) leaves the previous ``OUT``
+whole, and the cause is said in one line, not Snakemake's stack. ``make reproduce`` writes ``report.html`` this way.
 """
 
 from __future__ import annotations

@@ -1,17 +1,16 @@
 """``dape seal``: the migration of results written before every output was sealed. Readers treat a file without
-its seal (``<file>.sha256``) as damage — its seal was removed, or it is not the file its job wrote — so results of
-an older version are sealed once, as they are now, by this command::
+its seal (``<file>.sha256``) as damage (its seal removed, or not what its job wrote), so an older version's results
+are sealed once, as they are now::
 
     dape seal                       # every unsealed file under results/
     dape seal results reports       # several folders
 
-It seals what it finds and trusts it as it is: run it only on results nobody has edited since they were made. A
-seal of an older version (a sha256 without the file's identity) is upgraded where the file still matches it. It
-seals the kinds of file the readers check (CSV, JSON, model files and NumPy archives, and every file of a
-fine-tune's Hugging Face ``model/`` folder, which holds its run record ``finetune.json``); left unsealed: other files
-(figures, Markdown, logs), the seals themselves, the ``.damaged`` and ``.snakemake`` folders, resume checkpoints
-(``checkpoints/``, checked by their own loader), and the token files a data folder's ``meta.json`` records the sha256 of (``*.bin``, ``*.docs.npy``, ``token_bytes.npy``,
-``tokenizer.json``), which their readers check against it.
+It trusts what it finds: run it only on results nobody has edited since they were made. An older version's seal (a
+sha256 without the file's identity) is upgraded where the file still matches it. Sealed: the kinds the readers check
+(CSV, JSON, model files, NumPy archives, and every file of a fine-tune's ``model/`` folder with its run record
+``finetune.json``). Left unsealed: other files (figures, Markdown, logs), seals, the ``.damaged`` and ``.snakemake``
+folders, resume checkpoints (``checkpoints/``, checked by their own loader), and the token files whose sha256 a data
+folder's ``meta.json`` records (``*.bin``, ``*.docs.npy``, ``token_bytes.npy``, ``tokenizer.json``).
 """
 
 from __future__ import annotations
@@ -22,9 +21,8 @@ from pathlib import Path
 from dape_core import io
 from dape_core.model_folder import MODEL_FOLDER, RUN_RECORD, model_files
 
-# not sealed by their jobs: Snakemake's and the logs, set-aside files, a training's resume checkpoints
-# (`checkpoints/`: rewritten every few steps, checked by their own loader, which falls back to the previous one); a
-# fine-tune's Hugging Face model folder (`model/`) is sealed file by file (model_directories)
+# not sealed by their jobs: Snakemake's, logs, set-aside files, resume checkpoints (rewritten every few steps, checked
+# by their own loader with its fallback); a fine-tune's `model/` is sealed file by file (model_directories)
 SKIPPED_FOLDERS = {".damaged", ".snakemake", "logs", "checkpoints", "model"}
 SEALED_SUFFIXES = (".csv", ".json", ".pt", ".npz")  # the kinds the readers check (dape_core.artefacts)
 TOKEN_FILES = ("token_bytes.npy", "tokenizer.json")
@@ -67,8 +65,7 @@ def unsealed(folder: str | Path) -> list[Path]:
 
 
 def without_identity(folder: str | Path) -> list[Path]:
-    """The files under ``folder`` whose seal is an older version's (a sha256 line and no identity) and still matches
-    their content."""
+    """The files under ``folder`` whose older version's seal (no identity) still matches their content."""
     found = []
     for record in sorted(Path(folder).rglob(f"*{io.HASH_SUFFIX}")):
         path = record.with_name(record.name[:-len(io.HASH_SUFFIX)])
@@ -84,8 +81,7 @@ def without_identity(folder: str | Path) -> list[Path]:
 
 
 def seal_unsealed(*folders: str | Path) -> list[Path]:
-    """Seals every unsealed file under ``folders``, upgrades the older version's seals that still match, and
-    returns the files."""
+    """Seal every unsealed file under ``folders`` and upgrade older seals that still match; returns the files."""
     sealed = []
     for folder in folders:
         for path in unsealed(folder) + without_identity(folder):

@@ -1,9 +1,8 @@
 """TensorBoard event files of a training job: loss, learning rate, gradient norm, throughput and memory.
 
-Rank 0 writes them with ``torch.utils.tensorboard.SummaryWriter`` into ``<out-dir>/tensorboard/``, beside the
-run's outputs (``tensorboard --logdir results/`` shows every run of a DAG). A resumed job opens the writer with
-``purge_step`` at the first step it trains again, so TensorBoard hides the events a killed job wrote after its last
-checkpoint and the curve has each step once; a job trained again from step 0 hides every earlier event.
+Rank 0 writes them into ``<out-dir>/tensorboard/`` (``tensorboard --logdir results/`` shows every run of a DAG). A
+resumed job opens the writer with ``purge_step`` at its first step, so the events a killed job wrote after its last
+checkpoint are hidden and each step shows once (a job trained again from step 0 hides every earlier event).
 """
 
 from __future__ import annotations

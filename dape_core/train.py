@@ -4,13 +4,13 @@ AdamW β (0.9, 0.95), cosine decay to ``min_lr_ratio``·lr after a linear warm-u
 (public-code values: warm-up 1 %, decay to 10 %, weight decay 0.1, clip 1.0). The data order is a function of
 (seed, step), so a resumed run draws exactly the batches the uninterrupted run would have drawn.
 
-Outputs in ``--out-dir``: ``model.pt`` (a plain full state dict under every ``distributed`` mode; restore with
-:func:`dape_core.model_file.load_model`), ``summary.json`` (status ``ok`` or ``diverged``, provenance, throughput), ``metrics.jsonl``
-(step, loss, lr, gradient norm, tokens/s) and ``tensorboard/`` (event files, :mod:`dape_core.tensorboard_log`).
-Periodic checkpoints go to ``--checkpoint-dir`` (:mod:`dape_core.checkpoints`; the newest two are kept) — keep it
+Outputs in ``--out-dir``: ``model.pt`` (a plain full state dict in every ``distributed`` mode; restore with
+:func:`dape_core.model_file.load_model`), ``summary.json`` (status ``ok`` or ``diverged``, provenance, throughput),
+``metrics.jsonl`` (step, loss, lr, gradient norm, tokens/s) and ``tensorboard/`` (:mod:`dape_core.tensorboard_log`).
+Periodic checkpoints go to ``--checkpoint-dir`` (:mod:`dape_core.checkpoints`; the newest two are kept): keep it
 outside a workflow rule's declared outputs so a failed job's clean-up keeps them. ``--distributed ddp`` or ``fsdp``
-under torchrun splits the batch across processes (:mod:`dape_core.distributed`). ``--compile`` trains the model
-under ``torch.compile(fullgraph=True)`` (one graph per shape; evaluation stays eager).
+under torchrun splits the batch across processes (:mod:`dape_core.distributed`). ``--compile`` trains under
+``torch.compile(fullgraph=True)`` (one graph per shape; evaluation stays eager).
 """
 
 from __future__ import annotations
@@ -82,10 +82,8 @@ def optimizer_for(model: torch.nn.Module, s: TrainSettings) -> torch.optim.Optim
 
 
 def constrain_parameters(model: torch.nn.Module) -> None:
-    """Kerple's r1, r2 ≥ 0.01 (Chi et al., 2022) on the stored parameters, after every optimiser step.
-
-    Kerple also clamps in its forward, but under FSDP that reaches only the gathered copy of a parameter, not the
-    shard the optimiser updates; clamping the (possibly sharded, DTensor) parameter itself holds in every mode."""
+    """Kerple's r1, r2 ≥ 0.01 (Chi et al., 2022) on the stored parameters, after every optimiser step: Kerple's own
+    clamp in its forward reaches only FSDP's gathered copy, not the shard the optimiser updates."""
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, Kerple):
@@ -103,10 +101,10 @@ def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, gra
 
 
 def hashed_model_config(model: GPT, device) -> dict:
-    """The model settings a resume checkpoint must match: what runs, not how it was asked for. ``auto`` is
-    resolved to the path it selects on ``device``, and ``max_position`` counts only for an encoding that draws
-    its positions from it (a checkpoint written before either existed still resumes). ``recompute_scores`` is
-    left out like ``activation_checkpointing``: it trades memory for time and leaves the gradients bitwise equal."""
+    """The model settings a resume checkpoint must match: what runs, not how it was asked for. ``auto`` becomes the
+    path it selects on ``device``; ``max_position`` counts only for an encoding that draws positions from it (older
+    checkpoints still resume); ``recompute_scores`` is left out like ``activation_checkpointing`` (bitwise equal
+    gradients)."""
     config = dataclasses.asdict(model.cfg)
     config["attention_impl"] = model.resolved_attention_impl(device)
     config.pop("recompute_scores")
@@ -133,16 +131,12 @@ def fit(
     progress: bool = True,
     stop_after: int | None = None,
 ) -> dict:
-    """The training loop of ``dape train`` and ``dape finetune``: resume, steps, divergence, logging, checkpoints and
-    the outputs; returns the summary.
-
-    ``loss_of(x, y, step, micro)`` is the model's mean next-token loss on one micro-batch (CPU tensors; it moves
-    them). ``wrapped`` is the module that runs it (DDP/FSDP: gradients are reduced with the last micro-batch only;
-    default ``model``). When the run is finished (all steps, or diverged) ``save(status, summary)`` writes the model
-    (every process calls it: a collective under FSDP), then ``metrics.jsonl`` and ``summary.json`` are written
-    (rank 0) and the resume checkpoints removed; ``describe()`` gives the summary's model fields (parameters,
-    method, the attention path that ran, …), next to the loop's own (status, steps, loss, throughput, provenance).
-    ``stop_after`` ends early without outputs (tests of the resume)."""
+    """The training loop of ``dape train`` and ``dape finetune`` (resume, divergence, logging, checkpoints, outputs);
+    returns the summary. ``loss_of(x, y, step, micro)``: one micro-batch's mean next-token loss (CPU tensors; it moves
+    them). ``wrapped``: the module that runs it (DDP/FSDP reduce gradients with the last micro-batch only; default
+    ``model``). A finished run (all steps, or diverged) calls ``save(status, summary)`` on every process (a collective
+    under FSDP), then rank 0 writes ``metrics.jsonl`` and ``summary.json`` and the resume checkpoints are removed.
+    ``describe()``: the summary's model fields. ``stop_after`` ends early without outputs (resume tests)."""
     wrapped = model if wrapped is None else wrapped
     per_rank = settings.batch_size // dist.world
     pieces = micro_batch_pieces(per_rank, settings.micro_batch_size)
@@ -245,10 +239,9 @@ def train(
 ) -> dict:
     """Train a :class:`GPT` (:func:`fit`), write ``model.pt`` and the outputs; returns the summary. On a CPU a job
     whose modelled peak exceeds the machine's memory or ``mem_mb`` stops before it starts
-    (:func:`~dape_core.memory.cpu_preflight`). With ``gpu_mem_gb`` (and no ``micro_batch_size``) each process runs
-    its share of a micro-batch in the largest pieces whose modelled peak fits that memory
-    (:func:`~dape_core.memory.micro_batch_for`), and a DAPE model that leaves ``recompute_scores`` unset keeps its
-    scores where the whole share fits that way: the same gradients, so the run's hash does not change."""
+    (:func:`~dape_core.memory.cpu_preflight`). With ``gpu_mem_gb`` (and no ``micro_batch_size``) each process runs its
+    share in the largest pieces that fit (:func:`~dape_core.memory.micro_batch_for`), and a DAPE model with
+    ``recompute_scores`` unset keeps its scores where the whole share fits (same gradients, same run hash)."""
     from dape_core.data import load_split
 
     torch.set_num_threads(settings.threads)
@@ -280,8 +273,7 @@ def train(
     model = GPT(model_config).to(dist.device)
     for block in model.stack.blocks:
         block.activation_checkpointing = settings.activation_checkpointing
-    # DDP calls the compiled model (its own hooks stay outside the graph); the compiled module shares `model`'s
-    # parameters, and `model`'s state dict is what checkpoints and model.pt hold
+    # DDP calls the compiled model (its hooks stay outside the graph); checkpoints and model.pt hold `model`'s state
     runner = torch.compile(model, fullgraph=True) if settings.compile else model
     wrapped = dist.wrap(runner)  # under fsdp `model` itself is sharded in place: the optimiser is built after
     optimizer = optimizer_for(model, settings)
@@ -318,10 +310,6 @@ def train(
     return summary
 
 
-#: GPTConfig fields that are not options of `dape train`: the vocabulary comes from the data, the training length
-#: from TrainSettings, d_ff is 4·d_model, and query chunks are an evaluation setting.
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", required=True, help="an --out-dir of `dape tokenize`")
     p.add_argument("--out-dir", required=True, help="receives model.pt, summary.json, metrics.jsonl")
@@ -338,9 +326,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def fitting_micro_batch(model_config: GPTConfig, settings: TrainSettings, processes: int, gpu_mem_gb: float):
-    """The memory model's micro-batch of one process (its share of a micro-batch, sharded states under fsdp) and its
-    choice of ``recompute_scores`` (:class:`~dape_core.memory.TrainingMemory`), printed with its modelled peak; a
-    ConfigError naming ``gpu_mem_gb`` when one sequence does not fit."""
+    """The memory model's micro-batch of one process (sharded states under fsdp) and ``recompute_scores`` choice
+    (:class:`~dape_core.memory.TrainingMemory`), printed with its modelled peak; ConfigError when one sequence does
+    not fit ``gpu_mem_gb``."""
     from dape_core.memory import micro_batch_for, shards_of
 
     memory = micro_batch_for(model_config, settings.batch_size // processes, gpu_mem_gb, precision=settings.precision,

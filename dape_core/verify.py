@@ -1,36 +1,25 @@
 """``dape verify``: every sealed file of a results directory checked before the DAG is built, so that the same
 command recovers from damage with no manual step.
 
-A job seals what it writes (``<file>.sha256``, :mod:`dape_core.io`) and the token files' hashes are in their
-``meta.json``. This command hashes each such file and sets aside those that no longer match (cut, garbled,
-overwritten, bit rot), those it cannot read, and seals whose file is gone: each is moved, never deleted, under
-``<results>/.damaged/<time>/`` at its relative path, with a line in that folder's ``NOTE.txt`` saying why, and
-named in one line on the console. Snakemake does not redo a missing file that finished outputs were made from (it
-treats it as a temporary one), so the set-aside files stay listed in ``<results>/.damaged/pending.txt`` until they
-exist again, and ``--forcerun`` of them makes Snakemake redo exactly their jobs and the jobs after them (whose inputs
-are then newer). The configuration's reports folder (``--reports``) is checked too: its sealed tables, a damaged
-one set aside like a result so that its aggregation is redone. ``make reproduce`` and ``make robustness`` run
-``dape verify`` and pass that list; on a cluster::
+A file that fails its seal (``<file>.sha256``, :mod:`dape_core.io`; token files: the sha256 their ``meta.json``
+records) or cannot be read, and a seal whose file is gone, is moved, never deleted, to ``<results>/.damaged/<time>/``
+at its relative path, with a line in that folder's ``NOTE.txt`` and on the console. Also set aside: a result made from
+an input changed since (an ``input:`` line of its seal); with ``--configfile``, one whose seal records other settings
+than the plan gives its job (:mod:`dape_core.config.provenance`); a file of a sealed kind (CSV, JSON, model, archive)
+without a seal (removed, or not what its job wrote; a failed run's orphan seals are removed by
+:func:`dape_core.failed_run.remove_orphan_seals`); a file copied with its seal from another folder. Named and pending,
+with nothing to move: a result the plan expects that is gone while reports made from it are there
+(:func:`missing_results`), and a token file ``meta.json`` records that is gone. With ``--reports``, a damaged sealed
+table is set aside too, so its aggregation is redone.
+
+Snakemake does not redo a missing file that finished outputs were made from, so set-aside files stay listed in
+``<results>/.damaged/pending.txt`` until they exist again, and ``--pending`` prints the ``--forcerun`` that redoes
+exactly their jobs and those after them (``make reproduce`` and ``make robustness`` pass it); on a cluster::
 
     dape verify --reports reports --configfile CONFIG && snakemake --configfile CONFIG $(dape verify --pending)
 
-With the configuration (``--configfile``) a result whose seal records other settings than the plan gives its job
-(:mod:`dape_core.config.provenance`) is set aside as well, and so is one made from an input that has changed since
-(an ``input:`` line of its seal, :mod:`dape_core.io`, whose file's seal now holds another sha256). A result the plan
-expects that is gone, with or without its seal, while the reports made from it are there (a run's folder deleted,
-an evaluation deleted with its seals) is named and pending too (:func:`missing_results`): Snakemake, whose targets
-are made, would not redo it, and the reports would keep numbers whose source is gone. So is a token file that its
-``meta.json`` records and that is gone.
-
-A file of a kind the jobs seal (CSV, JSON, model, archive) that has no seal is set aside too: its seal was removed,
-or it is not what its job wrote. Results of an older version, written before every output was sealed, are sealed
-once by ``dape seal`` (:mod:`dape_core.seal`), the migration. A failed run leaves no seal of a file that does not
-exist: the workflow's ``onerror`` removes the seals of the outputs Snakemake deleted
-(:func:`dape_core.failed_run.remove_orphan_seals`).
-
-A file copied with its seal from another run's folder is set aside as well: the seal names the file it was written
-for. Results whose seals are an older version's (a sha256 without the file's identity) are not damage to redo: the
-command sets nothing aside, names them and the migration (``dape seal``, once), and exits with status 2.
+Seals of an older version (a sha256 without the file's identity) are not damage: nothing is set aside, the command
+names them and the migration (``dape seal``, :mod:`dape_core.seal`, once) and exits with status 2.
 """
 
 from __future__ import annotations
@@ -69,9 +58,8 @@ def sealed_files(results: Path):
 
 
 def check_sealed(path: Path, record: Path, plan=None) -> str | None:
-    """Why ``path`` cannot be used against its seal ``record``, or None when it matches: its content and identity,
-    with a configuration's ``plan`` the settings it gives the file's job (:mod:`dape_core.config.provenance`), and
-    the inputs its job recorded (:func:`stale_input`)."""
+    """Why ``path`` fails its seal ``record`` (content, identity, with ``plan`` its job's settings, and its recorded
+    inputs, :func:`stale_input`), or None when it matches."""
     from dape_core.artefacts import verify_hash
     from dape_core.config.provenance import planned_spec
 
@@ -85,8 +73,8 @@ def check_sealed(path: Path, record: Path, plan=None) -> str | None:
 
 
 def stale_input(record: Path) -> str | None:
-    """Whether a job's output was made from an input that has changed since: an ``input:`` line of its seal whose
-    file is there with another sha256 in its own seal (an input that is gone, or unsealed, is its own finding)."""
+    """Why an output is stale: an ``input:`` line of its seal whose file's own seal now holds another sha256 (an
+    input that is gone or unsealed is its own finding); None otherwise."""
     try:
         seal = io.read_seal(record)
     except (OSError, UnicodeDecodeError, IndexError, ValueError):
@@ -139,8 +127,8 @@ def token_file_findings(results: Path) -> tuple[int, list[Finding]]:
 
 
 def _relative(results: Path, path: Path) -> Path:
-    """Where ``path`` goes under a .damaged folder: its path in ``results``, or for a file of a reports folder beside
-    it, its path in the working directory (``reports/…``)."""
+    """``path`` under a .damaged folder: relative to ``results``, or for a reports folder's file, to the working
+    directory (``reports/…``)."""
     try:
         return path.relative_to(results)
     except ValueError:
@@ -179,11 +167,9 @@ class OlderResults(Exception):
 
 def verify(results: str | Path, reports: tuple[str | Path, ...] = (),
            plan=None) -> tuple[int, list[Finding], Path | None]:
-    """(files checked, findings, the folder they were moved to) for a results directory and the configuration's
-    ``reports`` folders beside it (their sealed tables: a damaged one is set aside like a result, so that its
-    aggregation is redone); with the configuration's ``plan`` (:class:`~dape_core.config.Plan`), a file whose seal
-    records other settings than the plan gives its job is set aside too; :class:`OlderResults` (nothing set aside)
-    where seals of an older version are found."""
+    """(files checked, findings, the folder they were moved to) for ``results`` and the ``reports`` folders' sealed
+    tables; with ``plan`` (:class:`~dape_core.config.Plan`) a seal recording other settings than the plan's is a
+    finding too. Raises :class:`OlderResults` (nothing set aside) where seals of an older version are found."""
     results = Path(results)
     if not results.is_dir():
         return 0, [], None
@@ -223,11 +209,9 @@ def verify(results: str | Path, reports: tuple[str | Path, ...] = (),
 
 
 def missing_results(results: Path, reports: tuple[str | Path, ...], plan) -> dict[Path, Path]:
-    """The results the plan expects that are gone (with or without their seal) although an aggregated table of the
-    configuration's reports folder was made from them (its ``source_file`` and ``dataset`` columns name their job,
-    :func:`job_of`; :func:`dape_core.config.planned_results`, with a design the designed plan's), each with that
-    table: Snakemake would not redo them, its targets being made, and the reports would keep numbers whose source is
-    gone."""
+    """Each result the plan expects (:func:`dape_core.config.planned_results`, a design's plan where there is one)
+    that is gone (with or without its seal) although a reports table was made from it (its ``source_file``/``dataset``
+    columns, :func:`job_of`), with that table: Snakemake, its targets made, would not redo it."""
     from dape_core import config as grid
 
     gone = {}
@@ -242,9 +226,8 @@ def missing_results(results: Path, reports: tuple[str | Path, ...], plan) -> dic
 
 
 def table_sources(table: Path) -> set[str]:
-    """The jobs (:func:`job_of`) whose results an aggregated table was made from: its rows' ``source_file``, and the
-    tokenization of each ``dataset``; empty when it is not there or cannot be read (then its aggregation is redone
-    whole)."""
+    """The jobs (:func:`job_of`) an aggregated table was made from (rows' ``source_file``, each ``dataset``'s
+    tokenization); empty when it is unreadable or not there (its aggregation is then redone whole)."""
     import csv
 
     try:
@@ -258,9 +241,8 @@ def table_sources(table: Path) -> set[str]:
 
 
 def job_of(file: str) -> str:
-    """The job a result file of the workflow's layout comes from: a language model's folder (its training and
-    evaluation, ``results/lm/<run>/seed<k>``, or an attention-map job's ``…/attention/L<n>``), else the file without
-    its suffixes (a CHE cell's seed, a timing job, a dataset's tokenization)."""
+    """The job a result file comes from: a language model's folder (``results/lm/<run>/seed<k>``, or
+    ``…/attention/L<n>``), else the file without its suffixes (a CHE seed, a timing job, a tokenization)."""
     path = Path(file)
     if "lm" in path.parts:
         return path.parent.as_posix()
@@ -268,8 +250,8 @@ def job_of(file: str) -> str:
 
 
 def designed_plan(plan, reports: Path):
-    """``plan`` with the fresh seeds of the design in ``reports`` (design.json) where it has a design block and
-    that design is there and readable; ``plan`` otherwise."""
+    """``plan`` with the fresh seeds of ``reports``/design.json where it has a design block and that file is
+    readable; ``plan`` otherwise."""
     if not plan.config.get("design") or not (reports / "design.json").is_file():
         return plan
     from dape_core.report.design import read_design
@@ -282,8 +264,8 @@ def designed_plan(plan, reports: Path):
 
 
 def whole_model_directories(findings: list[Finding]) -> list[Finding]:
-    """A damaged file of a fine-tune's ``model/`` folder sets the whole folder aside (its job's one output, which
-    transformers reads whole), named with the file and its problem; the other findings as they are."""
+    """Findings with a fine-tune's ``model/`` file replaced by the whole folder (its job's one output, read whole by
+    transformers), named with the file and its problem."""
     from dape_core.seal import model_directory_of
 
     out: dict[Path, Finding] = {}
@@ -297,8 +279,8 @@ def whole_model_directories(findings: list[Finding]) -> list[Finding]:
 
 
 def pending(results: Path, set_aside_now: list[Path] = ()) -> list[Path]:
-    """The set-aside files not remade yet: those of earlier runs still missing, and ``set_aside_now``; the list is
-    kept in ``<results>/.damaged/pending.txt`` (removed when empty)."""
+    """The set-aside files not remade yet (earlier runs' still missing, and ``set_aside_now``), kept in
+    ``<results>/.damaged/pending.txt`` (removed when empty)."""
     record = results / DAMAGED / PENDING
     earlier = record.read_text(encoding="utf-8").split("\n") if record.is_file() else []
     paths = sorted({Path(p) for p in earlier if p and not Path(p).exists()} | set(set_aside_now))
@@ -328,9 +310,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def configured_plan(configfiles: list[str], results: str | Path = "results"):
-    """The plan of a configuration (its files merged in order, as Snakemake merges --configfile): the settings each
-    job gets (:class:`dape_core.config.Plan`), its sizes checked against the corpora tokenized under ``results``
-    (:func:`dape_core.config.check_sizes`)."""
+    """The :class:`dape_core.config.Plan` of config files merged in order (as Snakemake's --configfile), its sizes
+    checked against the corpora tokenized under ``results`` (:func:`dape_core.config.check_sizes`)."""
     from dape_core import config as grid
 
     merged: dict = {}

@@ -1,6 +1,5 @@
-"""Which evaluation windows a validation split holds (torch-free): the evaluation scores them
-(:mod:`dape_core.evaluate`), and the configuration's checks (:mod:`dape_core.config.sizes`) refuse evaluation lengths
-whose windows cannot exist before any job runs."""
+"""Which evaluation windows a validation split holds (torch-free): :mod:`dape_core.evaluate` scores them, and
+:mod:`dape_core.config.sizes` refuses, before any job runs, evaluation lengths whose windows cannot exist."""
 
 from __future__ import annotations
 
@@ -33,8 +32,8 @@ def window_anchors(doc_lengths: np.ndarray, max_len: int, window: int, max_windo
 
 
 def more_anchors(doc_lengths: np.ndarray, max_len: int, window: int, anchors: list, total: int, seed: int) -> list:
-    """``anchors`` (:func:`window_anchors`) and, up to ``total`` in all, more drawn from the same documents' other
-    windows (seeded choice, a stream of its own: ``anchors`` and their order stay as they are)."""
+    """``anchors`` (:func:`window_anchors`, unchanged and in order) plus, up to ``total``, more of the same documents'
+    windows (seeded, a stream of its own)."""
     if total <= len(anchors):
         return anchors
     taken = set(anchors)
@@ -66,8 +65,8 @@ def longest_length(doc_lengths: np.ndarray, window: int, max_windows: int | None
 
 def require_windows(doc_lengths: np.ndarray, length: int, window: int, max_windows: int | None,
                     min_scored_tokens: int, seed: int, field: str = "eval_lens") -> list:
-    """The anchors of the windows of the longest evaluation length ``length``; a ConfigError naming ``field``, the
-    length and the longest one that would score ``min_scored_tokens`` when its windows score fewer."""
+    """The window anchors of the longest evaluation length ``length``; when they score fewer than
+    ``min_scored_tokens``, a ConfigError naming ``field``, the length and the longest length that would."""
     anchors = window_anchors(doc_lengths, length, window, max_windows, seed)
     scored = len(anchors) * min(window, length)
     if scored < min_scored_tokens:

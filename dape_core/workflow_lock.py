@@ -1,7 +1,7 @@
 """Clear a stale Snakemake lock before a run, leave a live one alone.
 
-A Snakemake run killed with SIGKILL leaves ``.snakemake/locks/*.lock`` behind, and the next run stops with a
-LockException until ``snakemake --unlock`` is run. Usage, with the arguments of the snakemake command that follows::
+A Snakemake run killed with SIGKILL leaves ``.snakemake/locks/*.lock``, and the next run stops with a LockException
+until ``snakemake --unlock``. Usage, with the arguments of the snakemake command that follows::
 
     python -m dape_core.workflow_lock [--directory DIR] -- SNAKEMAKE_ARGS...
 
@@ -73,11 +73,8 @@ def _read_argv(pid: int) -> tuple[str, ...]:
 
 
 def works_in(argv: tuple[str, ...], cwd: Path, directory: Path) -> bool:
-    """Whether a snakemake process with this command line and working directory runs in ``directory``.
-
-    Snakemake changes into its ``--directory`` after start-up, so a relative one is checked against the working
-    directory both before (``cwd/DIR``) and after (``cwd`` itself) that change.
-    """
+    """Whether a snakemake process with this command line and working directory runs in ``directory``; Snakemake
+    changes into its ``--directory`` after start-up, so a relative one matches ``cwd/DIR`` or ``cwd`` itself."""
     workdir = directory_argument(argv[1:])
     if workdir is None:
         return cwd.resolve() == directory

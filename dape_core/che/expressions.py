@@ -61,10 +61,9 @@ _VALID_PATTERNS = np.array(
 def evaluate_bracket_expressions(tokens: np.ndarray, symbols: ExpressionSymbols) -> tuple[np.ndarray, np.ndarray]:
     """Evaluates every row of a bracketed expression modulo 5 as ``c + k·x``; returns (c, k).
 
-    Grammar: a group ``( … )`` and the whole row hold one operand ``[-] (digit | x | group)`` or
-    ``operand op operand`` (the reference's ``d``, ``-d``, ``(d)``, ``(-d)``, ``(E op E)``, and a little more).
-    Vectorised over the batch and over the groups of one nesting level; raises ValueError on a malformed row.
-    """
+    Grammar: a group ``( … )`` and the whole row hold one operand ``[-] (digit | x | group)`` or ``operand op operand``
+    (the reference's ``d``, ``-d``, ``(d)``, ``(-d)``, ``(E op E)``, and a little more). Vectorised over the batch and
+    the groups of one nesting level; raises ValueError on a malformed row."""
     batch, length = tokens.shape
     positions = np.arange(length)
     is_open, is_close = tokens == symbols.open, tokens == symbols.close
@@ -153,10 +152,8 @@ _POW2_MOD5 = np.array([1, 2, 4, 3])
 
 
 def evaluate_sum_of_products(inputs: np.ndarray, plus: int, minus: int, times: int, blank: int) -> np.ndarray:
-    """Values mod 5 of rows ``d op d … op d`` with ``*`` before ``+``/``-`` (a blank is 0 as a digit, + as an op).
-
-    Each product is computed without overflow as 0 (a zero factor) or 2^(sum of discrete logs), all rows at once.
-    """
+    """Values mod 5 of rows ``d op d … op d`` with ``*`` before ``+``/``-`` (a blank is 0 as a digit, + as an op);
+    each product is 0 (a zero factor) or 2^(sum of discrete logs), without overflow, all rows at once."""
     batch, length = inputs.shape
     digits, ops = inputs[:, 0::2].copy(), inputs[:, 1::2].copy()
     digits[digits == blank] = 0
@@ -177,13 +174,12 @@ def evaluate_sum_of_products(inputs: np.ndarray, plus: int, minus: int, times: i
 def sample_bracket_expressions(
     batch_size: int, length: int, rng: np.random.Generator, symbols: ExpressionSymbols, operators: tuple[int, ...]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Expressions of exactly ``length`` tokens from the recursive grammar of modular arithmetic with brackets,
-    with their values mod 5.
+    """Expressions of exactly ``length`` tokens from the recursive grammar of modular arithmetic with brackets, with
+    their values mod 5.
 
     Length 1…4: ``d``, ``-d``, ``(d)``, ``(-d)``; length L >= 5: ``(left op right)`` with len(left) ~ U{1…L-4},
-    len(right) = L - 3 - len(left), op uniform over ``operators``. The tree grows one level at a time for every
-    row at once; values are then combined from the leaves up.
-    """
+    len(right) = L - 3 - len(left), op uniform over ``operators``. The tree grows a level at a time for all rows;
+    values are combined from the leaves up."""
     out = np.zeros((batch_size, length), dtype=np.int64)
     operators = np.asarray(operators)
     operation = np.select([operators == symbols.minus, operators == symbols.plus], [_SUB, _ADD], default=_MUL)

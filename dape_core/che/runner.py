@@ -1,15 +1,15 @@
 """Train and range-evaluate one CHE cell (Table 6, appendix G): task × encoding × processor × seed × lr.
 
-Protocol of Ruoss et al. (2023), which the paper follows: ``output_length(N)`` query tokens (id = input_size)
-follow the input and the encoder's outputs there are the prediction; the loss is the cross-entropy over all
-output positions, the accuracy the per-token argmax accuracy averaged over the task's mask per sample, then over
-samples. Every training step draws one length uniformly from 1…``train_max_len`` for the whole batch; Adam with a
-constant learning rate and global-norm clipping 1.0. With ``randomized_positions`` every batch, at training and
-test time, gets sorted positions drawn without replacement from [0, ``max_position``).
+Protocol of Ruoss et al. (2023), which the paper follows: ``output_length(N)`` query tokens (id = input_size) follow
+the input and the encoder's outputs there are the prediction; the loss is the cross-entropy over all output positions,
+the accuracy the per-token argmax accuracy averaged over the task's mask per sample, then over samples. Each training
+step draws one length uniformly from 1…``train_max_len`` for the whole batch; Adam with a constant learning rate and
+global-norm clipping 1.0. With ``randomized_positions`` every batch (training and test) gets sorted positions drawn
+without replacement from [0, ``max_position``).
 
 The CSV has one ``row_type="length"`` row per evaluated length (1…``train_max_len`` for reference, then
-``eval_min_len``…``eval_max_len``) and one ``row_type="summary"`` row whose accuracy is the mean per-length
-accuracy over ``eval_min_len``…``eval_max_len`` (the number reported in Table 6).
+``eval_min_len``…``eval_max_len``) and one ``row_type="summary"`` row: the mean accuracy over
+``eval_min_len``…``eval_max_len`` (Table 6's number).
 """
 
 from __future__ import annotations
@@ -137,10 +137,8 @@ def run_cell(settings: CHESettings) -> pd.DataFrame:
 
 
 def aggregate_cells(df: pd.DataFrame, aggregation: str = "max") -> pd.DataFrame:
-    """One accuracy per (task, method) cell: max or mean of the summary rows over seeds × learning rates.
-
-    Cells are keyed by every setting but seed and lr (``CELL_COLUMNS``); ``n_runs`` counts the runs reduced.
-    """
+    """One accuracy per cell (every setting but seed and lr, ``CELL_COLUMNS``): max or mean of the summary rows over
+    seeds × learning rates; ``n_runs`` counts the runs reduced."""
     require_choice("aggregation", aggregation, AGGREGATIONS)
     summary = df[df["row_type"] == "summary"]
     cells = summary.groupby(CELL_COLUMNS, as_index=False, sort=True).agg(

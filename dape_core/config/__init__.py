@@ -1,15 +1,12 @@
 """The experiment grid: a configuration (config.yaml, configs/*.yaml) validated and expanded into runs.
 
-One module per concept: :mod:`~dape_core.config.schema` (JSON-schema validation and its messages),
-:mod:`~dape_core.config.families` (families crossed into runs and checked: :func:`build_plan`),
-:mod:`~dape_core.config.grids` (a family's grids crossed into settings), :mod:`~dape_core.config.plan` (the
-:class:`Plan` it fills, and its report spec),
-:mod:`~dape_core.config.names` (deterministic run names), :mod:`~dape_core.config.sizes` (the sizes checked
-before any job runs), :mod:`~dape_core.config.options` (a run's settings as
-the grouped options its rules pass) and :mod:`~dape_core.config.estimate` (jobs and GPU-hours: the FLOPs of
-:mod:`~dape_core.config.flops`, the measured throughput of :mod:`~dape_core.config.calibration`).
-``python -m dape_core.config CONFIG`` prints the jobs of each family and the estimate.
-"""
+Modules: :mod:`~dape_core.config.schema` (JSON-schema validation and its messages), :mod:`~dape_core.config.families`
+(families crossed into runs and checked: :func:`build_plan`), :mod:`~dape_core.config.grids` (a family's grids crossed
+into settings), :mod:`~dape_core.config.plan` (the :class:`Plan`, its report spec), :mod:`~dape_core.config.names` (run
+names), :mod:`~dape_core.config.sizes` (sizes checked before any job runs), :mod:`~dape_core.config.options` (a run's
+settings as its rules' grouped options), :mod:`~dape_core.config.estimate` (jobs and GPU-hours from
+:mod:`~dape_core.config.flops` and :mod:`~dape_core.config.calibration`). ``python -m dape_core.config CONFIG`` prints
+each family's jobs and the estimate."""
 
 from dape_core.config.checks import check_dataset, dataset_inputs, require_extras
 from dape_core.config.estimate import estimate, estimate_line

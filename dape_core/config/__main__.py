@@ -1,9 +1,9 @@
-"""``python -m dape_core.config CONFIG``: validate, then print jobs per family with their training GPU-hours and
-the bound that decides them (flops, dispatch or measured), the estimate (per training shape, with a calibration
-CSV: measured, scaled from a measured shape, or the FLOP estimate) and, with ``resources.train_lm.gpu_mem_gb``,
-the micro-batch each training shape runs in on one GPU (the memory model, which also stops a run that cannot fit).
-``--resolved``: every setting of ``defaults`` as the runs get it, each marked "stated" (the configuration gives it)
-or "default" (the settings' own default, the paper's value), instead of the jobs."""
+"""``python -m dape_core.config CONFIG``: validate, then print each family's jobs with their training GPU-hours and the
+bound deciding them (flops, dispatch or measured), the estimate (per training shape with a calibration CSV: measured,
+scaled from a measured shape, or the FLOP estimate) and, with ``resources.train_lm.gpu_mem_gb``, each training shape's
+micro-batch on one GPU (the memory model, which also stops a run that cannot fit). ``--resolved``: instead, every
+setting of ``defaults`` as the runs get it, marked "stated" (by the configuration) or "default" (the settings' default,
+the paper's value)."""
 
 from __future__ import annotations
 

@@ -1,23 +1,17 @@
-"""The measured throughput of a training job: a calibration CSV's rows (``estimate.calibration``, written by
-``benchmarks/calibrate_gpu.py``) looked up by a run's key, as measured or scaled by FLOPs.
+"""The measured throughput of a training job: rows of a calibration CSV (``estimate.calibration``, written by
+``benchmarks/calibrate_gpu.py``, one per device × size × method × train_len × micro-batch × precision × path) looked up
+by a run's key. A job's GPU-hours are its tokens (steps × batch_size × grad_accum × train_len) over one GPU's tokens/s,
+taken in this order:
 
-A training job's GPU-hours are its tokens (steps × batch_size × grad_accum × train_len) divided by a throughput
-in tokens/s of one GPU, taken in this order:
+1. **measured**: the row of the same device whose shape (size, n_layer, n_head, d_model, vocab_size), method (encoding,
+   processor, kernel_size, dape_width), train_len, micro-batch (the run's batch_size), precision, attention_impl and
+   dape_dtype are the run's;
+2. **scaled**: else, at the same FLOP/s, the row of the same method (encoding, processor, kernel_size), precision,
+   attention_impl, dape_dtype and device nearest in FLOPs per token (smallest |log ratio|), then in tokens per
+   micro-batch;
+3. **FLOP estimate**: else FLOPs / (``gpu_tflops`` × ``utilisation``).
 
-1. **measured**: ``estimate.calibration`` names a CSV written by ``benchmarks/calibrate_gpu.py`` (one row per
-   device × size × method × train_len × micro-batch × precision × path, with the tokens/s of training steps).
-   A row of the same device whose shape (size, n_layer, n_head, d_model, vocab_size), method (encoding,
-   processor, kernel_size, dape_width), train_len, micro-batch (the run's batch_size), precision, attention_impl
-   and dape_dtype equal the run's gives its tokens/s as is.
-2. **scaled**: otherwise the nearest measured row of the same method (encoding, processor, kernel_size),
-   precision, attention_impl, dape_dtype and device — nearest in FLOPs per token (smallest |log ratio|), then in
-   tokens per micro-batch — gives tokens/s × flops_per_token(measured) / flops_per_token(run): the same FLOP/s.
-3. **FLOP estimate**: otherwise (no CSV, or no row of the method on that device) FLOPs / (``gpu_tflops`` ×
-   ``utilisation``).
-
-Rows whose status is not ``ok`` (a micro-batch that did not fit) are not used. ``estimate.calibration_device``
-picks the device when the CSV holds several.
-"""
+Only rows of status ``ok`` count (others did not fit); ``estimate.calibration_device`` picks among several devices."""
 
 from __future__ import annotations
 
@@ -55,8 +49,7 @@ def row_flops_per_token(row: dict) -> float:
 
 
 def load_calibration(assumptions: dict) -> tuple[list[dict] | None, str]:
-    """The usable rows (status ok, one device) of ``estimate.calibration`` and a sentence saying what was read;
-    ``None`` when there is no calibration to read."""
+    """Usable rows (status ok, one device) of ``estimate.calibration``, None if none, and a note of what was read."""
     path = assumptions.get("calibration")
     if not path:
         return None, "no estimate.calibration: FLOP estimate"
@@ -100,10 +93,9 @@ def load_calibration(assumptions: dict) -> tuple[list[dict] | None, str]:
 
 
 def _older_options(rows: list[dict]) -> str:
-    """What the estimate says of DAPE rows measured on the compiled path (with ``attention_impl: auto``) with other
-    options than its options on CUDA now (:data:`~dape_core.settings.attention.CUDA_COMPILED_OPTIONS`; a row
-    without a ``path_options`` column was measured with all of them off): each option is set only where it
-    measured faster, so their throughput is a lower bound."""
+    """The estimate's note on DAPE rows measured on the compiled path (``attention_impl: auto``) with other options than
+    CUDA's now (:data:`~dape_core.settings.attention.CUDA_COMPILED_OPTIONS`; no ``path_options``: all off): each is set
+    only where it measured faster, so their throughput is a lower bound."""
     now = compiled_options_text(CUDA_COMPILED_OPTIONS)
     older = [text for row in rows if row.get("processor") != "none" and str(row.get("attention_impl")) == "auto"
              and str(row.get("attention_path")) == CUDA_TRAINING_PATH
@@ -123,9 +115,8 @@ def _recorded_options(value) -> str:
 
 
 def _older_path(rows: list[dict]) -> str:
-    """What the estimate says of DAPE rows measured with ``attention_impl: auto`` on another path than the one auto
-    trains with on CUDA now (:data:`~dape_core.settings.attention.CUDA_TRAINING_PATH`): their throughput is that
-    path's."""
+    """The estimate's note on DAPE rows measured with ``attention_impl: auto`` on another path than auto trains with on
+    CUDA now (:data:`~dape_core.settings.attention.CUDA_TRAINING_PATH`): their throughput is that path's."""
     older = sorted({str(row.get("attention_path")) for row in rows
                     if row.get("processor") != "none" and str(row.get("attention_impl")) == "auto"
                     and str(row.get("attention_path")) not in (CUDA_TRAINING_PATH, "nan", "None")})

@@ -1,8 +1,7 @@
-"""The checks of a configuration that span several fields, the registries or files: each run's settings are built
-into the dataclasses that declare them (so a setting is checked where it is declared), then the rules across fields
-(evaluation lengths against the training length and max_position, the processes of a training job against its
-batch, a dataset's local files). Every error is a :class:`~dape_core.errors.ConfigError` naming the field (prefixed
-by where it stands in the configuration) and the allowed values; :func:`dape_core.config.build_plan` runs them."""
+"""Checks across fields, the registries or files: each run's settings are built into the dataclasses that declare them,
+then the cross-field rules (evaluation lengths against train_len and max_position, a training job's processes against
+its batch, a dataset's local files). Each error is a :class:`~dape_core.errors.ConfigError` naming the field (prefixed
+by its place in the configuration) and the allowed values; :func:`dape_core.config.build_plan` runs them."""
 
 from __future__ import annotations
 
@@ -77,7 +76,7 @@ def check_lm_run(s: dict, where: str, datasets: dict, *, extrapolates: bool) -> 
 
 
 def check_finetune_run(s: dict, where: str, datasets: dict, *, extrapolates: bool) -> None:
-    """One fine-tune run: its model (a base directory that exists, or a fresh configuration), training and evaluation
+    """One fine-tune run: its model (an existing base directory, or a fresh configuration), training and evaluation
     dataclasses accept it, and the evaluation's cross-field rules hold."""
     from dape_core.settings.evaluation import EvalSettings
     from dape_core.settings.finetune import FinetuneSettings, check_steps
@@ -111,9 +110,8 @@ def _check_eval_lengths(s: dict, where: str, extrapolates: bool) -> None:
 
 
 def check_train_processes(plan) -> None:
-    """A training job with several GPUs runs one process each, which split its global batch evenly (the
-    micro-batch that fits ``gpu_mem_gb`` is the memory model's, chosen by the job itself or by
-    :func:`dape_core.config.memory_plan.fit_micro_batches`: it traces the model with torch)."""
+    """A multi-GPU training job's processes (one per GPU) split its global batch evenly; the memory model picks their
+    micro-batch."""
     sizes = plan.config["resources"]["train_lm"]["sizes"]
     for name, run in plan.lm_runs.items():
         size, batch_size = run["settings"]["size"], run["settings"]["batch_size"]
@@ -125,8 +123,7 @@ def check_train_processes(plan) -> None:
 
 
 def check_timing_run(s: dict, where: str) -> None:
-    """One timing run: TimingSettings accepts it; exactly one of batch_size and equal_tokens, which divides
-    every length."""
+    """One timing run: TimingSettings accepts it; exactly one of batch_size and equal_tokens (dividing every length)."""
     from dape_core.settings.timing import TimingSettings
 
     if (s["batch_size"] is None) == (s["equal_tokens"] is None):
@@ -150,9 +147,8 @@ def check_che_run(s: dict, where: str) -> None:
 
 # ----------------------------------------------------------------------------------------------- extras
 def require_extras(plan, *, job_environments: bool = False) -> None:
-    """The optional packages the plan's jobs import are importable here (without importing them): ``transformers``
-    (the ``hf`` extra) for a fine-tune family. ``job_environments``: the jobs run in envs/ (``--use-conda``), which
-    bring their own."""
+    """``transformers`` (the ``hf`` extra) is importable here when the plan has fine-tunes (checked without importing
+    it); ``job_environments``: the jobs run in envs/ (``--use-conda``), which bring their own."""
     if not plan.finetune_runs or job_environments or importlib.util.find_spec("transformers") is not None:
         return
     families = sorted({family for run in plan.finetune_runs.values() for family in run.get("families", ())})

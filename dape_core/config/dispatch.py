@@ -1,39 +1,30 @@
 """The dispatch bound of a training job's GPU-hours: operator calls per step × the host cost of one call.
 
-Models this small are bound by per-step dispatch, on a GPU as on a CPU: each step launches hundreds to thousands of
-operator calls whose host cost does not shrink with the model. A job's GPU-hours are therefore the larger of its
-FLOP time (FLOPs / (``gpu_tflops`` × ``utilisation``)) and its dispatch time (this module), unless a calibration
-CSV measured the job's shape (:mod:`dape_core.config.calibration`). Pure Python: no torch at plan time.
+Models this small are bound by dispatch, on a GPU as on a CPU: a step's hundreds to thousands of operator calls each
+cost the host the same whatever the model's size. A job's GPU-hours are the larger of its FLOP time (FLOPs /
+(``gpu_tflops`` × ``utilisation``)) and this dispatch time, unless a calibration CSV measured its shape
+(:mod:`dape_core.config.calibration`). Pure Python: no torch at plan time.
 
-**Operator calls per step** (:func:`step_calls`), as ``dape_core.train.fit`` makes them on the ``materialized`` path
-(``attention_impl`` auto or ``compiled`` → ``materialized``, ``recompute_scores`` as set; the ``compiled`` path,
-what auto trains with on CUDA with Triton, runs each chunk as one compiled graph of fewer kernel launches, so these
-counts bound its dispatch from above)::
+**Calls per step** (:func:`step_calls`) of ``dape_core.train.fit`` on the ``materialized`` path (auto and ``compiled``
+are counted as it: an upper bound for the compiled path's fewer kernel launches)::
 
     calls = grad_accum × pieces × (micro_constant + micro_per_layer × n_layer)
             + optimizer_constant + optimizer_per_layer × n_layer
 
-``pieces`` is the number of equal pieces a micro-batch runs in (``micro_batch_size``; 1 without). The four
-coefficients of a method (encoding, processor, kernel_size, tril, padding, encoding_shared, precision, path,
-recompute) are fitted from the top-level aten calls that ``benchmarks/op_counts.py --training-step`` counted with
-``torch.profiler`` at n_layer 1 and 2 (``dape_core/config/measured/step_op_counts.csv``, :data:`STEP_COUNTS`); its rows at
-n_layer 3 are a held-out depth the fit must reproduce (:func:`load_step_counts` refuses a CSV where it does not).
-Counts do not depend on width, batch or length while one query chunk holds every row of a layer (the
-``materialized`` path's chunk budget is 1 GiB; beyond it each extra chunk adds calls that this model does not
-count). A method the CSV lacks is looked up with another kernel size of the same processor (a 1×k convolution is
-one call whatever k), else it has no dispatch figure and the FLOP bound stands, with the reason named.
+``pieces``: the equal pieces a micro-batch runs in (``micro_batch_size``; 1 without). A method's (:data:`STEP_KEY`)
+coefficients are fitted to the top-level aten calls that ``benchmarks/op_counts.py --training-step`` counted with
+``torch.profiler`` at n_layer 1 and 2 (:data:`STEP_COUNTS`); its n_layer 3 rows are a held-out depth the fit must
+reproduce. Counts do not depend on width, batch or length while one query chunk (1 GiB) holds a layer's rows. A method
+the CSV lacks takes another kernel size of its processor (a 1×k convolution is one call whatever k), else the FLOP bound
+stands, with the reason named.
 
-**Host cost of one call** (:func:`per_call_cost`): the calibration CSV's where there is one — the least measured
-step time per counted call among its rows of the device (the row closest to pure dispatch) — else the median host
-time per counted call of a training step on tiny tensors that ``benchmarks/dispatch_cost.py`` measured on a CPU
-(``dape_core/config/measured/dispatch_cost.csv``, :data:`DISPATCH_COST`, row ``tiny_step``: Python, the modules, nested
-aten calls and autograd around each counted call; its row ``ops_mix``, a bare operator call, is the floor), with
-that machine named. A GPU node's host runs the same Python and dispatcher and pays a kernel launch per kernel on
-top, while its CPU may be faster than this one: the figure is the host's, not a GPU measurement.
+**Host cost of one call** (:func:`per_call_cost`): the calibration's least step time per counted call on its device (the
+nearest to pure dispatch), else ``benchmarks/dispatch_cost.py``'s median host time per counted call of a tiny-tensor
+training step on a named CPU (:data:`DISPATCH_COST` row ``tiny_step``: Python, modules, nested aten calls and autograd
+around each call; ``ops_mix``, a bare call, is the floor), a host's figure, not a GPU measurement.
 
-A missing or damaged CSV is a :class:`~dape_core.errors.ConfigError` naming the file and the command that
-rewrites it (one line), never a silent fall-back to the FLOP bound.
-"""
+A missing or damaged CSV is a one-line :class:`~dape_core.errors.ConfigError` naming the file and the command that
+rewrites it, never a silent fall-back to the FLOP bound."""
 
 from __future__ import annotations
 
@@ -112,9 +103,8 @@ def _step_defaults() -> dict:
 
 
 def step_key(settings: Mapping) -> tuple[str, ...]:
-    """A run's :data:`STEP_KEY`: ``attention_impl`` auto (or absent, as in lm_results.csv) and ``compiled`` are
-    counted as ``materialized`` (an upper bound for ``compiled``, module docstring); an absent setting takes its
-    declared default."""
+    """A run's :data:`STEP_KEY`, an absent setting at its declared default; ``attention_impl`` auto (or absent, as in
+    lm_results.csv) and ``compiled`` count as ``materialized`` (an upper bound, module docstring)."""
     defaults = _step_defaults()
     values = {name: settings.get(name, defaults.get(name)) for name in STEP_KEY}
     if _norm(values["attention_impl"]) in ("auto", "compiled"):
@@ -199,8 +189,7 @@ def step_calls(settings: Mapping, *, pieces: int = 1, path: Path | None = None) 
 
 
 def measured_per_call_cost(path: Path | None = None) -> PerCallCost:
-    """The host time of one counted operator call measured by ``benchmarks/dispatch_cost.py`` (row ``tiny_step`` of
-    ``path``, default :data:`DISPATCH_COST`)."""
+    """The host time of one counted call: row ``tiny_step`` of ``path`` (default :data:`DISPATCH_COST`)."""
     return _measured_per_call_cost(Path(path or DISPATCH_COST))
 
 
@@ -230,9 +219,8 @@ def calibration_step_seconds(row: Mapping) -> float:
 
 def per_call_cost(calibration_rows: list[dict] | None = None, *, device: str | None = None,
                   path: Path | None = None, counts: Path | None = None) -> PerCallCost:
-    """Seconds per call: the least step time per counted call among the calibration rows (usable rows of one
-    device, as :func:`dape_core.config.calibration.load_calibration` returns them), else
-    :func:`measured_per_call_cost`."""
+    """Seconds per call: the least step time per counted call among ``calibration_rows`` (one device's usable rows, as
+    :func:`~dape_core.config.calibration.load_calibration` returns them), else :func:`measured_per_call_cost`."""
     best = None
     for row in calibration_rows or []:
         calls = step_calls(row, path=counts)
@@ -258,16 +246,13 @@ def _finite(value) -> bool:
 def job_gpu_hours(settings: Mapping, *, flops_per_token: float, gpu_tflops: float, utilisation: float,
                   cost: PerCallCost | None = None, tokens_per_s: float | None = None, pieces: int = 1,
                   gpus: int = 1) -> tuple[float, str]:
-    """GPU-hours of one training job and the bound that decides them (``flops``, ``dispatch`` or ``measured``).
+    """GPU-hours of one training job and the bound deciding them (``flops``, ``dispatch`` or ``measured``).
 
-    ``settings``: the run's settings, as the plan has them or as a row of ``reports/lm_results.csv`` has them
-    (steps, batch_size, grad_accum, train_len, n_layer, encoding, processor, kernel_size, tril, padding,
-    encoding_shared, precision; attention_impl and recompute_scores default to auto and on). ``tokens_per_s``: a
-    measured throughput of this shape (the calibration's), which decides alone. Otherwise the larger of the FLOP
-    time (``flops_per_token`` × tokens / (``gpu_tflops`` × ``utilisation``); a scaled calibration's FLOP/s can be
-    passed as ``gpu_tflops`` with utilisation 1) and the dispatch time (:func:`step_calls` × ``cost`` × steps on each
-    of ``gpus`` processes; ``cost`` defaults to :func:`measured_per_call_cost`). A method without counted calls
-    keeps the FLOP bound."""
+    ``settings``: the run's, from the plan or a ``reports/lm_results.csv`` row (attention_impl and recompute_scores
+    default to auto and on). A measured ``tokens_per_s`` decides alone; else the larger of the FLOP time (a scaled
+    calibration passes its FLOP/s as ``gpu_tflops``, utilisation 1) and the dispatch time (:func:`step_calls` × ``cost``
+    × steps on each of ``gpus`` processes; ``cost`` defaults to :func:`measured_per_call_cost`). A method without
+    counted calls keeps the FLOP bound."""
     steps = float(settings["steps"])
     tokens = steps * float(settings["batch_size"]) * float(settings.get("grad_accum") or 1) * float(
         settings["train_len"])

@@ -1,26 +1,16 @@
-"""Jobs per rule and the GPU-hours of the training jobs: from measured throughput where there is one, otherwise
-the larger of the FLOP time and the dispatch time (:mod:`dape_core.config.dispatch`); and the lines that say so.
+"""Jobs per rule and the training jobs' GPU-hours, with the lines that report them.
 
-The FLOPs are :mod:`~dape_core.config.flops`'s, the throughput (measured, scaled from a measured row, or the FLOP
-estimate) :mod:`~dape_core.config.calibration`'s. Unless the row was measured (the bound ``measured``), a job's
-GPU-hours are the larger of that FLOP time (scaled or the FLOP estimate) and its **dispatch time**: operator calls
-per step (:func:`dape_core.config.dispatch.step_calls`, fitted from ``dape_core/config/measured/step_op_counts.csv``) ×
-the host cost of one call (the calibration's, else the one measured on a CPU in
-``dape_core/config/measured/dispatch_cost.csv``) × steps, on each of the job's GPUs. Models this small are bound by
-dispatch: the 3-layer model's step makes about a thousand calls whatever its FLOPs. The bound that decides
-(``flops``, ``dispatch`` or ``measured``) is reported per job, shape and family; a missing or damaged count or cost
-CSV stops the estimate with one line naming the file. The FLOP time assumes one GPU's throughput per GPU (a job on
-N GPUs takes 1/N of the time on each); the dispatch time is paid on each of them.
+A ``dape train`` job takes the calibration's measured throughput where it has the job's row (bound ``measured``,
+:mod:`~dape_core.config.calibration`); otherwise the larger of its FLOP time (:mod:`~dape_core.config.flops`' FLOPs at a
+scaled row's FLOP/s or the FLOP estimate's, one GPU's throughput per GPU) and its dispatch time on each of its GPUs
+(:mod:`dape_core.config.dispatch`). Models this small are bound by dispatch: the 3-layer model's step makes about a
+thousand calls whatever its FLOPs. The deciding bound (``flops``, ``dispatch`` or ``measured``) is reported per job,
+shape and family.
 
-A ``finetune`` family's job (``dape finetune``, a Hugging Face decoder) always takes the **FLOP estimate**: the
-calibration CSV measures ``dape train``'s models only, and the operator counts are the GPT's. Without transformers
-those jobs are left out of the GPU-hours, and the line says so.
-
-A job that runs its micro-batch in pieces (``resources.train_lm.gpu_mem_gb``: the memory model's micro-batch) makes
-more dispatch calls per step; the memory model traces the model with torch, so only ``python -m dape_core.config``
-counts the pieces (:func:`dape_core.config.memory_plan.fit_micro_batches`); the line printed when the workflow is
-parsed counts one piece per micro-batch and says so.
-"""
+A ``finetune`` job (``dape finetune``, a Hugging Face decoder) always takes the FLOP estimate: the calibration and the
+operator counts describe ``dape train``'s models only. Without transformers they are left out (the line says so). Only
+``python -m dape_core.config`` counts a micro-batch's pieces (``gpu_mem_gb``; the memory model needs torch,
+:func:`~dape_core.config.memory_plan.fit_micro_batches`); the workflow's parse counts one and says so."""
 
 from __future__ import annotations
 
@@ -30,7 +20,7 @@ from dape_core.config.flops import (finetune_flops_per_token, finetune_model, fi
                                     run_vocab, training_tokens, transformers_available)
 from dape_core.settings.finetune import is_finetuned
 
-# importable from here as before (the benchmarks and tests read them here): their homes are calibration and flops
+# re-exported: the benchmarks and tests import these from here (defined in calibration and flops)
 from dape_core.config.calibration import CALIBRATION_COLUMNS, CALIBRATION_KEY  # noqa: F401
 from dape_core.config.flops import finetune_flops, run_shape, training_flops  # noqa: F401
 
@@ -38,13 +28,10 @@ NO_TRANSFORMERS = "fine-tune jobs not counted: transformers not installed (pip i
 
 
 def estimate(plan) -> dict:
-    """Jobs per rule and GPU-hours of the training jobs, with the figure used for each training shape: ``dape train``
-    jobs by the measured throughput, else the larger of the FLOP time (scaled or FLOP throughput) and the dispatch
-    time (as above), ``dape finetune`` jobs by the FLOP estimate (the calibration and the operator counts describe
-    ``dape train`` models only). ``gpu_hours`` is both together (``lm_gpu_hours`` + ``finetune_gpu_hours``);
-    ``flop_gpu_hours`` the LM jobs' FLOP time alone; ``bounds`` counts the jobs each bound decides; ``family_hours``
-    family → {gpu_hours, bounds} (a job shared by families counts in each); ``finetune_note`` says why fine-tunes
-    were left out (None: counted)."""
+    """Jobs per rule and the training jobs' GPU-hours (module docstring), with the figure used per training shape.
+    ``gpu_hours``: ``lm_gpu_hours`` + ``finetune_gpu_hours``; ``flop_gpu_hours``: the LM jobs' FLOP time alone;
+    ``bounds``: jobs per deciding bound; ``family_hours``: family → {gpu_hours, bounds} (a shared job counts in each
+    family); ``finetune_note``: why fine-tunes were left out (None: counted)."""
     from dape_core.methods import method_label
 
     assumptions = plan.config["estimate"]
@@ -99,10 +86,8 @@ def estimate(plan) -> dict:
 
 def job_hours(plan, name: str, key: dict, per_token: float, tokens_per_s: float | None, source: str,
               cost: dispatch.PerCallCost) -> tuple[float, str]:
-    """GPU-hours of one training job of LM run ``name`` and the bound that decides them
-    (:func:`dape_core.config.dispatch.job_gpu_hours`): a measured row's tokens/s; otherwise the larger of the FLOP
-    time (at a scaled row's FLOP/s, or ``gpu_tflops`` × ``utilisation``) and the dispatch time of its steps on each
-    of its GPUs (``resources.train_lm.gpu``), a micro-batch in the pieces the memory model chose."""
+    """GPU-hours and deciding bound of one training job of LM run ``name``, dispatch paid on each GPU, a micro-batch in
+    the memory model's pieces (:func:`~dape_core.config.dispatch.job_gpu_hours`)."""
     settings = {**plan.lm_runs[name]["settings"], "n_layer": key["n_layer"]}
     if source == MEASURED:
         return dispatch.job_gpu_hours(settings, flops_per_token=per_token, gpu_tflops=0.0, utilisation=0.0,
@@ -119,8 +104,7 @@ def job_hours(plan, name: str, key: dict, per_token: float, tokens_per_s: float 
 
 
 def pieces_uncounted(plan) -> int:
-    """LM runs whose job has ``gpu_mem_gb`` but whose micro-batch was not modelled (the workflow's parse: one piece
-    per micro-batch counted; ``python -m dape_core.config`` models them)."""
+    """LM runs whose job has ``gpu_mem_gb`` but no modelled micro-batch (``python -m dape_core.config`` models them)."""
     return sum(1 for name, run in plan.lm_runs.items() if name not in plan.memory
                and plan.resources("train_lm", run["settings"]["size"]).get("gpu_mem_gb") is not None)
 
@@ -214,9 +198,8 @@ def family_hours_text(e: dict, family: str) -> str:
 
 
 def estimate_details(e: dict) -> list[str]:
-    """One line per training shape: its jobs, GPU-hours, the bound that decides them and the throughput figure
-    used (measured / scaled from … / FLOP estimate); then one per fine-tune shape (model_type, hidden size, layers,
-    method, always the FLOP estimate)."""
+    """One line per training shape (jobs, GPU-hours, deciding bound, throughput figure: measured / scaled from … / FLOP
+    estimate), then one per fine-tune shape (model_type, hidden size, layers, method; always the FLOP estimate)."""
     lines = []
     for s in e["shapes"]:
         width = "" if s["processor"] == "none" else f" D={s['dape_width']}"

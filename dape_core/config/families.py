@@ -1,25 +1,17 @@
-"""Family expansion: a configuration's families crossed into runs (LM, timing, CHE) and checked.
+"""Family expansion: a configuration's families crossed into runs (LM, fine-tune, timing, CHE) and checked.
 
-A configuration has ``datasets`` (name → options of ``dape tokenize``), ``defaults`` (``lm``, ``timing``, ``che``,
-``finetune``: every setting of a run of that stage), ``families`` (name → a grid: ``stage``, ``role``, ``axes``
-crossed in order, ``seeds``, ``set`` overrides), ``run_overrides`` (one run's settings), ``resources`` (per rule)
-and ``estimate``.
-:func:`build_plan` validates it — the JSON schema (single-field types and ranges, defaults filled in), then the
-checks that need several fields, the registries or files (:mod:`dape_core.config.checks`) — and expands the
-families into a :class:`Plan`. A run listed by several families is trained once; two families that give one name
-different settings are an error. Every error is a :class:`~dape_core.errors.ConfigError` naming the field and the
-allowed values.
+:func:`build_plan` validates a configuration (the JSON schema, defaults filled in; then :mod:`dape_core.config.checks`),
+crosses each family (``stage``, ``role``, ``axes`` in order, ``seeds``, ``set`` over ``defaults.<stage>``;
+:mod:`~dape_core.config.grids`) into a :class:`Plan`'s runs and applies ``run_overrides``. A run listed by several
+families is trained once; two families giving one name different settings are an error. Errors are
+:class:`~dape_core.errors.ConfigError` naming the field and the allowed values.
 
-A ``finetune`` family's runs are Hugging Face decoders (``dape finetune``), evaluated as every language model (its
-``eval`` settings start from ``defaults.lm.eval``): with a ``base`` block, the family's base model is one more run
-(``base`` over the family's ``set``: a fresh model from ``base_config`` or a ``base_model`` directory, trained by the
-same stage) and every run of its axes fine-tunes that run's output, seed by seed.
-
-A family's grids become settings in :mod:`~dape_core.config.grids`; the plan they fill is
-:mod:`~dape_core.config.plan`'s. A run without a processor has the settings only the processor reads reset to the
-stage's defaults (:meth:`~dape_core.settings.AttentionSettings.reset_processor_settings`, declared with the settings),
-so runs that build the same model share one name.
-"""
+A ``finetune`` family's runs are Hugging Face decoders (``dape finetune``) evaluated as every language model (``eval``
+from ``defaults.lm.eval``); with a ``base`` block, its base model (``base`` over ``set``: a fresh ``base_config`` model
+or a ``base_model`` directory, trained by the same stage) is one more run, whose output every run of its axes
+fine-tunes, seed by seed. A run without a processor has the processor-only settings reset to the stage's defaults
+(:meth:`~dape_core.settings.AttentionSettings.reset_processor_settings`), so runs that build the same model share a
+name."""
 
 from __future__ import annotations
 
@@ -49,8 +41,7 @@ def _lm_settings() -> tuple[str, ...]:
 
 
 def _finetune_settings() -> tuple[str, ...]:
-    """The settings of a fine-tune run that its job reads, its dataset and tag, and ``base_run`` (the run whose
-    output it starts from, or None)."""
+    """The settings a fine-tune run's job reads, its dataset, tag and ``base_run`` (the run it starts from, or None)."""
     from dape_core.config.options import group
 
     return ("dataset", "tag", "base_run", *group("finetune_model"), *group("finetune_training"))
@@ -137,9 +128,8 @@ def _check_family_keys(family: str, spec: dict) -> None:
 
 # ----------------------------------------------------------------------------------------------- LM runs
 def normalise_evaluated(settings: dict, defaults: dict, cls=GPTConfig) -> dict:
-    """An evaluated run's settings (an LM run's, or a fine-tune's with ``cls`` FinetuneSettings): without a processor,
-    the settings only the processor reads reset (:meth:`~dape_core.settings.AttentionSettings.reset_processor_settings`)
-    so such runs share a name; ΔP's window the training length unless given."""
+    """An evaluated run's settings (LM, or fine-tune with ``cls`` FinetuneSettings): without a processor, the
+    processor-only settings reset so such runs share a name; ΔP's window train_len unless given."""
     settings = cls.reset_processor_settings(settings, defaults)
     if settings["eval"].get("delta_p_window") is None:
         settings["eval"] = dict(settings["eval"], delta_p_window=settings["train_len"])
@@ -179,9 +169,8 @@ def _register_lm(plan: Plan, family: str, spec: dict, name: str, settings: dict)
 
 def _register_evaluated(plan: Plan, table: dict, family: str, spec: dict, name: str, fields: dict, *,
                         new: dict | None = None) -> dict:
-    """Register one evaluated run (an LM run or a fine-tune) in ``table`` for ``family``, or join the run of that
-    name that other families list: its ``fields`` (settings, eval, …) must equal theirs, except that evaluation
-    lengths add up. Its seeds become members of the family; returns the run."""
+    """Register an evaluated run (LM or fine-tune) in ``table`` for ``family``, or join the same-named run of other
+    families (equal ``fields``; evaluation lengths add up); its seeds become family members. Returns the run."""
     run = table.get(name)
     if run is None:
         run = table[name] = {**fields, **(new or {}), "seeds": [], "families": []}
@@ -213,8 +202,8 @@ def _require_same(name: str, family: str, run: dict, key: str, new: dict) -> Non
 
 
 def _apply_run_overrides(plan: Plan, overrides: dict) -> None:
-    """One run's settings outside its name (lr, warm-up, …), an LM run's or a fine-tune's; the name settings would
-    make it another run. A base run's override reaches its fine-tunes through its output."""
+    """One run's non-name settings (lr, warm-up, …; a name setting would make another run), LM or fine-tune; a base
+    run's override reaches its fine-tunes through its output."""
     runs = [*plan.lm_runs, *plan.finetune_runs]
     for name, update in overrides.items():
         require_choice("run_overrides", name, runs)
@@ -233,8 +222,8 @@ def _apply_run_overrides(plan: Plan, overrides: dict) -> None:
 
 # ----------------------------------------------------------------------------------------------- fine-tune runs
 def _add_finetune_family(plan: Plan, family: str, spec: dict, grids: list[dict], where: str) -> None:
-    """A finetune family: its base run (``base`` over ``set``, every seed of the family) if it has one, then the
-    runs of its grids, each starting from the base run's output of the same seed."""
+    """A finetune family: its base run (``base`` over ``set``, every family seed) if any, then its grids' runs, each
+    from the base run's output of its seed."""
     defaults = finetune_defaults(plan.config["defaults"])
     base_run = None
     if spec.get("base") is not None:
@@ -286,12 +275,10 @@ def _add_timing(plan: Plan, family: str, settings: dict, where: str) -> None:
 
 
 def timing_jobs(timing_runs: dict[str, dict], defaults: dict) -> dict[str, dict]:
-    """Timing runs grouped into jobs: the runs that differ only in their attention settings and their shape
-    (``size``, ``n_layer``) — the methods and sizes a cell compares, Table 7 App. H, §4.2 — are timed in one job,
-    every method of every size in each block of worker processes, in interleaved rounds. A job is named by what
-    its runs share and its sizes (``forward-small-medium-B1``); groups that share that name but differ elsewhere
-    (warmup, vocab_size, …) get ``-2``, ``-3``, … in the order of the configuration. The DAG repeats each job
-    ``replicates`` times (rule time_lm, ``rep0``, ``rep1``, …) and merges them (rule merge_timing)."""
+    """Timing runs grouped into jobs: runs differing only in attention settings and shape (``size``, ``n_layer``: what a
+    cell compares, Table 7 App. H, §4.2) are timed in one job, interleaved in each block of workers. A job is named by
+    its runs' shared settings and sizes (``forward-small-medium-B1``; ``-2``, ``-3``, … for groups differing elsewhere,
+    in configuration order); the DAG runs it ``replicates`` times (time_lm) and merges them (merge_timing)."""
     from dape_core.config.options import TIMED_SHAPE
     from dape_core.settings import AttentionSettings, field_names
 

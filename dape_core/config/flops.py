@@ -1,19 +1,11 @@
-"""Training FLOPs of a plan's jobs, as arithmetic on each run's settings: a ``dape train`` run's decoder and a
-``dape finetune`` run's Hugging Face model.
+"""Training FLOPs of a plan's jobs as arithmetic on each run's settings, so the estimate, printed whenever the workflow
+is parsed, builds no model: a ``dape train`` run's by :func:`dape_core.model_arithmetic.gpt_flops_per_token` (the
+training summary's formula; the tests check its parameter count against the built model), without torch.
 
-FLOP counts are arithmetic on each run's settings (:func:`dape_core.model_arithmetic.gpt_flops_per_token`, the
-formula the training summary reports; its parameter count is checked against the built model by the tests), so
-the estimate — printed whenever the workflow is parsed — imports no torch and builds no model.
-
-A ``finetune`` family's job counts the FLOPs of its model: the run's ``base_config`` (``model_type`` and
-transformers configuration fields, ``vocab_size`` the data's), the ``config.json`` of its ``base_model`` directory
-(with that model's vocabulary when it is larger than the data's), or, for a run of a family's ``base``
-(``base_run``), the base run's model; the processor is the run's, or its base's when the run adds none. The model
-is built on the meta device (``AutoModelForCausalLM.from_config``, with :func:`dape_core.hf.add_processor` when it
-has a processor) and counted by :func:`dape_core.model_arithmetic.decoder_flops_per_token`, the formula of
-:meth:`~dape_core.model.GPT.flops_per_token`. ``transformers`` and torch are imported only for a plan with
-fine-tune runs.
-"""
+A ``dape finetune`` run's Hugging Face model (``base_config`` with the data's ``vocab_size``; a ``base_model``
+directory's ``config.json``, with the larger vocabulary; a ``base_run``'s model; the processor the run's or else its
+base's) is built on the meta device and counted by :func:`dape_core.model_arithmetic.decoder_flops_per_token`,
+:meth:`~dape_core.model.GPT.flops_per_token`'s formula; ``transformers`` and torch are imported only for fine-tunes."""
 
 from __future__ import annotations
 
@@ -60,10 +52,9 @@ def run_vocab(plan, settings: dict) -> int:
 
 # ----------------------------------------------------------------------------------------------- fine-tunes
 def finetune_model(plan, name: str) -> tuple[dict, dict]:
-    """A fine-tune run's model as its job builds it: (``model_type`` and the transformers configuration fields,
-    ``vocab_size`` included; the attention settings of its processor). A run of a family's base (``base_run``)
-    starts from that run's model; the processor is the first one met from the run down to its base directory's
-    ``config.json`` (none met: the run's own settings, processor none)."""
+    """A fine-tune run's model as its job builds it: (``model_type`` with the transformers configuration fields and
+    ``vocab_size``; the attention settings of the first processor met from the run down its ``base_run`` chain to a
+    base directory's ``config.json``, else the run's own, processor none)."""
     from dape_core.settings import AttentionSettings, field_names
 
     attention = None
@@ -135,8 +126,7 @@ def _finetune_shape(config_json: str, attention_json: str) -> tuple:
 
 
 def finetune_flops_per_token(shape: dict, attention: dict, train_len: int) -> float:
-    """FLOPs per token of a fine-tune model (:func:`~dape_core.model_arithmetic.decoder_flops_per_token`, as the
-    GPT's)."""
+    """Fine-tune model FLOPs per token (:func:`~dape_core.model_arithmetic.decoder_flops_per_token`, as the GPT's)."""
     return decoder_flops_per_token(
         non_embedding=shape["non_embedding"], vocab_size=shape["vocab_size"], d_model=shape["hidden_size"],
         n_layer=shape["n_layer"], n_head=shape["n_head"], attention_width=shape["attention_width"], seq_len=train_len,

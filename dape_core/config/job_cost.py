@@ -1,26 +1,20 @@
 """A job's price in reference CPU-seconds, counted from its settings alone: the same on every machine.
 
-The design stage (:mod:`dape_core.report.design`) spends its budget on fresh seeds; to choose the same claims and
-seeds on any machine and under any load, it prices a seed by what its jobs *do*, not by how long they took here::
+The design stage (:mod:`dape_core.report.design`) prices a fresh seed by what its jobs *do*, not by how long they took
+here, so that it chooses the same claims and seeds on any machine under any load: price = start[kind] + operator calls ×
+seconds_per_call + FLOPs × seconds_per_flop, from the committed :data:`TABLE` that ``benchmarks/job_cost_fit.py`` fits
+on one named machine's measured pilot. ``start`` is a process start, imports, data and the final write; calls are the
+method's fitted operator calls (:func:`dape_core.config.dispatch.step_calls`); FLOPs those of
+:mod:`dape_core.model_arithmetic` (a forward pass a third of a training step's 6·N). Counted:
 
-    price = start[kind] + operator calls × seconds_per_call + FLOPs × seconds_per_flop
+- ``train``: ``steps`` training steps of ``batch_size`` × ``grad_accum`` sequences at ``train_len``;
+- ``evaluate``: per evaluation length the windows its settings allow (``max_windows_within`` up to the training length
+  where set, ``max_windows`` beyond), forward passes in batches of ``batch_size``;
+- ``attention``: per heat-map length (a job each) ``max_windows`` + ``sink_sequences`` forward passes;
+- ``che``: ``steps`` steps of ``batch_size`` at the mean training length (1 … ``train_max_len`` uniform), then
+  ``eval_samples`` at every evaluation length in the batches the score budget allows (input tokens counted).
 
-with the four kinds' ``start`` (process start, imports, data, the final write) and the two rates read from one
-committed table, :data:`TABLE` (``measured/job_cost.json``), fitted by ``benchmarks/job_cost_fit.py`` on one
-machine's measured pilot (the table names it). Calls are the fitted operator calls of the run's method
-(:func:`dape_core.config.dispatch.step_calls`); FLOPs the arithmetic of :mod:`dape_core.model_arithmetic` (a
-forward pass a third of a training step's 6·N). The jobs counted:
-
-- ``train``: ``steps`` training steps at ``train_len`` (``batch_size`` × ``grad_accum`` sequences);
-- ``evaluate``: per evaluation length the windows its settings allow (``max_windows_within`` at lengths up to the
-  training length where set, ``max_windows`` beyond), forward passes in batches of ``batch_size``;
-- ``attention``: per heat-map length (one job each) ``max_windows`` + ``sink_sequences`` forward passes;
-- ``che``: ``steps`` steps of ``batch_size`` at the mean training length (lengths 1 … ``train_max_len`` drawn
-  uniformly), then ``eval_samples`` samples at every evaluation length, in the batches the cell's score budget
-  allows (input tokens counted).
-
-A run whose method has no operator count has no price (None): the design leaves its claims out and says so.
-"""
+A run whose method has no operator count has no price (None): the design leaves its claims out and says so."""
 
 from __future__ import annotations
 
@@ -125,8 +119,7 @@ def lm_work(settings: dict, evaluation: dict, attention: dict, vocab_size: int) 
 
 
 def che_work(settings: dict) -> Work | None:
-    """The work of one seed of a CHE cell (its training and its evaluation at every length); None when its
-    method has no operator count."""
+    """The work of one seed of a CHE cell (training, and evaluation at every length); None without an operator count."""
     cfg = SimpleNamespace(**{k: settings[k] for k in ("n_layer", "n_head", "d_model", "d_ff", "encoding",
                                                       "encoding_shared", "processor", "kernel_size", "dape_width")})
     calls = dispatch.method_calls(settings)
@@ -153,8 +146,7 @@ def che_work(settings: dict) -> Work | None:
 
 
 def seed_work(plan) -> dict[str, dict[str, Work]]:
-    """The work of one more seed of every LM run and CHE cell of ``plan``, per job kind; a run or cell whose method
-    has no operator count is absent."""
+    """The work of one more seed of each LM run and CHE cell of ``plan`` per job kind (absent: no operator count)."""
     out: dict[str, dict[str, Work]] = {}
     for name, run in sorted(plan.lm_runs.items()):
         maps = run["attention_settings"] if run["attention_seeds"] else {}
@@ -177,10 +169,9 @@ def plan_prices(plan, table: CostTable | None = None) -> dict[str, dict[str, flo
 
 
 def fit_table(work: dict[str, dict[str, Work]], measured: dict[str, dict[str, float]], source: str) -> dict:
-    """The table's prices fitted on one machine's measured CPU-seconds of the same seeds' jobs (``measured``:
-    unit → kind → CPU-s, as a design records them): non-negative least squares on relative errors (each job's
-    error counts by its share, not its size) over every (unit, kind) both hold, one start shared by the LM jobs
-    (the same ``dape`` process start) and one for CHE cells; with each kind's median and largest relative error."""
+    """Fit the table to one machine's measured CPU-seconds of the same seeds' jobs (``measured``: unit → kind → CPU-s,
+    as a design records them): non-negative least squares on relative errors (a job counts by its share, not size), one
+    start for LM jobs (one ``dape`` process), one for CHE cells; with each kind's median and largest relative error."""
     import numpy as np
     from scipy.optimize import nnls
 

@@ -1,10 +1,7 @@
-"""The memory model's micro-batch of every LM run of a plan (``resources.train_lm.gpu_mem_gb``), for
-``python -m dape_core.config``.
-
-Each training job picks its own micro-batch when it starts (``dape train --gpu-mem-gb``); this module lets a
-researcher see them all, and the runs that do not fit, before anything is submitted. It traces each shape on the
-meta device with torch (:mod:`dape_core.memory`), which is why the workflow's parse never calls it.
-"""
+"""The memory model's micro-batch for every LM run of a plan (``resources.train_lm.gpu_mem_gb``), for
+``python -m dape_core.config``: each training job picks its own when it starts (``dape train --gpu-mem-gb``); this shows
+them all, and the runs that do not fit, before anything is submitted. It traces each shape on the meta device with torch
+(:mod:`dape_core.memory`), so the workflow's parse never calls it."""
 
 from __future__ import annotations
 

@@ -20,14 +20,14 @@ _SUFFIX = {
     "attention_impl": lambda v: f"-{v}", "dape_dtype": lambda v: f"-{v}", "precision": lambda v: f"-{v}",
 }
 
-# Settings that are part of a name, in the order of their suffixes. An LM run's name leaves out the path
-# (attention_impl, dape_dtype: the same model to fp32 rounding) and how training runs it (distributed, compile,
-# activation_checkpointing: the same numbers to fp32 rounding); a timing run's keeps the path (it is what is timed).
+# Name settings in suffix order. A timing run's name keeps the path (it is timed); an LM run's omits it (attention_impl,
+# dape_dtype) and how training runs (distributed, compile, activation_checkpointing): the same model to fp32 rounding.
 LM_NAME_SUFFIXES = ("size", "n_layer", "n_head", "d_model", "tril", "padding", "batch_size", "grad_accum", "steps",
                     "tie_embeddings", "encoding_shared", "tag")
 LM_NAME_SETTINGS = ("dataset", "train_len", "encoding", "processor", "kernel_size", "dape_width", *LM_NAME_SUFFIXES)
 TIMING_NAME_SUFFIXES = ("n_layer", "tril", "padding", "encoding_shared", "attention_impl", "dape_dtype", "precision")
-TIMING_JOB_NAME_SUFFIXES = ("n_layer", "precision")  # a timing job's: the timing run suffixes that are no attention setting
+# a timing job's: the timing run suffixes that are no attention setting
+TIMING_JOB_NAME_SUFFIXES = ("n_layer", "precision")
 FINETUNE_NAME_SUFFIXES = ("tril", "padding", "batch_size", "grad_accum", "steps", "encoding_shared", "tag")
 # a fine-tune's model (its base run, directory or configuration) is part of its name as well
 FINETUNE_NAME_SETTINGS = ("dataset", "train_len", "base_run", "base_model", "base_config", "encoding", "processor",
@@ -52,9 +52,9 @@ def lm_run_name(settings: dict, defaults: dict) -> str:
 
 
 def finetune_run_name(settings: dict, defaults: dict) -> str:
-    """``code-T64-llama-nope-none-S300`` (a fresh model of that model_type), ``code-T512-from_<directory>-…`` (a
-    checkpoint directory) or ``<base run>.ft-code-T64-nope-dape_v2-k3-w32`` (a fine-tune of its family's base run),
-    plus a suffix per name setting that differs from ``defaults`` (``defaults.finetune``)."""
+    """``code-T64-llama-nope-none-S300`` (a fresh model of that model_type), ``code-T512-from_<directory>-…`` or
+    ``<base run>.ft-code-T64-nope-dape_v2-k3-w32`` (its family's base run fine-tuned), plus a suffix per name setting
+    differing from ``defaults.finetune``."""
     data = f"{settings['dataset']}-T{settings['train_len']}"
     method = _method(settings) + suffixes(settings, defaults, FINETUNE_NAME_SUFFIXES)
     if settings["base_run"] is not None:

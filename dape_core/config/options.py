@@ -1,21 +1,14 @@
 """A job's settings: one spec that a rule hands its command, and the named groups Snakemake compares.
 
-A rule hands its job one :class:`JobSpec` (``dape <stage> --spec JSON``): every setting the job reads, by the names
-of the dataclass fields that declare them, as one JSON object that the command reads back into the same dataclasses
-(:func:`dape_core.settings.fields.apply_spec`): no setting is written out as text and parsed again. The same
-settings also enter the rule's ``params:`` in named groups, the fingerprint of the job:
-
-Each group is a :class:`CliOptions`: a plain mapping of the settings' values that renders as ``--name value …``
-when a rule's shell formats it; Snakemake compares its ``repr`` to decide reruns (its params trigger), so a changed
-setting reruns exactly the jobs it reaches — that ``repr`` is the group's fingerprint, in a format kept fixed so
-that finished results stay valid (:meth:`CliOptions.__repr__`). The groups follow the dataclasses that declare the
-settings, so a rule's ``params:`` says what the job depends on (a spec holds exactly its groups' settings and job
-values from wildcards, tested, so a job reruns exactly when its spec changes): ``attention``
+A rule hands its job one :class:`JobSpec` (``dape <stage> --spec JSON``): every setting the job reads, named as the
+dataclass fields that declare them, read back into those dataclasses (:func:`dape_core.settings.fields.apply_spec`),
+never formatted as text and parsed again. The same settings enter the rule's ``params:`` in named groups, one
+:class:`CliOptions` each (``--name value …`` in a shell), whose ``repr`` Snakemake compares to decide reruns, so a
+changed setting reruns exactly the jobs it reaches; that format is fixed so finished results stay valid. A spec holds
+exactly its groups' settings and wildcard values (tested). The groups follow the declaring dataclasses: ``attention``
 (:class:`~dape_core.settings.AttentionSettings`), ``shape`` and ``training`` (``GPTConfig``, ``TrainSettings``),
-``evaluation`` (``EvalSettings``), ``timing`` (``TimingSettings``), ``che`` (``CHESettings``), ``corpus``
-(``TokenizeSettings``), and a fine-tune's ``finetune_model`` (``FinetuneSettings``) and ``finetune_training``
-(``TrainSettings`` without the multi-process options).
-"""
+``evaluation`` (``EvalSettings``), ``timing``, ``che``, ``corpus`` (``TokenizeSettings``), ``finetune_model``
+(``FinetuneSettings``) and ``finetune_training`` (``TrainSettings`` without the multi-process options)."""
 
 from __future__ import annotations
 
@@ -30,8 +23,7 @@ from dape_core.settings.timing import TIMED_SHAPE  # the settings a timing job's
 JOB_OPTIONS = ("seed", "threads", "distributed", "micro_batch_size")
 #: how many replicate jobs time a timing job's cells: no setting of one replicate (its merge reads it)
 REPLICATE_OPTIONS = ("replicates",)
-#: the ``bool | None`` settings, and how the fingerprint spells their values: as the command line did when the
-#: finished results of earlier versions were recorded (the command line now says ``--x`` / ``--no-x`` / nothing)
+#: the ``bool | None`` settings; the fingerprint spells their values as earlier versions' finished results recorded them
 TRISTATE_SETTINGS = ("encoding_shared", "recompute_scores")
 RECORDED_SPELLING = {None: "default", True: "true", False: "false"}
 # EvalSettings fields that only an attention-map job passes (from the run's length and ``attention`` block).
@@ -43,9 +35,8 @@ class CliOptions(dict):
     ``--x`` / ``--no-x``, None left out: an unset ``bool | None`` gives no option)."""
 
     def __repr__(self) -> str:
-        """The fingerprint Snakemake records with a finished job and compares on the next run: the mapping's repr,
-        with each ``bool | None`` setting spelled as it was recorded (:data:`RECORDED_SPELLING`), so a result
-        directory of an earlier version reruns only where a setting really changed."""
+        """The fingerprint Snakemake records and compares: the mapping's repr, each ``bool | None`` setting spelled as
+        recorded (:data:`RECORDED_SPELLING`), so earlier results rerun only where a setting changed."""
         return repr({name: RECORDED_SPELLING[value] if name in TRISTATE_SETTINGS and value in RECORDED_SPELLING
                      else value for name, value in self.items()})
 
@@ -68,9 +59,8 @@ class CliOptions(dict):
 
 
 class JobSpec:
-    """Every setting one job reads: its option groups (:class:`CliOptions`) and job values such as the seed of its
-    wildcards, formatted as one quoted JSON argument of ``--spec``. Not a builtin type, so Snakemake's params trigger
-    leaves it out: the rule's group params, which hold the same settings, are the fingerprint it compares."""
+    """Every setting one job reads (its groups and job values such as the seed) as one quoted JSON ``--spec`` argument.
+    Snakemake's params trigger skips it (no builtin type): the group params are the fingerprint."""
 
     def __init__(self, *groups: dict, **job_values: Any):
         self.settings: dict[str, Any] = {}
@@ -160,9 +150,8 @@ def eval_options(evaluation: dict) -> CliOptions:
 
 
 def attention_map_options(evaluation: dict, attention: dict, heatmap_len: int) -> CliOptions:
-    """The side evaluation of an attention-map job: a few windows at the heat-map length, sink and maps there (the
-    sink on ``sink_sequences`` sequences, App. K). The attention block is no LM run setting: it names no run and
-    enters no training hash."""
+    """An attention-map job's side evaluation: a few windows at the heat-map length, sink (on ``sink_sequences``
+    sequences, App. K) and maps there; the attention block names no run and enters no training hash."""
     values = {**evaluation, "eval_lens": [heatmap_len], "min_scored_tokens": 1,
               "max_windows": attention["max_windows"], "max_windows_within": None, "batch_size": 1,
               "heatmap_len": heatmap_len,
@@ -182,8 +171,7 @@ def finetune_options(settings: dict, base_model: str | None = None) -> dict[str,
 
 
 def timing_options(settings: dict) -> dict[str, CliOptions]:
-    """``attention`` and ``timing`` of one timing run (its shape, ``size`` and ``n_layer``, among ``attention``:
-    what a job's methods may differ in)."""
+    """``attention`` (with ``size``, ``n_layer``: what a job's methods may differ in) and ``timing`` of a timing run."""
     return {"attention": select(settings, group("timed_method")), "timing": select(settings, group("timing"))}
 
 
@@ -199,9 +187,8 @@ class MethodsOption(dict):
 
 
 def timing_job_options(job: dict, timing_runs: dict[str, dict]) -> dict:
-    """``timing`` (what the job's runs share), ``methods`` (each run's attention settings and shape, from
-    ``timing_runs``) and ``replicates`` (the replicate jobs its merge reads) of one timing job
-    (``Plan.timing_jobs``): its methods, every size among them, are timed in the same cells, interleaved."""
+    """``timing`` (what the job's runs share), ``methods`` (each run's attention settings and shape) and ``replicates``
+    (what its merge reads) of one timing job (``Plan.timing_jobs``), whose methods and sizes are timed interleaved."""
     methods = MethodsOption((run, {name: timing_runs[run][name] for name in group("timed_method")})
                             for run in job["runs"])
     return {"timing": select(job["settings"], group("timing")), "methods": methods,

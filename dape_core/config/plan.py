@@ -53,8 +53,7 @@ class Plan:
         return [(name, seed) for name, run in self.finetune_runs.items() for seed in run["seeds"]]
 
     def evaluated_run(self, name: str) -> dict:
-        """An LM run or a fine-tune run (both have ``settings``, ``eval``, ``seeds`` and ``families``); a name of
-        neither (a target the plan does not know) is a ConfigError naming it."""
+        """An LM or fine-tune run (``settings``, ``eval``, ``seeds``, ``families``); ConfigError if unknown."""
         if name in self.lm_runs:
             return self.lm_runs[name]
         if name in self.finetune_runs:
@@ -86,10 +85,9 @@ class Plan:
         return {**values, **values.pop("sizes", {}).get(size, {})}
 
     def with_design(self, fresh: dict[str, list[int]], maps: dict[str, list[int]]) -> "Plan":
-        """This plan with the fresh seeds of a design (``fresh``: LM run or CHE cell → its fresh seeds,
-        :func:`dape_core.report.design.choose`): each run or cell gets them beside its pilot's, in every family
-        that lists it (with that family's evaluation lengths); attention maps only at the seeds ``maps`` lists for
-        a run that has them (the seeds of a chosen claim read on the maps: no other claim reads them)."""
+        """This plan with a design's fresh seeds beside the pilot's, in every family listing the run or cell (at its
+        evaluation lengths); ``fresh``: run or cell → seeds (:func:`dape_core.report.design.choose`). Attention maps
+        only at the seeds ``maps`` gives a run with maps (a chosen maps claim's seeds: no other claim reads them)."""
         plan = copy.deepcopy(self)
         for unit, seeds in fresh.items():
             if unit in plan.lm_runs:

@@ -1,16 +1,12 @@
 """Which settings a result file was made from: the spec of the job that writes each file of the workflow.
 
-The workflow's rules hand their jobs these specs (``workflow/rules/*.smk``), and each job records the digest of its
-spec in the seals of what it writes (``spec:``, :func:`dape_core.io.spec_digest`), so that a reader — the
-aggregation, ``dape verify`` — compares a file's recorded settings with the ones the plan gives its path: a file of
-another configuration's run, cell or dataset of the same name, or left from settings since changed, is named as
-made with other settings. The layout is the workflow's, under ``results/``: ``lm/<run>/seed<seed>/`` — ``eval.csv``
-and ``windows.csv`` the evaluation's (rule evaluate_lm), ``attention/L<length>/…`` an attention-map job's (rule
-attention_maps), every other sealed file the training's (rule train_lm: ``model.pt``, ``summary.json``, …) —;
-``che/<cell>/seed<seed>.csv`` (rule che); ``timing/<job>/rep<k>.csv`` and ``rep<k>.repeats.csv`` (rule time_lm,
-one replicate job), ``timing/<job>.csv`` and ``<job>.repeats.csv`` (rule merge_timing, the replicates merged);
-``data/<dataset>/meta.json`` (rule tokenize).
-"""
+Rules hand their jobs these specs (``workflow/rules/*.smk``); each job seals its spec's digest with what it writes
+(``spec:``, :func:`dape_core.io.spec_digest`), so a reader (the aggregation, ``dape verify``) names a file made with
+other settings than the plan gives its path (another configuration's run, cell or dataset of that name, or settings
+since changed). Under ``results/``: ``lm/<run>/seed<seed>/`` (``eval.csv``, ``windows.csv``: rule evaluate_lm;
+``attention/L<length>/…``: attention_maps; every other sealed file: train_lm), ``che/<cell>/seed<seed>.csv`` (che),
+``timing/<job>/rep<k>[.repeats].csv`` (time_lm, one replicate), ``timing/<job>[.repeats].csv`` (merge_timing),
+``data/<dataset>/meta.json`` (tokenize)."""
 
 from __future__ import annotations
 
@@ -46,9 +42,8 @@ def che_spec(settings: dict, seed: int | str) -> JobSpec:
 
 
 def timing_spec(job: dict, timing_runs: dict[str, dict], replicate: int | str | None = None) -> JobSpec:
-    """The spec of one replicate of a timing job (rule time_lm, ``replicate`` k): the timing settings its runs
-    share, each run's attention settings and shape (``methods``) and k; without ``replicate``, that of the merge of
-    its replicates (rule merge_timing): ``replicates`` in place of k."""
+    """The spec of replicate k (``replicate``) of a timing job (rule time_lm): the runs' shared timing settings, each
+    run's attention settings and shape (``methods``), k; without k, the merge's (merge_timing, ``replicates`` for k)."""
     groups = timing_job_options(job, timing_runs)
     if replicate is None:
         return JobSpec(groups["timing"], groups["replicates"], methods=dict(groups["methods"]))
@@ -69,10 +64,9 @@ def _seed(name: str, suffix: str = "") -> str | None:
 
 
 def planned_spec(plan, path: str | Path) -> str | None:
-    """The spec digest of the job that writes ``path`` (a file under a ``results/`` folder) in ``plan`` (a
-    :class:`~dape_core.config.Plan`, or its report spec, ``results/plan.json``, which holds the same mappings but
-    the datasets); None where the plan says nothing of the file: another folder, a name the plan does not have
-    (another configuration's), a file no job seals with its settings (token files, the report spec)."""
+    """The spec digest of the job writing ``path`` (under ``results/``) in ``plan`` (a :class:`~dape_core.config.Plan`,
+    or its report spec, the same less the datasets); None where the plan says nothing of the file (another folder,
+    another configuration's name, a file no job seals with its settings)."""
     def part(name: str) -> dict:
         found = plan.get(name) if isinstance(plan, dict) else getattr(plan, name, None)
         return found if isinstance(found, dict) else {}
@@ -100,11 +94,9 @@ def planned_spec(plan, path: str | Path) -> str | None:
 
 
 def expected_spec(lm_runs: dict[str, dict], path: str | Path) -> str | None:
-    """The spec digest of the job that writes ``path`` under ``…/lm/<run>/seed<seed>/`` for the plan's ``lm_runs`` (a
-    :class:`~dape_core.config.Plan`'s, or the report spec's: ``settings`` and ``eval``; an attention-map file needs
-    the run's ``attention_settings``); None where the plan says nothing of the file (not an LM run's, a run of no
-    LM family of this plan, a fine-tune's, a training's folders, or an attention file without attention
-    settings)."""
+    """The spec digest of the job writing ``path`` under ``…/lm/<run>/seed<seed>/`` for ``lm_runs`` (a Plan's or the
+    report spec's: ``settings``, ``eval``, ``attention_settings`` for an attention-map file); None where the plan says
+    nothing of the file (not its LM run's, a training's folders, an attention file without attention settings)."""
     parts = Path(path).parts
     if "lm" not in parts:
         return None
@@ -148,9 +140,8 @@ def timing_file(job: str, suffix: str = "csv") -> str:
 
 
 def planned_results(plan) -> dict[str, list[str]]:
-    """The sealed results the plan's jobs write that its reports are made from, by the aggregated table of the
-    reports folder that reads them (``lm_results.csv``: each language model's evaluation, summary and model, and its
-    dataset's meta.json; ``sink.csv``: the attention maps; ``timing.csv``; ``che_results.csv``)."""
+    """Sealed results the plan's reports are made from, by the aggregated table reading them: ``lm_results.csv``
+    (evaluations, summaries, models, meta.json), ``sink.csv`` (maps), ``timing.csv``, ``che_results.csv``."""
     lm = [lm_file(run, seed, name) for run, seed in plan.lm_jobs() for name in ("summary.json", *EVALUATION_FILES)]
     lm += [lm_file(run, seed, "model.pt") for run, seed in plan.train_jobs()]
     lm += sorted({f"results/data/{run['settings']['dataset']}/meta.json"

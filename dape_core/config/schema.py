@@ -1,10 +1,9 @@
-"""The configuration's JSON schema: validation, defaults filled in, and its errors as messages that name the field
-and the allowed values.
+"""The configuration's JSON schema: validation, defaults filled in, and errors naming the field and the allowed values.
 
-``dape_core/config/config.schema.yaml`` holds the configuration's structure and what only the schema knows
-(ranges, patterns, keys that are not settings). A setting that a settings dataclass declares is completed from
-that dataclass (:func:`full_schema`): its JSON type, default, allowed values (``enum``) and description are the
-dataclass field's, written there once; the YAML entry adds only constraints (``minimum: 1``, ``minItems``, …)."""
+``dape_core/config/config.schema.yaml`` holds the structure and what only the schema knows (ranges, patterns, keys that
+are not settings). A setting that a settings dataclass declares is completed from it (:func:`full_schema`): its JSON
+type, default, allowed values (``enum``) and description are the field's, written there once; the YAML entry adds only
+constraints (``minimum: 1``, ``minItems``, …)."""
 
 from __future__ import annotations
 
@@ -20,15 +19,13 @@ from dape_core.errors import ConfigError
 SCHEMA_PATH = Path(__file__).resolve().parent / "config.schema.yaml"  # package data
 
 
-# libyaml's loader where PyYAML has it: the same documents as yaml.safe_load, several times faster (the schema
-# and the paper's configuration are parsed whenever the workflow is)
+# libyaml's loader where PyYAML has it: yaml.safe_load's documents, several times faster (read at every workflow parse)
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class UniqueKeyLoader(SAFE_LOADER):
-    """The safe loader, refusing a mapping that gives one key twice (YAML leaves it to the loader, and PyYAML's
-    keeps the last value without a word). A key given beside a merge (``<<: *defaults``) overrides the merged one,
-    as YAML means it to."""
+    """The safe loader, refusing a mapping that gives a key twice (PyYAML's keeps the last value without a word). A key
+    beside a merge (``<<: *defaults``) overrides the merged one, as YAML means it to."""
 
     def construct_mapping(self, node, deep=False):
         seen = {}
@@ -52,8 +49,7 @@ def check_yaml_files(paths) -> None:
 
 
 def load_yaml(path: str | Path) -> dict:
-    """A YAML file the project reads (a configuration, the schema): safe, with every key of a mapping once; a file
-    that cannot be read or parsed is a ConfigError naming it (one line, as every configuration error)."""
+    """A YAML file the project reads, safely, each mapping key once; unreadable or not YAML: a ConfigError naming it."""
     try:
         with open(path, encoding="utf-8") as handle:
             return yaml.load(handle, Loader=UniqueKeyLoader) or {}
@@ -100,8 +96,7 @@ def declared_fields(spec: str) -> dict:
 
 
 def json_type(annotation) -> dict:
-    """The JSON schema type of a field's annotation: ``int`` → integer, ``int | None`` → [integer, null],
-    ``list[int]`` → an array of integers."""
+    """A field annotation's JSON type: ``int`` → integer, ``int | None`` → [integer, null], ``list[int]`` → array."""
     import types
     import typing
 

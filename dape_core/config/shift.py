@@ -1,23 +1,17 @@
-"""The shifted configuration of the robustness check (``make robustness``): a configuration derived from another,
-not a copy of it — other training seeds, another data split and another training length, the same families and
-code — whose verdicts ``reports/robustness.md`` sets beside the original's.
+"""The shifted configuration of the robustness check (``make robustness``): derived from another, not a copy (other
+training seeds, data split and training length; the same families and code), its verdicts set beside the original's in
+``reports/robustness.md``. From the ``robustness`` block:
 
-From the ``robustness`` block (dape_core/config/config.schema.yaml):
+- ``seed_shift``: added to every seed list (families' and their ``grids``' ``seeds``), so every model, map and CHE cell
+  gets seeds the original never used (a design's fresh seeds start ``max(seed_shift, design.max_seeds)`` later);
+- ``data_seed_shift``: added to every dataset's ``seed`` (its documents' seeded split and shuffle);
+- ``train_len_scale``: multiplies every length setting of the LM and fine-tune stages (``train_len``, ``eval_lens``,
+  ``window``, ``delta_p_window``, ``heatmap_lens``, ``max_position``, ``max_position_embeddings``) in ``defaults``, the
+  LM, leakage and fine-tune families and ``run_overrides``, so evaluation keeps the same multiples of the training
+  length; batch sizes stay (the equal-token family stays at equal tokens), and so do timing and CHE lengths. A length
+  that does not stay an integer is a configuration error.
 
-- ``seed_shift``: added to every seed list (each family's ``seeds``, each of its ``grids``' ``seeds``), so every
-  trained model, attention map and CHE cell gets seeds the original never used (a design's fresh seeds start
-  ``max(seed_shift, design.max_seeds)`` later, past the original's);
-- ``data_seed_shift``: added to every dataset's ``seed`` (the seeded split and shuffle of its documents);
-- ``train_len_scale``: multiplies every length setting of the LM and fine-tune stages — ``train_len``,
-  ``eval_lens``, the scored ``window`` and ``delta_p_window``, ``heatmap_lens``, ``max_position`` and a
-  fine-tune model's ``max_position_embeddings`` — in ``defaults`` and in the LM, leakage and fine-tune families
-  (their ``set``, ``axes`` and ``grids``) and ``run_overrides``, so evaluation keeps the same multiples of the
-  training length; batch sizes stay, so the equal-token family stays at equal tokens. Timing and CHE lengths
-  are not training lengths and stay. A length that the factor does not keep an integer is a configuration error.
-
-Relative paths of local corpora and of ``estimate.calibration`` become absolute, since the shifted run works in
-its own directory.
-"""
+Relative paths of local corpora and ``estimate.calibration`` become absolute (the shifted run has its own directory)."""
 
 from __future__ import annotations
 
@@ -114,8 +108,7 @@ def _scale_axes(family: dict, factor: float, where: str) -> dict:
 
 
 def shift_summary(config: dict, shifted: dict) -> dict:
-    """What changed, for the robustness report: the shift, each family's seeds, each dataset's seed and the
-    training lengths of the LM runs (before → after)."""
+    """What changed, for the robustness report (before → after): shift, family and dataset seeds, training lengths."""
     from dape_core.config.families import build_plan
 
     def lengths(cfg):
@@ -132,8 +125,7 @@ def shift_summary(config: dict, shifted: dict) -> dict:
 
 def write_shifted_config(path: str | Path, config: dict, summary_path: str | Path | None = None,
                          base: str | Path = ".") -> dict:
-    """Write the shifted configuration (YAML) and, with ``summary_path``, its :func:`shift_summary` (JSON),
-    atomically."""
+    """Atomically write the shifted config (YAML) and, with ``summary_path``, its :func:`shift_summary` (JSON)."""
     shifted = shifted_config(config, base)
     header = ("# The shifted configuration of `make robustness`, derived from the run's configuration by its "
               "`robustness` block\n# (dape_core/config/shift.py); written by the DAG, not edited by hand.\n")

@@ -1,17 +1,14 @@
-"""The sizes a plan can check before any job runs (:func:`check_sizes`), each refused in one line naming the field,
-its value and what would fit:
+"""Checks of a plan before any job runs (:func:`check_sizes`), each refused in one line naming the field, its value and
+what would fit:
 
-* a training job's memory on a CPU against its ``resources.train_lm.mem_mb``, and an evaluation's against
-  ``resources.evaluate_lm.mem_mb``: a lower bound from the settings alone, the loss's logits
-  (:func:`~dape_core.model_arithmetic.loss_bytes`) and the CPU's baseline — the training job's own preflight
-  (:func:`dape_core.memory.cpu_preflight`) counts these and more, so what is refused here it would refuse too;
-* the windows of each run's longest evaluation length, in its dataset's validation split where that split is
-  already tokenized with the plan's settings (:func:`dape_core.windows.require_windows`, the evaluation's own rule).
+* a CPU job's memory against its rule's ``mem_mb`` (training and evaluation): a lower bound from the settings alone, the
+  loss's logits (:func:`~dape_core.model_arithmetic.loss_bytes`) and the CPU's baseline (the job's own preflight,
+  :func:`dape_core.memory.cpu_preflight`, counts more, so it would refuse it too);
+* the windows of each run's longest evaluation length in its dataset's validation split, once tokenized with the plan's
+  settings (:func:`dape_core.windows.require_windows`, the evaluation's own rule).
 
-The evaluation lengths against a model's positions (``max_position``) are checked with the run
-(:func:`dape_core.config.checks.check_lm_run`). Torch-free: the workflow's parse, ``python -m dape_core.config`` and
-``dape verify --configfile`` run it.
-"""
+Evaluation lengths against ``max_position`` are checked with the run (:func:`dape_core.config.checks.check_lm_run`).
+Torch-free: the workflow's parse, ``python -m dape_core.config`` and ``dape verify --configfile`` run it."""
 
 from __future__ import annotations
 
@@ -29,8 +26,7 @@ GIB = 2**30
 
 
 def check_sizes(plan, results: str | Path = "results") -> None:
-    """Every LM run's training memory, every evaluated run's evaluation memory and windows (module docstring); a
-    ConfigError names the first that cannot fit."""
+    """The module docstring's checks of every run; a ConfigError names the first that cannot fit."""
     from dape_core.config.flops import run_vocab
 
     splits: dict[str, np.ndarray | None] = {}
@@ -72,9 +68,8 @@ def _check_memory(field: str, length: int, batch: int, vocab: int, job: dict, ru
 
 
 def validation_lengths(plan, data: Path) -> np.ndarray | None:
-    """The documents' token counts of a dataset's validation split under ``data`` (``results/data/<dataset>``), when
-    it was tokenized with the plan's settings (its meta.json's seal records the plan's corpus spec) and its
-    ``val.docs.npy`` matches the sha256 meta.json recorded; None otherwise (the tokenization is still to come)."""
+    """Token counts of a dataset's validation documents under ``data`` (``results/data/<dataset>``) if tokenized with
+    the plan's settings (meta.json's seal) and ``val.docs.npy`` matches meta.json's sha256, else None."""
     from dape_core.config.provenance import corpus_spec
 
     meta_path, offsets_path = data / "meta.json", data / "val.docs.npy"

@@ -1,29 +1,22 @@
-"""The tokenize stage (`dape tokenize`): a corpus through `datasets` → byte-level BPE → token files + meta.json, and their loader.
+"""The tokenize stage (`dape tokenize`): a corpus through `datasets` → byte-level BPE → token files + meta.json, and
+their loader.
 
-Sources (all become a ``datasets.Dataset`` with a ``text`` column):
+Sources (each a ``datasets.Dataset`` with a ``text`` column): ``builtin-code`` (the standard library's ``.py`` files
+without tests and site-packages, a document per file) and ``builtin-prose`` (``pydoc_data.topics`` and every standard
+library docstring, read with ``ast``, nothing imported; a document per topic / module), real text on every Python
+installation, its version and file-list hash in meta.json; ``local`` (txt, a document per file; JSON lines, also
+``.jsonl.zst`` / ``.jsonl.gz``; parquet); ``hub`` (a Hub dataset name, or a local directory laid out like one).
 
-- ``builtin-code``: the standard library's ``.py`` files (test directories and site-packages excluded), one
-  document per file; ``builtin-prose``: the ``pydoc_data.topics`` texts and the docstrings of every standard
-  library module, class and function (read with ``ast``, nothing imported), one document per topic / module.
-  Real text present on every Python installation; the Python version and file-list hash go into meta.json.
-- ``local``: txt (one document per file), JSON lines (also ``.jsonl.zst`` / ``.jsonl.gz``) or parquet files.
-- ``hub``: a Hugging Face Hub dataset name, or a local directory laid out like one (e.g. a downloaded copy).
+A seeded shuffle splits the documents into train / val (``--max-docs`` caps after it). The tokenizer is a byte-level
+BPE trained on the training split only, or a local byte-level ``tokenizer.json`` (GPT-2's for the paper). Output in
+``--out-dir``: ``train.bin`` / ``val.bin`` (token ids, uint16 for a vocabulary of ≤ 65535, else uint32, each document
+followed by one ``<|endoftext|>``); ``train.docs.npy`` / ``val.docs.npy`` (int64 offsets, n_docs + 1: document i and
+its separator are ``tokens[offsets[i]:offsets[i + 1]]``); ``token_bytes.npy`` (each token's UTF-8 bytes, 0 for special
+tokens: bits per byte of a span = Σ nats / (ln 2 · Σ token_bytes[span])); ``tokenizer.json``; ``meta.json`` (written
+last, sealed, with the tokenizer's sha256).
 
-Documents are split into train / val by a seeded shuffle (``--max-docs`` caps after the shuffle). The tokenizer
-is either a byte-level BPE trained on the training split only, or a local byte-level ``tokenizer.json`` (GPT-2's
-for the paper). Output, in ``--out-dir``:
-
-- ``train.bin`` / ``val.bin``: flat token ids (uint16 if the vocabulary has ≤ 65535 entries, else uint32), each
-  document followed by one ``<|endoftext|>``;
-- ``train.docs.npy`` / ``val.docs.npy``: int64 offsets, length n_docs + 1; document i and its separator occupy
-  ``tokens[offsets[i]:offsets[i + 1]]``;
-- ``token_bytes.npy``: UTF-8 bytes of every token id (0 for special tokens), so that bits per byte of a scored
-  span = Σ nats / (ln 2 · Σ token_bytes[span]);
-- ``tokenizer.json`` and ``meta.json`` (written last, sealed: ``meta.json.sha256``; the tokenizer's sha256 is in
-  meta.json).
-
-Modules: ``settings`` (TokenizeSettings), ``corpora`` (sources → datasets, the split), ``tokenizer``,
-``token_files`` (writing and verified loading); this module runs the stage and its command line.
+Modules: ``corpora`` (sources → datasets, the split), ``tokenizer``, ``token_files`` (writing and verified loading),
+settings in :mod:`dape_core.settings.corpus`; this one runs the stage and its command line.
 """
 
 from __future__ import annotations

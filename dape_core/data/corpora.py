@@ -122,8 +122,6 @@ def builtin_documents(kind: str) -> tuple[tuple[str, ...], tuple[str, ...], dict
 
 
 # ------------------------------------------------------------------------------------------ sources → datasets
-
-
 def hub_offline_message(dataset: str, reason: str) -> str:
     local_dir = f"data/hub/{dataset.replace('/', '--')}"
     return (f"dataset: cannot load {dataset!r} from the Hugging Face Hub ({reason}). On a machine with network run "
@@ -153,8 +151,8 @@ def load_hub_dataset(settings: TokenizeSettings):
 
 
 def text_dataset(ds, text_field: str, filter_field: str | None, filter_value: str | None):
-    """One ``text`` column: (dotted) fields resolved by flattening, rows kept where str(filter) == value, empty
-    or missing texts dropped."""
+    """One ``text`` column: (dotted) fields resolved by flattening, rows kept where str(filter) == value, empty or
+    missing texts dropped."""
     roots = {text_field.split(".")[0]} | ({filter_field.split(".")[0]} if filter_field else set())
     flat = ds.select_columns(sorted(roots & set(ds.column_names))).flatten()
     for name, value in (("text_field", text_field), ("filter_field", filter_field)):

@@ -113,11 +113,9 @@ def read_meta(data_dir: str | Path) -> dict[str, Any]:
 
 
 def verify_token_file(path: Path, wanted: str) -> None:
-    """``path`` against the sha256 meta.json recorded for it, hashed whole at every load (a job's start): no cache
-    can skip it, so a same-size overwrite, a restored modification time or bit rot are named all the same. What it
-    costs (benchmarks/results/README.md, verify cost; 2-core AMD EPYC): sha256 at 1.6 GB/s, 11 ms for loading the
-    default's 14 MB train split, 0.6 s per GB of tokens (2.0 s for the 3.3 GB that a 125M run of the paper reads,
-    50k steps × 32,768 uint16 tokens), once per job that loads a split."""
+    """Check ``path`` against the sha256 meta.json recorded, hashed whole at every load (no cache, so a same-size
+    overwrite, a restored mtime or bit rot are named all the same); once per job that loads a split (measured cost:
+    benchmarks/results/README.md, verify cost)."""
     try:
         digest = file_sha256(path)
     except OSError as err:
@@ -130,8 +128,8 @@ def verify_token_file(path: Path, wanted: str) -> None:
 
 
 def load_split(data_dir: str | Path, split: str) -> TokenSplit:
-    """The token memmap, document offsets, token byte lengths and metadata of one split, each file checked against
-    the sha256 meta.json recorded."""
+    """One split's token memmap, document offsets, token byte lengths and metadata, each file checked against the
+    sha256 meta.json recorded."""
     require_choice("split", split, SPLITS)
     data_dir = Path(data_dir)
     meta = read_meta(data_dir)

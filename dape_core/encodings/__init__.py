@@ -1,28 +1,22 @@
 """Positional encodings: NoPE, RoPE, YaRN, randomized RoPE, T5 bias, ALiBi, Kerple (log), FIRE, CoPE and
 Transformer-XL.
 
-Every encoding works at any length (no maximum-length assertion, nothing cached by length) and offers two
-hooks that the score pipeline (``dape_core.attention``) calls:
+Every encoding works at any length (no maximum-length assertion, nothing cached by length) and offers the score
+pipeline (``dape_core.attention``) two hooks, for 1-D positions ``q_pos``, ``k_pos`` and ``scores`` = q·kᵀ/√d:
 
-* ``rotate(q, k, q_pos, k_pos)`` — a rotation of queries and keys (RoPE, YaRN, randomized RoPE); identity for
-  the others;
+* ``rotate(q, k, q_pos, k_pos)`` — a rotation of queries and keys (RoPE, YaRN, randomized RoPE); else the identity;
 * ``bias(q, k, scores, q_pos, k_pos)`` — the additive bias B of paper eq. (1): ``None`` (NoPE, the RoPE family),
   ``[H, Tq, Tk]`` (ALiBi, Kerple, FIRE, T5) or ``[batch, H, Tq, Tk]`` when it depends on the query (CoPE, XL).
 
-``q_pos``/``k_pos`` are 1-D position vectors; ``scores`` is q·kᵀ/√d of the same rows. Decoder (causal) biases
-are those of the public code, built on tril(i − j): keys right of the query see the bias of distance 0 (the
-causal mask hides them; only a processor without tril, the §4.5 ablation, reads them). With ``causal=False``
-(the CHE encoder) each encoding tells left from right; the choice per encoding is written in its docstring.
-An encoding with ``randomized_positions`` is trained and evaluated at sorted random positions drawn by
-``dape_core.positions``. A new encoding is one entry in ``dape_core.encoding_facts`` and one class decorated with
-``@register("name")`` in a module of this package (``base``: the registry, the base class and NoPE; ``rotary``;
-``additive``: biases of the distance alone; ``query_dependent``: CoPE and XL) imported here; it then joins the
-tests and configs by name.
+Decoder (causal) biases are the public code's, built on tril(i − j): keys right of the query see distance 0's bias
+(the causal mask hides them; only a processor without tril, the §4.5 ablation, reads them). With ``causal=False``
+(the CHE encoder) each encoding tells left from right as its docstring says. A new encoding: an entry in
+``dape_core.encoding_facts`` and a class decorated with ``@register("name")`` in a module here (``base``, ``rotary``,
+``additive``: biases of the distance alone, ``query_dependent``), imported below.
 
-What does not change within a forward pass and has no parameters — distances, T5's buckets, masks, XL's
-sinusoids, ALiBi's whole bias — is built once per pair of position tensors and reused by every layer
-(``geometry``; under ``torch.compile`` built inside the graph, which shares it); anything that depends on a parameter
-is recomputed at every call, so it follows its parameters.
+Parameter-free tensors constant within a forward pass (distances, T5's buckets, masks, XL's sinusoids, ALiBi's whole
+bias) are built once per pair of position tensors and shared by every layer (``geometry``; under ``torch.compile``
+inside the graph); anything depending on a parameter is recomputed at every call.
 """
 
 # in the order the encodings register (the order of the `encoding` setting's allowed values)

@@ -59,10 +59,9 @@ class ALiBi(PositionalEncoding):
 class Kerple(PositionalEncoding):
     """Kerple, logarithmic variant (Chi et al., 2022): b(i, j) = −r1·log(1 + r2·max(i − j, 0)), r1, r2 ≥ 0.01.
 
-    Init r1 ~ 2·U(0, 1), r2 ~ U(0, 1) per head; the parameters are clamped to ≥ 0.01 in place at every forward,
-    as the reference does (under torch.compile the bias reads the clamped values, :meth:`clamped_parameters`).
-    Decoder: the public code's kernel of tril(i − j), so keys right of the query get 0.
-    Encoder (two-sided): −r1·log(1 + r2·|i − j|) with separate (r1, r2) for keys left and right of the query.
+    Init r1 ~ 2·U(0, 1), r2 ~ U(0, 1) per head, clamped to ≥ 0.01 in place at every forward as the reference does
+    (under torch.compile: :meth:`clamped_parameters`). Decoder: the public code's kernel of tril(i − j), so keys right
+    of the query get 0. Encoder (two-sided): −r1·log(1 + r2·|i − j|), separate (r1, r2) for keys left and right.
     """
 
     relative_bias = True
@@ -86,10 +85,9 @@ class Kerple(PositionalEncoding):
 
     def clamped_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(r1, r2) ≥ 0.01 as the bias reads them: eagerly the parameters after :meth:`clamp_parameters`; under
-        torch.compile the in-place clamp's values and gradients without mutating the parameters inside the graph
-        (the check would read values on the host, and a graph that clamps in place at every call bumps the
-        parameters' versions under the tensors an earlier call saved); training clamps the stored parameters
-        after every optimiser step (``train.constrain_parameters``)."""
+        torch.compile the clamp's values and gradients without mutating the parameters in the graph (an in-place clamp
+        there bumps their versions under tensors an earlier call saved). Training clamps the stored parameters after
+        every optimiser step (``train.constrain_parameters``)."""
         if torch.compiler.is_compiling():
             return tuple(p + (p.clamp(min=self.min_value) - p).detach() for p in (self.r1, self.r2))
         self.clamp_parameters()
@@ -117,10 +115,9 @@ class Kerple(PositionalEncoding):
 class FIRE(PositionalEncoding):
     """FIRE (Li et al., 2023): b(i, j) = f_θ(ψ(i − j) / ψ(max(L, i))), ψ(x) = log(|c·x| + 1).
 
-    f_θ = Linear(1, 32)–ReLU–Linear(32, H); c learnable (init 0.1); L = |L_multiplier·L_init| with L_multiplier
-    learnable (init 1) and L_init = train_len / 2 fixed; eps 1e-6 on the denominator. Decoder: the distance is
-    the public code's tril(i − j), so keys right of the query get f_θ(0). Encoder (two-sided): the signed
-    normalised distance sign(i − j)·ψ(i − j)/ψ(max(L, i, j)) goes into f_θ.
+    f_θ = Linear(1, 32)–ReLU–Linear(32, H); c learnable (init 0.1); L = |L_multiplier·L_init|, L_multiplier learnable
+    (init 1), L_init = train_len / 2 fixed; eps 1e-6 on the denominator. Decoder: the public code's tril(i − j), so
+    keys right of the query get f_θ(0). Encoder (two-sided): f_θ of sign(i − j)·ψ(i − j)/ψ(max(L, i, j)).
     """
 
     def __init__(self, n_head, head_dim, *, fire_width: int = FIRE_WIDTH, **kw):
@@ -167,14 +164,10 @@ def t5_bucket(dist: torch.Tensor, *, bidirectional: bool, num_buckets: int = 32,
 
 @register("t5")
 class T5Bias(PositionalEncoding):
-    """T5 relative bias (Raffel et al., 2020) as the public code has it: b(i, j) = √d_head · w[bucket(i − j), h],
-    32 buckets of i − j, max distance 128; w [buckets, H] initialised Xavier-normal (std √(2/(buckets + H))).
-
-    The public code (GPT-NeoX's ParallelRelativePositionBias, ``pos_emb: rpe``) builds one table for all layers,
-    multiplies it by √d_head and initialises it with ``xavier_normal_``; this follows it. Decoder: causal buckets
-    of max(i − j, 0), so keys right of the query get bucket 0. Encoder: T5's bidirectional buckets (left and right
-    apart). A table saved before the √d_head scale was adopted (no ``scale`` in its state dict) was trained
-    unscaled and loads with scale 1, so it gives the results it was trained and evaluated with.
+    """T5 relative bias (Raffel et al., 2020) as the public code (GPT-NeoX's ParallelRelativePositionBias, ``pos_emb:
+    rpe``) has it: b(i, j) = √d_head · w[bucket(i − j), h], 32 buckets, max distance 128, w [buckets, H] Xavier-normal,
+    one table for all layers. Decoder: buckets of max(i − j, 0). Encoder: T5's bidirectional buckets. A table saved
+    without ``scale`` was trained unscaled and loads with scale 1.
     """
 
     relative_bias = True

@@ -16,8 +16,8 @@ ENCODINGS: dict[str, type["PositionalEncoding"]] = {}
 
 
 def register(name: str) -> Callable[[type], type]:
-    """Class decorator: make an encoding available by ``name`` (config key), with the facts
-    :mod:`dape_core.encoding_facts` declares for it (display name, bias, sharing, random positions)."""
+    """Class decorator: make an encoding available by ``name`` (config key), with its facts from
+    :mod:`dape_core.encoding_facts` (bias, sharing, random positions)."""
     info = facts(name)
 
     def wrap(cls: type) -> type:
@@ -50,10 +50,9 @@ def _position_key(pos: torch.Tensor):
 class GeometryCache:
     """Parameter-free tensors derived from a pair of position vectors, shared by every layer of a forward pass.
 
-    Keyed by what is built and by the identity (device, address, shape, strides, version counter) of the two
-    position tensors; an entry holds on to those tensors, so their memory cannot be reused by other positions
-    while the entry lives. Least recently used entries go first once ``max_bytes`` is exceeded; an entry larger
-    than the budget is built and returned but not kept, so memory stays bounded at any length.
+    Keyed by what is built and by the two position tensors' identity (device, address, shape, strides, version
+    counter); an entry holds those tensors, so their memory cannot be reused by other positions while it lives. Least
+    recently used entries go first beyond ``max_bytes``; an entry larger than that is returned but not kept.
     """
 
     def __init__(self, max_bytes: int = GEOMETRY_CACHE_BYTES):
@@ -63,8 +62,8 @@ class GeometryCache:
         self.hits = self.misses = 0
 
     def get(self, what: tuple, q_pos: torch.Tensor, k_pos: torch.Tensor, build: Callable[[], torch.Tensor]):
-        """The entry ``what`` of (``q_pos``, ``k_pos``), built by ``build()`` on a miss; under ``torch.compile``
-        always built (the compiler keys nothing by tensor addresses and shares the built tensors itself)."""
+        """The entry ``what`` of (``q_pos``, ``k_pos``), built by ``build()`` on a miss; under ``torch.compile`` always
+        built (the compiler shares the built tensors itself)."""
         if torch.compiler.is_compiling():
             return build()
         key = (what, _position_key(q_pos), _position_key(k_pos))

@@ -87,10 +87,10 @@ class TransformerXL(PositionalEncoding):
         return dist - lo, sinusoid(torch.arange(lo, hi + 1, device=dist.device), self.rel_dim)
 
     def _static_range(self, dist, n_keys: int) -> tuple[int, int]:
-        """The table's distances under ``torch.compile``, from the shapes alone: |i − j| ≤ Tk − 1, every distance
-        of consecutive positions whose queries are among the keys (what every attention path passes). The eager
-        range (min … max of the distances) would need their values on the host: a graph break and a device sync.
-        Positions farther apart (random ones) fail an assertion in the graph instead of reading a wrong row."""
+        """The table's distances under ``torch.compile``, from the shapes alone: |i − j| ≤ Tk − 1, every distance of
+        consecutive positions whose queries are among the keys (what every attention path passes); the eager min …
+        max would read values on the host (a graph break, a device sync). Positions farther apart (random ones) fail
+        an assertion in the graph instead of reading a wrong row."""
         lo, hi = (0 if self.causal else 1 - n_keys), n_keys - 1
         torch._assert_async(((dist >= lo) & (dist <= hi)).all(),
                             "Transformer-XL under torch.compile: a distance exceeds the number of keys − 1 "

@@ -37,16 +37,14 @@ class RoPE(PositionalEncoding):
 
 @register("yarn")
 class YaRN(RoPE):
-    """YaRN (Peng et al., 2023): RoPE whose frequencies are interpolated "NTK-by-parts" and whose logits get a
-    temperature, applied without fine-tuning at the scale s = max(1, L′/L) of each forward pass (the paper's
-    dynamic scaling, §3.3; eq. 11): L = ``train_len``, L′ = the number of key positions (the evaluation length),
-    so a model trained as RoPE at L is plain RoPE up to L and YaRN beyond.
+    """YaRN (Peng et al., 2023): RoPE with "NTK-by-parts" interpolated frequencies and a logit temperature, without
+    fine-tuning, at each forward's scale s = max(1, L′/L) (dynamic scaling, §3.3; eq. 11), L = ``train_len``, L′ = the
+    number of key positions: RoPE up to L, YaRN beyond.
 
-    Per RoPE frequency θ_d: wavelength λ_d = 2π/θ_d (eq. 13), ratio r(d) = L/λ_d (eq. 17), ramp γ(r) = 0 below α,
-    1 above β and (r − α)/(β − α) between (eq. 18; α = 1, β = 32, the paper's values for Llama), interpolated
-    θ′_d = (1 − γ)·θ_d/s + γ·θ_d (eq. 20); q and k are both multiplied by √(1/t) = 0.1·ln s + 1 (eqs. 21–22),
-    the logits by 1/t. The reference code (jquesnelle/yarn) ramps linearly in the dimension index between the
-    dimensions where r = β and r = α (rounded outwards) rather than linearly in r; this follows the paper.
+    λ_d = 2π/θ_d (eq. 13), r(d) = L/λ_d (eq. 17), ramp γ(r) = 0 below α, 1 above β, linear between (eq. 18; α = 1,
+    β = 32, the paper's Llama values), θ′_d = (1 − γ)·θ_d/s + γ·θ_d (eq. 20); q and k each scaled by √(1/t) =
+    0.1·ln s + 1 (eqs. 21–22). The ramp is linear in r as in the paper; the reference code (jquesnelle/yarn) ramps
+    linearly in the dimension index between the dimensions where r = β and r = α (rounded outwards).
     """
 
     def __init__(self, n_head, head_dim, *, yarn_alpha: float = 1.0, yarn_beta: float = 32.0, **kw):
@@ -82,14 +80,8 @@ class YaRN(RoPE):
 
 @register("randrope")
 class RandomizedRoPE(RoPE):
-    """Randomized RoPE (Ruoss et al., 2023): RoPE at sorted positions drawn without replacement from
-    [0, max_position), max_position ≥ the longest evaluation length — a new draw for every training micro-batch,
-    a function of (seed, step, micro-batch) so that a resumed run draws the same positions.
-
-    Evaluation draws too, as Ruoss et al. do at test time: one draw per evaluation window, seeded by (seed,
-    length, window), so that a perplexity is deterministic and does not depend on batching (at length
-    max_position the draw is 0 … T−1). Positions 0 … T−1 at evaluation would put neighbouring tokens one
-    position apart, a spacing training shows only when max_position = train_len. The draws are made by
-    ``dape_core.positions``; this class is RoPE at the positions it is given (in the CHE encoder, the runner's
-    ``randomized_positions`` decides them, as for every encoding there).
+    """Randomized RoPE (Ruoss et al., 2023): RoPE at the sorted random positions it is given, drawn by
+    ``dape_core.positions`` from [0, max_position): per training micro-batch, and per evaluation window as Ruoss et al.
+    do at test time (0 … T−1 would space neighbours one apart, which training shows only when max_position =
+    train_len). In the CHE encoder the runner's ``randomized_positions`` decides them, as for every encoding there.
     """

@@ -1,14 +1,10 @@
 """DAPE V1/V2 processors inside Hugging Face decoders (Llama, Mistral, Qwen2), through transformers' attention
 registry; requires the ``hf`` extra (``transformers``).
 
-* :func:`add_processor` — a DAPE processor (and an additive encoding, or ``nope``) in every attention layer,
-  starting as the identity; the model's attention switched to the registered ``"dape"`` function
-  (:mod:`dape_core.hf.patch`, whose docstring states the semantics: masks, KV cache, padding).
-* :func:`processors`, :func:`set_attention_impl` — a patched model's processors; its path (auto/fast/plain/
-  materialized).
-* :func:`save_pretrained`, :func:`load_pretrained` — a patched model to and from a directory, processors included
-  (:mod:`dape_core.hf.checkpoint`); :func:`save_causal_lm`, :func:`load_causal_lm` — a model with or without them.
-* :mod:`dape_core.hf.adapter` — a model directory as ``dape evaluate`` reads it (``--checkpoint DIR``).
+* :func:`add_processor`, :func:`processors`, :func:`set_attention_impl` — patch a model (every attention layer gets a
+  processor starting as the identity; semantics: :mod:`dape_core.hf.patch`), its processors, its path;
+* :func:`save_pretrained`, :func:`load_pretrained`, :func:`save_causal_lm`, :func:`load_causal_lm` — a model to and
+  from a directory (:mod:`dape_core.hf.checkpoint`); :mod:`dape_core.hf.adapter` — one as ``dape evaluate`` reads it;
 * :func:`build_causal_lm` — a fresh model from a configuration dict, offline (:mod:`dape_core.hf.models`).
 """
 

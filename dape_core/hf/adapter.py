@@ -1,17 +1,11 @@
-"""A Hugging Face causal LM as ``dape evaluate`` sees a model, so that the evaluation runs unchanged on it.
+"""A Hugging Face causal LM as ``dape evaluate`` sees a model, so the evaluation runs unchanged on it.
 
 :class:`CausalLMAdapter` gives a transformers model the interface of :class:`dape_core.model.GPT` that
 :func:`dape_core.evaluate.window_nll` and :func:`~dape_core.evaluate.evaluate_windows` call: ``model(x, last=n)``
-returns the logits of the last ``n`` positions (transformers' ``logits_to_keep``), ``model.cfg`` says how positions
-are placed (the model's own RoPE at 0 … T−1, never randomized) and carries the evaluation's ``query_chunk_size``
-(passed to a patched model's processors). RoPE is computed at any position, so evaluation lengths beyond the
-model's ``max_position_embeddings`` work.
-
-:func:`load_for_evaluation` reads a model directory (``dape finetune``'s ``model/``, or any local transformers
-checkpoint) and the record a ``model.pt`` carries for the evaluation's rows: the method label, the training length
-and seed, the status. ``dape finetune`` writes that record as ``finetune.json`` into the directory
-(:func:`run_record`); a directory without one is an original checkpoint: "Llama (base)", training length
-``max_position_embeddings``.
+(transformers' ``logits_to_keep``) and ``model.cfg`` (the model's own RoPE at 0 … T−1, any length; the evaluation's
+``query_chunk_size``). :func:`load_for_evaluation` reads a model directory and its record for the evaluation's rows:
+``finetune.json`` from ``dape finetune`` (:func:`run_record`), else an original checkpoint ("Llama (base)", training
+length ``max_position_embeddings``).
 """
 
 from __future__ import annotations
@@ -36,8 +30,8 @@ ATTENTION_KEYS = ("encoding", "processor", "kernel_size", "dape_width", "tril", 
 
 @dataclass
 class AdapterConfig:
-    """What the evaluation reads off ``model.cfg``: the positional encoding (the model's RoPE, so positions are
-    0 … T−1), ``max_position`` (unused by RoPE) and the query chunks of a patched model's attention."""
+    """What the evaluation reads off ``model.cfg``: the encoding (the model's RoPE: positions 0 … T−1),
+    ``max_position`` (unused by RoPE) and a patched model's query chunks."""
 
     encoding: str = "rope"
     max_position: int = 0
@@ -64,8 +58,8 @@ class CausalLMAdapter(nn.Module):
 
 
 def attention_record(model: nn.Module) -> dict[str, Any]:
-    """The model's processor settings (processor none for an unpatched model) and its shape, as the evaluation's
-    rows name them (``size`` stays empty: no preset describes a transformers configuration)."""
+    """The model's processor settings (none for an unpatched model) and shape, as the evaluation's rows name them
+    (``size`` empty: no preset describes a transformers configuration)."""
     config = model.config
     saved = getattr(config, CONFIG_KEY, None) or {"processor": "none"}
     out = {key: saved.get(key) for key in ATTENTION_KEYS}
@@ -86,8 +80,8 @@ def run_record(model: nn.Module, *, finetuned: bool, train_settings: dict[str, A
 
 
 def original_record(model: nn.Module, path: Path) -> dict[str, Any]:
-    """The record of a directory that ``dape finetune`` did not write: the original checkpoint, trained (as far as
-    its configuration says) at ``max_position_embeddings``."""
+    """The record of a directory ``dape finetune`` did not write: the original checkpoint, trained (as far as its
+    configuration says) at ``max_position_embeddings``."""
     train = {"train_len": int(model.config.max_position_embeddings), "seed": None, "lr": None, "steps": None,
              "batch_size": None}
     digest = hashlib.sha256((path / "config.json").read_bytes()).hexdigest()[:16]

@@ -1,14 +1,10 @@
 """Saving and loading a Hugging Face decoder patched with DAPE processors.
 
-A patched model saves as any transformers model: its ``config.json`` carries the processor settings under
-``"dape"`` (the :class:`~dape_core.settings.AttentionSettings` fields and ``train_len``) and its safetensors files
-the processors' and encodings' weights beside the model's (``…self_attn.dape_processor.conv1.weight``).
-:func:`save_pretrained` writes the directory under a temporary name and renames it when complete.
-:func:`load_pretrained` rebuilds the model from the base weights with transformers, patches it with the saved
-settings and restores the processor weights, strictly: a missing or unexpected processor weight is an error.
-:func:`save_causal_lm` and :func:`load_causal_lm` do the same for a model with or without processors (a plain
-fine-tune stays a plain transformers directory). ``files`` adds files to the directory before it is renamed (the
-tokenizer and the run record of ``dape finetune``).
+A patched model saves as any transformers model: ``config.json`` holds the settings under ``"dape"``
+(:class:`~dape_core.settings.AttentionSettings` fields and ``train_len``), the safetensors files the processors' and
+encodings' weights beside the model's. Saving is atomic (a temporary directory, renamed when complete; ``files``
+added before); :func:`load_pretrained` rebuilds the base model, patches it and restores the processor weights
+strictly. :func:`save_causal_lm` and :func:`load_causal_lm` take a model with or without processors.
 """
 
 from __future__ import annotations
@@ -30,8 +26,8 @@ INDEX_FILE = "model.safetensors.index.json"
 
 
 def save_pretrained(model: nn.Module, path: str | Path, *, files: dict[str, str | bytes] | None = None) -> Path:
-    """``model.save_pretrained`` into ``path``, atomically: written next to it under a temporary name, then renamed
-    (an existing ``path`` is replaced); ``files``: name → content added to the directory."""
+    """``model.save_pretrained`` into ``path`` atomically (a temporary name, then renamed; an existing ``path`` is
+    replaced); ``files``: name → content added to the directory."""
     if getattr(model.config, CONFIG_KEY, None) is None:
         raise ConfigError("model: has no DAPE processors; allowed: a model patched with dape_core.hf.add_processor")
     return save_causal_lm(model, path, files=files)
@@ -61,8 +57,8 @@ def save_causal_lm(model: nn.Module, path: str | Path, *, files: dict[str, str |
 
 
 def seal_directory(written: Path, final: Path) -> None:
-    """Every file of a model directory written under ``written`` sealed as the file it becomes under ``final``
-    (``<file>.sha256``: its sha256 and identity, :mod:`dape_core.io`), so a reader can verify each one."""
+    """Seal every file of a model directory written under ``written`` as the file it becomes under ``final``
+    (``<file>.sha256``: sha256 and identity, :mod:`dape_core.io`), so a reader can verify each."""
     from dape_core import io
     from dape_core.model_folder import model_files
 
@@ -104,10 +100,10 @@ def is_dape_key(name: str) -> bool:
 
 
 def load_pretrained(path: str | Path, *, dtype: torch.dtype | None = None) -> nn.Module:
-    """A patched model saved by :func:`save_pretrained` (or ``save_pretrained`` of transformers): the base model
-    from its weights (``dtype``: the base weights' dtype, default transformers'), its processors from the saved
-    settings and weights (fp32). Raises :class:`~dape_core.errors.ConfigError` if the directory has no DAPE
-    settings or if processor weights are missing or unexpected."""
+    """A patched model saved by :func:`save_pretrained` (or transformers' ``save_pretrained``): the base model from
+    its weights (``dtype``: theirs, default transformers'), its processors from the saved settings and weights (fp32).
+    Raises :class:`~dape_core.errors.ConfigError` without DAPE settings or with missing or unexpected processor
+    weights."""
     from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 

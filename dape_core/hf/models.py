@@ -1,8 +1,7 @@
 """Fresh (randomly initialised) Hugging Face causal LMs from a configuration dict, offline.
 
-``build_causal_lm({"model_type": "llama", "hidden_size": 32, "num_hidden_layers": 2, ...})`` builds the model
-class of ``model_type`` from its transformers configuration (every other key is a field of that configuration),
-without reading the Hub: a tiny model for tests, or a model to train from scratch.
+``build_causal_lm({"model_type": "llama", "hidden_size": 32, ...})`` builds ``model_type``'s model class from its
+transformers configuration (the other keys its fields) without the Hub: a tiny model for tests, or one to train.
 """
 
 from __future__ import annotations

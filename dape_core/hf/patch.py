@@ -1,35 +1,26 @@
 """DAPE inside a Hugging Face decoder: one processor per attention layer, through transformers' attention registry.
 
 :func:`add_processor` gives every attention module of a ``transformers`` causal LM (Llama, Qwen2, Mistral) a
-``dape_processor`` (:class:`~dape_core.dape.ScoreProcessor`, DAPE V1 or V2) and a ``dape_encoding`` (the additive
-bias B of ``alibi``, ``kerple`` or ``fire``; ``nope``: none, the processor then sees A alone, eq. 4) as submodules,
-so both are in the model's ``state_dict``, and switches the model to the attention function registered here under
-``"dape"``. The model's own projections, RoPE, KV cache and masks stay transformers'; only softmax(·)·V of the
-rotated q, k, v goes through the project's score pipeline, :func:`dape_core.attention.attend_causal` (the plain,
-fast and materialized paths of the project's own model; ``attention_impl: auto`` resolved by device):
+``dape_processor`` (:class:`~dape_core.dape.ScoreProcessor`) and a ``dape_encoding`` (the bias B of ``alibi``,
+``kerple`` or ``fire``; ``nope``: none, eq. 4) as submodules, in the ``state_dict``, and switches the model to the
+attention function registered as ``"dape"``. Projections, RoPE, KV cache and masks stay transformers'; softmax(·)·V of
+the rotated q, k, v goes through :func:`dape_core.attention.attend_causal` (``auto`` resolved by device):
 
-* GQA: the key/value heads are repeated to the H query heads (the processor mixes the H score channels);
-* the model's ``scaling`` replaces 1/√d_head when they differ (q is rescaled);
-* scores, softmax and ·V run in fp32 at least (and in the processor's dtype if wider), the output in the model's;
-* masks: transformers builds a boolean [batch, 1, Tq, Tk] mask for ``"dape"`` as for SDPA (``None`` for a plain
-  causal forward or a single query). Where it removes keys beyond the causal mask (padding, Mistral's sliding
-  window, packed sequences), the processor treats a removed key as its zero padding and the scores get the mask
-  (the plain path; :func:`~dape_core.attention.attend_causal`), so a left-padded sequence's real tokens get the
-  unpadded sequence's logits;
-* positions of B: key j at p + j with p = position_ids[b, −1] − (Tk − 1), so the last query is at its position id;
-  only FIRE reads absolute positions (its normaliser), ALiBi and Kerple read i − j alone;
-* KV cache: query row r is key Tk − Tq + r (transformers' ``DynamicCache``, the default of ``generate``; a cache
-  whose keys do not end at the last query, such as a static cache, is refused).
+* GQA: key/value heads are repeated to the H query heads; the model's ``scaling`` replaces 1/√d_head (q rescaled);
+* scores, softmax and ·V in fp32 at least (the processor's dtype if wider), the output in the model's;
+* masks: transformers' boolean [batch, 1, Tq, Tk] mask, built as for SDPA (``None`` for a plain causal forward or a
+  single query); where it removes keys beyond the causal mask (padding, a sliding window, packed sequences) the plain
+  path treats a removed key as zero padding, so a left-padded sequence's real tokens get the unpadded logits;
+* positions of B: key j at position_ids[b, −1] − (Tk − 1) + j; only FIRE reads absolute positions (its normaliser);
+* KV cache: query row r is key Tk − Tq + r (``DynamicCache``, ``generate``'s default); a cache whose keys do not end
+  at the last query (a static cache) is refused.
 
-Padding and cached decoding: with ``padding: causal`` (k − 1 zero columns left) the output at key j reads keys ≤ j
-only, so a cached step computes exactly what a full forward computes at that row. With ``padding: same`` (k//2
-each side, appendix L) Conv2's output on the diagonal reads Conv1's output at key i + 1 — zero input there under
-tril, but Conv1's bias and its tap on key i make it non-zero (a boundary effect, no leakage): a full forward's row
-i then depends on whether key i + 1 exists. A cached step has no key i + 1, so it equals the last row of a forward
-of the prefix, not row i of a forward of the whole sequence, and from the second layer on not even the former (the
-cached keys were computed when their tokens were last). Cached decoding with ``same`` padding and k > 1 is
-therefore refused (:class:`~dape_core.errors.ConfigError` naming ``padding`` and ``causal``); ``use_cache=False``
-works with either padding. DAPE V1 and k = 1 have no padding, so both paddings decode with a cache.
+Cached decoding: with ``padding: causal`` the output at key j reads keys ≤ j only, so a cached step equals a full
+forward's row. With ``padding: same`` (appendix L) Conv2's output on the diagonal reads Conv1's output at key i + 1,
+non-zero through Conv1's bias and its tap on key i (a boundary effect, no leakage), so row i depends on whether key
+i + 1 exists, which a cached step lacks (from the second layer on, the cached keys also differ). Cached decoding with
+``same`` padding and k > 1 therefore raises :class:`~dape_core.errors.ConfigError`; ``use_cache=False``, DAPE V1 and
+k = 1 work with either padding.
 """
 
 from __future__ import annotations
@@ -92,13 +83,11 @@ def add_processor(
     train_len: int | None = None,
     zero_init_output: bool = True,
 ) -> nn.Module:
-    """Give every attention layer of ``model`` its DAPE processor (and additive encoding) and switch the model to
-    the ``"dape"`` attention function; returns ``model``, patched in place.
-
-    ``settings``: an :class:`~dape_core.settings.AttentionSettings` (or a dict of its fields) with processor
-    ``dape_v1``/``dape_v2``, encoding ``nope``/``alibi``/``kerple``/``fire``. ``train_len``: FIRE's L_init is half
-    of it (default: the model's ``max_position_embeddings``). ``zero_init_output``: each processor starts as the
-    identity (its second layer zero), so with ``nope`` the patched model computes the original's logits."""
+    """Give every attention layer of ``model`` its DAPE processor (and encoding) and switch it to ``"dape"`` attention;
+    returns ``model``, patched in place. ``settings``: :class:`~dape_core.settings.AttentionSettings` (or a dict of
+    its fields), processor ``dape_v1``/``dape_v2``, encoding ``nope``/``alibi``/``kerple``/``fire``; ``train_len``:
+    twice FIRE's L_init (default ``max_position_embeddings``); ``zero_init_output``: processors start as the identity,
+    so with ``nope`` the patched model computes the original's logits."""
     settings = hf_settings(settings)
     layers = attention_layers(model)
     if any(hasattr(m, PROCESSOR_MODULE) for m in layers):
@@ -198,8 +187,8 @@ def _key_mask(attention_mask: torch.Tensor | None, n_q: int, n_k: int) -> torch.
 
 
 def _position_groups(encoding, position_ids, batch: int, n_k: int, device):
-    """(batch rows, key positions [Tk]) groups: key j at position_ids[b, −1] − (Tk − 1) + j. Encodings that read
-    i − j alone (ALiBi, Kerple) or no positions (NoPE) take 0 … Tk − 1 for the whole batch."""
+    """(batch rows, key positions [Tk]) groups: key j at position_ids[b, −1] − (Tk − 1) + j; encodings reading i − j
+    alone (ALiBi, Kerple) or no positions (NoPE) take 0 … Tk − 1 for the whole batch."""
     base = torch.arange(n_k, device=device)
     if position_ids is None or not encoding.has_bias or encoding.relative_bias:
         return [(slice(None), base)]
@@ -222,7 +211,8 @@ def _in_batch_order(outputs, batch: int) -> torch.Tensor:
 
 
 def set_attention_impl(model: nn.Module, attention_impl: str) -> None:
-    """Switch a patched model's path (``attention_impl``: auto, fast, plain, materialized, compiled or fused), kept in its config."""
+    """Switch a patched model's path (``attention_impl``: auto, fast, plain, materialized, compiled or fused), kept in
+    its config."""
     require_choice("attention_impl", attention_impl, ATTENTION_IMPLS)
     saved = getattr(model.config, CONFIG_KEY, None)
     if saved is None:

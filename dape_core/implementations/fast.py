@@ -1,16 +1,13 @@
 """The fast path of DAPE attention (``attention_impl: fast``, what ``auto`` runs on a CPU): the score processor in
-blocked GEMMs, equal to ``ScoreProcessor.forward`` (outputs and gradients), inside :func:`attend_fast`'s chunks of
-query rows.
+blocked GEMMs inside :func:`attend_fast`'s chunks of query rows, equal to ``ScoreProcessor.forward`` (outputs and
+gradients).
 
-The convolutions are GEMMs over an unfolded key axis, taken one block of (batch elements × query rows) at a time
-so that the D_DAPE-wide hidden map stays in a CPU core's cache and is never stored: the backward pass recomputes
-it block by block (:mod:`~dape_core.implementations.fast_autograd`). Exact savings on top: Conv1 is linear, so its
-half on a batch-independent bias B is computed once per block of rows, not once per batch element — and once per
-distance i − j when B is relative (ALiBi, Kerple, T5 at contiguous positions: ``RelativeBiasHalf``); under a
-causal mask a block of rows ending at row R reads only keys ≤ R + halo (the masked upper triangle beyond the halo
-is skipped); and tril, the A + B + b₂ base and the output layout are fused into the copies the GEMMs need anyway.
-``compute_dtype=torch.bfloat16`` runs the two GEMMs in bf16 (accumulating into the fp32 scores), an option with its
-perplexity effect measured in ``benchmarks/``.
+The convolutions are GEMMs over an unfolded key axis, one block of (batch elements × query rows) at a time, so the
+hidden map stays in a CPU core's cache and is never stored (:mod:`~dape_core.implementations.fast_autograd`
+recomputes it). Exact savings: Conv1's half on a batch-free bias B once per block of rows, or once per distance i − j
+for a relative B at contiguous positions; under a causal mask only keys ≤ the last row + halo; tril, A + B + b₂ and
+the output layout fused into copies the GEMMs need anyway. ``compute_dtype=torch.bfloat16``: the two GEMMs in bf16,
+accumulated in fp32 (perplexity effect: benchmarks/results/README.md, bf16 perplexity).
 """
 
 from __future__ import annotations
@@ -51,9 +48,8 @@ def attend_fast(
 ) -> torch.Tensor:
     """softmax(mask(A + B + f(tril([A; B])))) · V (eq. 5) for q [batch, H, Tq, d_head] and k, v [batch, H, Tk,
     d_head] (already rotated; query row r is key ``row_offset`` + r, ``positions`` [Tk] are the keys'), per chunk of
-    ``chunk`` query rows (default: :func:`auto_chunk_rows`): q·kᵀ/√d on the keys the rows reach, B, the processor's
-    blocked form (:func:`blocked_scores`, A + B + f with the causal mask, its GEMMs in ``dape_dtype``), softmax, ·V.
-    Returns [batch, H, Tq, d_head]."""
+    ``chunk`` rows (default :func:`auto_chunk_rows`), the processor by :func:`blocked_scores` (GEMMs in
+    ``dape_dtype``). Returns [batch, H, Tq, d_head]."""
     n, n_keys, scale = q.shape[2], k.shape[2], 1.0 / math.sqrt(q.shape[-1])
     chunk = chunk or auto_chunk_rows(q.shape[0], q.shape[1], n_keys)
     relative = encoding.relative_bias and n_keys > 1 and consecutive(positions)
@@ -91,13 +87,12 @@ def blocked_scores(
     share_bias: bool = True,
     relative_bias: bool = False,
 ) -> torch.Tensor:
-    """Equals ``processor(scores, bias, row_offset)`` (``ScoreProcessor.forward``), for the first ``keys_out`` keys.
+    """Equals ``processor(scores, bias, row_offset)`` (``ScoreProcessor.forward``) on the first ``keys_out`` keys.
 
-    With ``causal=True`` the causal mask is applied too: −inf right of each query row, exact elsewhere,
-    provided ``scores`` holds the keys up to the last row + ``needed_halo()``. Without it, every position is
-    exact. ``share_bias``: Conv1's half on a batch-free bias once per block of rows (else per batch element);
-    ``relative_bias``: the caller guarantees B[i, j] = φ(i − j) (a relative encoding at contiguous
-    positions), so that under tril and the causal mask Conv1's bias half is computed once per distance.
+    ``causal=True`` applies the causal mask too (−inf right of each query row), exact provided ``scores`` holds the
+    keys up to the last row + ``needed_halo()``. ``share_bias``: Conv1's half on a batch-free bias once per block of
+    rows (else per batch element); ``relative_bias``: the caller guarantees B[i, j] = φ(i − j) (a relative encoding at
+    contiguous positions), so under tril and the causal mask Conv1's bias half is computed once per distance.
     """
     if processor.bias_channels and bias is None:
         raise ValueError("this processor was built for an encoding with a bias, but got none")
@@ -133,9 +128,8 @@ def blocked_scores(
 
 
 def gemm_weights(processor: ScoreProcessor):
-    """(W1 [D, k·C] in (tap, channel) order, b1, W2 [k·H, D] in (tap, head) order, b2), differentiable views
-    of the layer's parameters: Conv1 is W1 applied to the k shifted copies of its input, Conv2 is the sum of
-    the k shifted slices of W2·hidden."""
+    """(W1 [D, k·C] in (tap, channel) order, b1, W2 [k·H, D] in (tap, head) order, b2), differentiable views of the
+    layer's parameters: Conv1 is W1 on k shifted copies of its input, Conv2 the sum of W2·hidden's k shifted slices."""
     if processor.processor == "dape_v1":
         first, second = processor.mlp[0], processor.mlp[2]
         return first.weight, first.bias, second.weight, second.bias

@@ -1,10 +1,7 @@
-"""The fast path's autograd function (:mod:`dape_core.implementations.fast`): DAPE's processor as blocked GEMMs,
-forward and backward, block by block of (batch elements × query rows) so that the hidden map is never stored.
-
-:class:`DapeScores` takes the scores, the bias and the processor's weights as GEMM matrices
-(``fast.gemm_weights``) with a :class:`Plan` of static settings; :class:`Blocks` builds each block's unfolded
-input and hidden map (again in the backward pass), :class:`RelativeBiasHalf` Conv1's bias half once per distance
-i − j for a relative bias under tril and the causal mask.
+"""The fast path's autograd function (:mod:`dape_core.implementations.fast`): :class:`DapeScores`, DAPE's processor as
+blocked GEMMs (weights from ``fast.gemm_weights``, a :class:`Plan` of static settings), block by block so the hidden
+map is never stored: :class:`Blocks` builds each block's unfolded input and hidden map (again in the backward),
+:class:`RelativeBiasHalf` Conv1's bias half once per distance i − j (relative bias, tril, causal).
 """
 
 from __future__ import annotations
@@ -33,8 +30,8 @@ class Plan:
     block_rows: int
 
     def row_blocks(self, n_rows: int, n_keys: int, width: int, itemsize: int):
-        """(first row, end row, keys read) per block: at most ``block_rows`` rows, a hidden map of one batch
-        element within ``block_bytes``, and under a causal mask no keys beyond the last row + halo."""
+        """(first row, end row, keys read) per block: at most ``block_rows`` rows, one batch element's hidden map
+        within ``block_bytes``, under a causal mask no keys beyond the last row + halo."""
         blocks, r0 = [], 0
         while r0 < n_rows:
             rows = min(n_rows - r0, self.block_rows)
@@ -95,11 +92,11 @@ def _windows(padded: torch.Tensor, keys: int, taps: int) -> torch.Tensor:
 
 
 class Blocks:
-    """The blocks of one call and Conv1 on each: shared by the forward pass and the recomputing backward pass.
+    """The blocks of one call and Conv1 on each, for the forward pass and the recomputing backward pass.
 
-    ``x`` is Conv1's input [batch, C, Tq, left + Tk + right], tril-masked and zero-padded once per call, so that a
-    block's unfolded input (tap t = columns t … t + keys − 1) is one strided copy. In ``shared`` mode the bias
-    channels are padded apart, ``b`` [H, Tq, …], and their Conv1 half is computed once per block of rows.
+    ``x`` is Conv1's input [batch, C, Tq, left + Tk + right], tril-masked and zero-padded once per call, so a block's
+    unfolded input (tap t = columns t … t + keys − 1) is one strided copy. In ``shared`` mode the bias channels are
+    padded apart, ``b`` [H, Tq, …], their Conv1 half computed once per block of rows.
     """
 
     def __init__(self, plan: Plan, x, b, w1a, w1b, b1):
@@ -220,10 +217,10 @@ class RelativeBiasHalf:
 
 
 class DapeScores(torch.autograd.Function):
-    """A + B + f(tril([A; B])) block by block, hidden map recomputed in the backward pass (see the module doc).
+    """A + B + f(tril([A; B])) block by block, the hidden map recomputed in the backward pass.
 
-    Under a causal mask (``plan.halo`` set) the mask is part of the output: −inf right of each row, added with
-    the batch-free base B + b₂, so no separate masking pass over [batch, H, Tq, Tk] is needed.
+    Under a causal mask (``plan.halo`` set) the output carries it: −inf right of each row, added with the batch-free
+    base B + b₂, so no separate masking pass over [batch, H, Tq, Tk] is needed.
     """
 
     @staticmethod
@@ -360,8 +357,8 @@ def _accumulate_bmm(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None
 
 
 def _through_tril(grad: torch.Tensor, mask, plan: Plan, grad_out: list) -> torch.Tensor:
-    """grad_out (per channel block) + Conv1's input gradient, ``grad`` holding their sum, with the latter masked by
-    tril. Under the causal mask the masked positions are output as −inf, so their gradient is zero altogether."""
+    """grad_out (per channel block) + Conv1's input gradient masked by tril, from ``grad`` = their unmasked sum.
+    Under the causal mask the masked positions output −inf, so their gradient is zero altogether."""
     if mask is None:
         return grad
     if plan.halo is not None:

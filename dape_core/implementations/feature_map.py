@@ -1,22 +1,16 @@
 """DAPE's feature map f = Conv2(LeakyReLU(Conv1(x))) (paper eq. 5, appendix L; DAPE V1's MLP as k = 1) in Triton
-kernels over a channels-last map (:mod:`dape_core.implementations.feature_map_kernel`): the materialized and compiled
-paths' ``feature_map="triton"``, in place of the two ``conv2d`` calls of
-:func:`~dape_core.implementations.materialized.padded_feature_map`.
+kernels over a channels-last map (:mod:`dape_core.implementations.feature_map_kernel`): the chunked paths'
+``feature_map="triton"``, in place of :func:`~dape_core.implementations.materialized.padded_feature_map`'s two
+``conv2d`` calls, whose cuDNN convolutions, copies and backward take about half of the compiled layer on a GPU
+(measured: docs/performance.md, "The Triton feature map").
 
-What it replaces: on an H200 the two cuDNN convolutions of a DAPE1×3-Kerple layer, their padded input copies and
-their backward took about half of the compiled path's layer (4.97 of 9.72 ms at B 32 × T 512, docs/performance.md),
-at about 26 TFLOP/s on 24 → 32 → 12 channels. Here each pass streams the map once: a pixel's convolutions are small
-channel products on the tensor cores, a shift along the keys is a shifted load, LeakyReLU and its derivative and
-Conv2's zero padding are applied in registers; the backward stores one map, dPre ([rows, keys, D_DAPE], in x's
-dtype), and the weights' gradients are per-program partial sums reduced here (deterministic). Given the diagonal
-of a causal map (``first``), the kernels compute f left of it only, where the causal mask keeps the scores, and
-skip the tiles right of it: about half of a decoder's T × T map.
-
-Same function as :func:`padded_feature_map` on its first K key columns (``same`` and ``causal`` padding; tril and
-the causal mask are the caller's, applied to x before and to f after), outputs and the gradients of x and of both
-layers' weights and biases; the tests prove it under Triton's CPU interpreter (``TRITON_INTERPRET=1``). The passes
-are registered as custom operators (``dape::feature_map``, ``dape::feature_map_backward``), so a graph that
-``torch.compile`` traces (the compiled path's chunks) calls them as they are.
+Each pass streams the map once (shifts as shifted loads, LeakyReLU and padding in registers); the backward stores one
+map, dPre, and reduces per-program partial sums of the weights' gradients here (deterministic). Given a causal map's
+diagonal (``first``) the kernels compute f left of it only and skip the tiles right of it (about half a decoder's map).
+Same function as :func:`padded_feature_map` on its first K key columns (``same`` and ``causal`` padding; tril and the
+causal mask are the caller's), outputs and gradients of x and both layers, as the tests prove under Triton's CPU
+interpreter. The passes are custom operators (``dape::feature_map``, ``dape::feature_map_backward``), so a
+``torch.compile`` graph calls them as they are.
 """
 
 from __future__ import annotations
@@ -37,11 +31,9 @@ from dape_core.implementations.triton_support import DOT_DTYPES, MIN_DOT, dot_si
 class FeatureTiles:
     """The kernels' tiles: ``rows`` map rows × ``keys`` keys per tile (powers of two; a tile's products are
     [rows·keys, channels] × [channels, channels]), ``warps`` per program (Triton's ``num_warps``), ``programs``
-    persistent programs (None: four per streaming multiprocessor on CUDA, at most 8 elsewhere). The defaults are
-    the largest tile of the settings compiled for an H200 (sm_90, bf16, the 125M shape) whose three kernels spill no
-    registers under Triton 3.6 and 3.9, with and without a diagonal (``benchmarks/fused_compile.py --kernels
-    feature``; docs/performance.md); their speed is not yet measured on a GPU (``benchmarks/feature_map.py`` times
-    them against the convolutions)."""
+    persistent programs (None: four per streaming multiprocessor on CUDA, at most 8 elsewhere). The defaults: the
+    largest tile for sm_90 (bf16, the 125M shape) whose kernels spill no registers under Triton 3.6 and 3.9
+    (docs/performance.md, "Compiled without a GPU"); speed not yet measured on a GPU (``benchmarks/feature_map.py``)."""
 
     rows: int = 8
     keys: int = 16
@@ -94,8 +86,7 @@ def feature_weights(processor: ScoreProcessor):
 
 
 def feature_map_runs_on(device: torch.device | str) -> bool:
-    """Whether the kernels can run on ``device``: CUDA with Triton importable, or the CPU under Triton's
-    interpreter."""
+    """Whether the kernels can run on ``device``: CUDA with Triton importable, or the CPU under Triton's interpreter."""
     return kernels_run_on(device, _triton)
 
 
@@ -103,9 +94,9 @@ def triton_feature_map(processor: ScoreProcessor, x: torch.Tensor, tiles: Featur
                        first: int | None = None) -> torch.Tensor:
     """f of :func:`~dape_core.implementations.materialized.padded_feature_map` (eq. 5) on its first K key columns:
     x [batch, C, rows, K] (best channels-last, as the materialized path writes it) → [batch, H, rows, K], a
-    channels-last view, in x's dtype. With ``first`` (a causal map: row r is the query at key position first + r)
-    f is zero right of each row's diagonal (j > first + r), where the causal mask drops it, and so is its
-    gradient; the kernels then skip the tiles wholly right of it."""
+    channels-last view, in x's dtype. With ``first`` (a causal map: row r is the query at key position first + r) f
+    and its gradient are zero right of each row's diagonal (j > first + r), where the causal mask drops them; the
+    kernels skip the tiles wholly right of it."""
     tiles = tiles or FeatureTiles()
     batch, channels, rows, keys = x.shape
     if first is not None and first < 0:
@@ -119,8 +110,8 @@ def triton_feature_map(processor: ScoreProcessor, x: torch.Tensor, tiles: Featur
 
 
 def check_input(x: torch.Tensor) -> None:
-    """A clear error where the kernels cannot take x: its dtype, or a device they do not run on (checked when the
-    operator runs, also inside a compiled graph)."""
+    """Raise ConfigError where the kernels cannot take x (dtype, device); checked when the operator runs, also
+    inside a compiled graph."""
     if x.dtype not in DOT_DTYPES:
         names = ", ".join(str(d).removeprefix("torch.") for d in DOT_DTYPES)
         raise ConfigError(f"feature_map: triton does not take {x.dtype}; allowed dtypes: {names}")
@@ -130,8 +121,7 @@ def check_input(x: torch.Tensor) -> None:
 
 
 def _launch(device: torch.device, n_rows: int, n_keys: int, rows: int, keys: int, programs: int) -> int:
-    """Persistent programs for a map: ``programs`` if set, else four per streaming multiprocessor on CUDA, 8
-    elsewhere; never more than the tiles."""
+    """Persistent programs: ``programs`` if set, else 4 per multiprocessor on CUDA, 8 elsewhere; at most the tiles."""
     tiles = -(-n_rows // rows) * -(-n_keys // keys)
     if not programs:
         programs = 4 * torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8

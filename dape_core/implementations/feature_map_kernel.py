@@ -1,38 +1,29 @@
-"""Triton kernels of DAPE's feature map on a channels-last map (``feature_map="triton"`` of the materialized and
-compiled paths): f = Conv2(LeakyReLU(Conv1(x))) with 1×k kernels along the keys (paper eq. 5, appendix L; DAPE V1's
-MLP is k = 1), each output pixel a few small channel products, streamed over the map in one pass; the Python side is
-:mod:`dape_core.implementations.feature_map`.
+"""Triton kernels of DAPE's feature map f = Conv2(LeakyReLU(Conv1(x))), 1×k kernels along the keys (paper eq. 5,
+appendix L; DAPE V1's MLP is k = 1), streamed over a channels-last map in one pass (``feature_map="triton"``; Python
+side: :mod:`dape_core.implementations.feature_map`).
 
-x is [rows, keys, C] (every query row of every batch element one row: the convolutions never mix rows), f is
-[rows, keys, H], both contiguous. A program takes ``RB`` rows × ``BJ`` keys as one tile of M = RB·BJ pixels. A
-convolution's shift along the keys is a load at shifted key offsets (from global memory, through the caches), so
-nothing moves between registers and scratch:
+x is [rows, keys, C] (each query row of each batch element one row; the convolutions never mix rows), f is
+[rows, keys, H], both contiguous. A program takes tiles of ``RB`` rows × ``BJ`` keys (M = RB·BJ pixels); a shift along
+the keys is a load at shifted key offsets, so nothing moves between registers and scratch:
 
-* forward: for each of Conv2's k taps (offset o₂ = t₂ − left), Conv1's output at the shifted keys,
-  pre = b1 + Σ_{t₁} x[j + o₂ + t₁ − left] · W1[t₁] ([M, C] × [C, D] products), LeakyReLU, zero outside the keys
-  (Conv2's zero padding), then f += hidden · W2[t₂] ([M, D] × [D, H]). Conv1 is recomputed k times: its arithmetic
-  is small, and the hidden map is never stored.
-* backward, pass 1 (``feature_map_backward_hidden_kernel``): Conv1's output at the tile's own keys, dHidden =
-  Σ_{t₂} df[j − o₂] · W2[t₂]ᵀ, dPre = dHidden ⊙ LeakyReLU′(pre) (stored, [rows, keys, D]); the program's partial
-  sums of dW2[t₂] = Σ hidden[j]ᵀ · df[j − o₂] and db2.
-* backward, pass 2 (``feature_map_backward_input_kernel``): dx = Σ_{t₁} dPre[j − o₁] · W1[t₁]ᵀ and the partial sums
-  of dW1[t₁] = Σ x[j + o₁]ᵀ · dPre[j] and db1.
+* forward: for each of Conv2's k taps (offset o₂ = t₂ − left), pre = b1 + Σ_{t₁} x[j + o₂ + t₁ − left] · W1[t₁]
+  ([M, C] × [C, D]), LeakyReLU, zero outside the keys (Conv2's padding), f += hidden · W2[t₂] ([M, D] × [D, H]):
+  Conv1 recomputed k times (small arithmetic), the hidden map never stored;
+* backward pass 1 (``feature_map_backward_hidden_kernel``): dPre = (Σ_{t₂} df[j − o₂] · W2[t₂]ᵀ) ⊙ LeakyReLU′(pre),
+  stored [rows, keys, D]; partial sums of dW2[t₂] = Σ hidden[j]ᵀ · df[j − o₂] and db2;
+* backward pass 2 (``feature_map_backward_input_kernel``): dx = Σ_{t₁} dPre[j − o₁] · W1[t₁]ᵀ; partial sums of
+  dW1[t₁] = Σ x[j + o₁]ᵀ · dPre[j] and db1.
 
-With ``CAUSAL`` the map is one causal attention's (map row r of each batch element's ``ROWS`` is query
-``FIRST`` + r mod ``ROWS``, key j is the key at position j) and the kernels compute f̂ = f ⊙ [j ≤ query]: f zeroed right
-of each row's diagonal, where the caller masks the scores anyway, and its exact gradient (df is read through the same
-mask). A tile whose keys all lie right of its rows' diagonals by more than the gradient can reach (0 for f; the
-convolutions' right reach r = k − 1 − left for dPre; 2r for dx) is only written with zeros: on a causal T × T map
-about half the tiles, and so half the arithmetic and reads, are skipped.
+With ``CAUSAL`` (map row r of each batch element's ``ROWS`` is query ``FIRST`` + r mod ``ROWS``) the kernels compute
+f̂ = f ⊙ [j ≤ query], zero where the caller masks the scores anyway, and its exact gradient (df read through the same
+mask); a tile wholly right of its rows' diagonals by more than the gradient reaches (f: 0; dPre: r = k − 1 − left;
+dx: 2r) is only written with zeros, about half a causal map's tiles.
 
-The channel counts (C, H, D) are compile-time constants, one compilation per model shape: as run-time integers
-(24 and 12 are not multiples of 16, the only integers a launch specialises) the compiler could not prove a pixel's
-channels aligned and moved the map one element per instruction; as constants every access is a vector
-(docs/performance.md).
-
-Programs are persistent (``NPROG`` of them loop over the tiles); each adds its weight gradients to its own slot of
-``PART``, which the caller sums (deterministic: no atomics). Channel counts are padded (C to CP, D_DAPE to DP, H to
-HP: powers of two, at least 16, what ``tl.dot`` needs) with zero weights by the caller.
+C, H and D are compile-time constants (one compilation per model shape): as run-time integers the compiler could not
+prove a pixel's channels aligned and moved one element per instruction (docs/performance.md, "Compiled without a
+GPU"). Persistent programs (``NPROG``) loop over the tiles, each adding its weight gradients to its own slot of
+``PART``, which the caller sums (deterministic: no atomics). The caller zero-pads the weights' channels (C to CP,
+D_DAPE to DP, H to HP: powers of two ≥ 16, as ``tl.dot`` needs).
 """
 
 from __future__ import annotations

@@ -1,22 +1,17 @@
 """The fused path of DAPE attention (``attention_impl: fused``): softmax(mask(A + B + f(tril([A; B])))) · V (eq. 5)
-in one Triton kernel per pass (:mod:`dape_core.implementations.fused_kernel`), with no [batch, H, T, T] tensor in
-the forward or the backward pass. Equals the reference (``ScoreProcessor.forward`` inside the plain path) on
-outputs and on the gradients of q, k, v, the encoding's parameters and both layers of the processor; the tests
-prove it under Triton's CPU interpreter (``TRITON_INTERPRET=1``).
+in one Triton kernel per pass (:mod:`dape_core.implementations.fused_kernel`), no [batch, H, T, T] tensor in either
+pass. Equals the reference (``ScoreProcessor.forward`` inside the plain path) on outputs and on the gradients of q, k,
+v, the encoding's parameters and both processor layers, as the tests prove under Triton's CPU interpreter
+(``TRITON_INTERPRET=1``). No attention dropout: with ``dropout_p`` > 0 the registry runs the materialized path.
 
 The encoding's bias reaches the kernel in one of three forms (:func:`bias_form`):
 
-* ``none`` — an encoding without a bias (NoPE, RoPE): C = H (eq. 4);
-* ``table`` — a relative bias (ALiBi, Kerple, T5) at consecutive positions: B[i, j] = φ(i − j), read from a
-  [H, 2·Tk − 1] table that the encoding computes through its own ``bias`` at canonical positions, so its
-  parameters get their gradients by autograd through that call; the kernel returns the table's gradient (dB
-  summed along diagonals);
+* ``none`` — no bias (NoPE, RoPE): C = H (eq. 4);
+* ``table`` — a relative bias (ALiBi, Kerple, T5) at consecutive positions, B[i, j] = φ(i − j): a [H, 2·Tk − 1] table
+  computed through the encoding's own ``bias`` (so autograd reaches its parameters); the kernel returns the table's
+  gradient, dB summed along diagonals;
 * ``tensor`` — any other bias (FIRE's [H, T, T], CoPE's and Transformer-XL's [batch, H, T, T], a relative bias at
-  non-consecutive positions), read per tile; its gradient is a tensor of the bias's size summed over the batch
-  where the bias has none, so these encodings keep a memory quadratic in T (their bias itself is).
-
-Dropout inside attention is not part of the kernel: with ``dropout_p`` > 0 the layer takes the materialized path
-(its row of :data:`dape_core.implementations.registry.PATHS` says so).
+  other positions), read per tile; its gradient has the bias's size, so memory stays quadratic in T, as the bias is.
 """
 
 from __future__ import annotations
@@ -43,11 +38,10 @@ BIAS_FORMS = ("none", "table", "tensor")
 class FusedTiles:
     """The kernels' tile sizes: ``block_rows`` query rows per program item (BM); the forward's ``key_tile`` columns
     per wide key tile (W, a power of two, raised to fit 2·(k − 1) + 8 columns) and ``warps`` per program (Triton's
-    ``num_warps``); the backward kernels' ``backward_key_tile`` (raised to fit 4·(k − 1) + 8) and
-    ``backward_warps``; ``programs`` persistent programs (None: four per streaming multiprocessor on CUDA, at most
-    8 elsewhere); ``cap_registers``: pass ptxas the register ceiling of :func:`register_ceiling`. The defaults
-    measured fastest of the settings that fit the 125M shape's layer on an H200 (benchmarks/results/README.md,
-    fused kernel profile; docs/performance.md has the table)."""
+    ``num_warps``); the backward kernels' ``backward_key_tile`` (raised to fit 4·(k − 1) + 8) and ``backward_warps``;
+    ``programs`` persistent programs (None: four per streaming multiprocessor on CUDA, at most 8 elsewhere);
+    ``cap_registers``: pass ptxas :func:`register_ceiling`. The defaults measured fastest of the settings that fit the
+    125M layer on a GPU (benchmarks/results/README.md, "Fused kernel profile")."""
 
     block_rows: int = 16
     key_tile: int = 32
@@ -71,11 +65,9 @@ class FusedTiles:
         return max(self.key_tile, pow2(2 * (kernel_size - 1) + 8))
 
 
-# the padded layer sizes (heads, head size, D_DAPE) at which auto's choice of this path for gradient-free passes was
-# measured faster than the materialized path (the 125M layer's and the 350M model's forward pass on an H200: 16, 64,
-# 32); beyond them its forward kernel, compiled for sm_90 at the default tiles, spills seven times as much (D_DAPE 64:
-# 9.0 KB of stack per thread against 1.3 KB) or needs more shared memory than a block has (32 heads of size 80:
-# 384 KB; benchmarks/fused_compile.py, docs/performance.md)
+# the padded layer sizes (heads, head size, D_DAPE) up to which this path measured faster than the materialized one
+# for gradient-free passes; beyond, its forward kernel spills far more or needs more shared memory than a block has
+# (docs/performance.md, "Measured on an H200")
 MEASURED_SIZES = (16, 64, 32)
 
 
@@ -111,8 +103,8 @@ def bias_form(encoding: PositionalEncoding, processor: ScoreProcessor, positions
 
 @functools.lru_cache(maxsize=32)
 def _distance_positions(n_keys: int, device: torch.device, dtype: torch.dtype):
-    """(query position [1], key positions [2·n − 1]) whose i − j at index u is u − (n − 1): the canonical
-    positions of a per-distance table (kept alive, so the geometry cache never sees their address reused)."""
+    """(query position [1], key positions [2·n − 1]) whose i − j at index u is u − (n − 1): a per-distance table's
+    canonical positions (cached, so the geometry cache never sees their address reused)."""
     q_pos = torch.full((1,), n_keys - 1, device=device, dtype=dtype)
     k_pos = torch.arange(2 * n_keys - 2, -1, -1, device=device, dtype=dtype)
     return q_pos, k_pos
@@ -172,9 +164,8 @@ def attend_fused(
 
 
 def check_dtype(dtype: torch.dtype, device_type: str) -> None:
-    """The dtypes the kernel takes: float32 only in the interpreter (compiled for a GPU, its fp32 backward needs more
-    shared memory than a Hopper block has at the smallest tiles, ``benchmarks/fused_compile.py``), bf16 and fp16
-    everywhere."""
+    """Raise ConfigError unless the kernel takes ``dtype``: bf16 and fp16 everywhere, float32 only in the interpreter
+    (compiled for a GPU, its fp32 backward needs more shared memory than a Hopper block has)."""
     allowed = DOT_DTYPES if device_type == "cpu" else DOT_DTYPES[1:]
     if dtype not in allowed:
         names = ", ".join(str(d).removeprefix("torch.") for d in allowed)
@@ -239,9 +230,8 @@ def _weight_arguments(w1a, w1b, b1, w2, b2) -> tuple:
 
 
 def register_ceiling(warps: int) -> int:
-    """Registers per thread that one program of ``warps`` warps may hold: the register file's 65,536 over its
-    threads, at most 255. Passed as Triton's ``maxnreg``: without a ceiling, ptxas held some of these kernels to 32
-    registers and spilled the rest (``benchmarks/fused_compile.py --maxnreg``)."""
+    """Registers per thread for one program of ``warps`` warps: the register file's 65,536 over its threads, at most
+    255. Passed as Triton's ``maxnreg``: without it ptxas held some of these kernels to 32 registers and spilled."""
     return min(255, 65536 // (32 * warps))
 
 
@@ -260,8 +250,8 @@ def _launch_settings(plan: _Plan, q: torch.Tensor, backward: bool = False):
 
 
 def _launch(kernel, programs: int, *args, **meta) -> None:
-    """``kernel[(programs,)](*args, **meta)``; a GPU without the shared memory or registers the kernel needs at these
-    sizes is named as the setting's error, with the paths that run them."""
+    """``kernel[(programs,)](*args, **meta)``; where the GPU lacks the shared memory or registers these sizes need,
+    a ConfigError names the paths that run them."""
     try:
         kernel[(programs,)](*args, **meta)
     except _triton().triton.runtime.errors.OutOfResources as error:
@@ -273,8 +263,7 @@ def _launch(kernel, programs: int, *args, **meta) -> None:
 
 
 class _FusedDape(torch.autograd.Function):
-    """The fused kernel's forward and backward passes (module docstring); gradients for q, k, v, the bias (table or
-    tensor) and the padded weights."""
+    """The fused kernel's passes; gradients for q, k, v, the bias (table or tensor) and the padded weights."""
 
     @staticmethod
     def forward(ctx, q, k, v, bias, w1a, w1b, b1, w2, b2, plan: _Plan):

@@ -1,36 +1,28 @@
-"""Triton kernels of the fused DAPE attention (``attention_impl: fused``): softmax(mask(A + B + f(tril([A; B])))) · V
-(paper eq. 5, appendix L) tile by tile, in the manner of FlashAttention-2; the Python side is
-:mod:`dape_core.implementations.fused`.
+"""Triton kernels of the fused DAPE attention (``attention_impl: fused``; Python side:
+:mod:`dape_core.implementations.fused`): softmax(mask(A + B + f(tril([A; B])))) · V (paper eq. 5, appendix L) tile by
+tile, in the manner of FlashAttention-2.
 
-A program takes one batch element × a block of ``BM`` query rows × every head and walks the keys in *wide tiles* of
-``W`` columns. On a wide tile it computes, on chip and in fp32 accumulators:
+A program takes one batch element × ``BM`` query rows × every head and walks the keys in *wide tiles* of ``W``
+columns, computing on chip in fp32 accumulators: A = q·kᵀ/√d for every head (one batched product), B (a per-distance
+table, or a bias tensor read per tile), X = [A; B] cut by tril and the key range; Conv1 as ``k`` products W1[t]·X
+shifted by t − left (2H → D_DAPE, [D, C] × [C, BM·W]), LeakyReLU, Conv2 as ``k`` products W2[t]·hidden shifted
+(D_DAPE → H), each shift a reload of a per-program scratch slab (Triton's only way to move a register tile along an
+axis; it stays in L1/L2); S = A + B + f, the causal mask, an online softmax per head, · V.
 
-* A = q·kᵀ/√d for every head (one batched product over heads), B gathered (a per-distance table, or a bias tensor
-  read per tile), X = [A; B] cut by tril and by the key range;
-* Conv1 as ``k`` channel products W1[t]·X shifted by t − left (2H → D_DAPE, tensor-core shaped: [D, C] × [C, BM·W]),
-  LeakyReLU, Conv2 as ``k`` products W2[t]·hidden shifted (D_DAPE → H), each shift a reload of a per-program
-  scratch slab (the only way to move a register tile along an axis in Triton; it stays in L1/L2);
-* S = A + B + f, the causal mask, an online softmax per head, · V.
+Each 1×k convolution reads k − 1 columns beyond the tile, so a wide tile is exact on W − 2(k − 1) columns of f (the
+forward's stride) and W − 4(k − 1) of X's gradients (the backward's: the chain crosses both convolutions twice). The
+halo columns feed the convolutions and are masked out of the softmax, ·V and every accumulation, so exactly one tile
+counts each (row, key) pair.
 
-Each 1×k convolution reads k − 1 columns beyond the tile, so results are exact only on an inner window: a wide tile
-of W columns yields W − 2(k − 1) columns of f (the forward's stride) and W − 4(k − 1) columns of the gradients of
-X (the backward's stride, where the chain goes through both convolutions twice). The halo columns feed the
-convolutions and are masked out of the softmax, ·V and every accumulation, so every (row, key) pair is counted by
-exactly one tile.
+No [batch, H, T, T] tensor exists: the forward saves O and the per-row log-sum-exp; the backward recomputes each tile
+(δ = rowsum(dO ⊙ O) from the caller) in two kernels, as FlashAttention-2: key-major for dK, dV (in registers over the
+row blocks); row-major for dQ and the weights' (dW1, db1, dW2, db2) and bias's gradients as per-program partial sums
+the caller reduces (deterministic: no atomics). A per-distance table's gradient sums dB along diagonals i − j: a
+tile's dB is written skewed into scratch ((r, c) → (r, r − c)) and read back as columns, a plain reduction.
 
-No [batch, H, T, T] tensor exists: the forward saves O and the per-row log-sum-exp; the backward recomputes each
-tile from them (δ = rowsum(dO ⊙ O) from the caller) in two kernels, as FlashAttention-2 does: a key-major one
-accumulating dK and dV in registers over the row blocks, and a row-major one accumulating dQ and writing the
-weights' (dW1, db1, dW2, db2) and the bias's gradients as per-program partial sums that the caller reduces
-(deterministic: no atomics). A per-distance bias table's gradient is the sum of dB along diagonals i − j; a tile's
-dB is written skewed into scratch ((r, c) → (r, r − c)) and read back as columns, so the diagonal sum is a plain
-reduction.
-
-Programs are persistent: ``NPROG`` programs loop over the (batch element, block) items, so scratch and partial sums
-are sized by the programs, not by the items.
-
-Channel counts are padded (heads to HP, D_DAPE to DP, head size to DHP: powers of two, at least 16, what ``tl.dot``
-needs) with zero weights by the caller; padded heads and rows are computed and never stored.
+``NPROG`` persistent programs loop over the (batch element, block) items, so scratch and partial sums are sized by
+the programs. The caller zero-pads the weights' channels (heads to HP, D_DAPE to DP, head size to DHP: powers of two
+≥ 16, as ``tl.dot`` needs); padded heads and rows are computed and never stored.
 """
 
 from __future__ import annotations
@@ -44,8 +36,7 @@ BIAS_NONE, BIAS_TABLE, BIAS_FULL = 0, 1, 2  # no bias (eq. 4), B[i, j] = table[h
 
 @triton.jit
 def _rows(ptr, b, start, T, H, DH, HP: tl.constexpr, R: tl.constexpr, DHP: tl.constexpr):
-    """[HP, R, DHP] of a contiguous [batch, H, T, DH] tensor: batch element b, rows start … start + R − 1 (zero
-    outside)."""
+    """[HP, R, DHP] of a contiguous [batch, H, T, DH] tensor: batch b, rows start … start + R − 1 (zero outside)."""
     h = tl.arange(0, HP)[:, None, None]
     r = (start + tl.arange(0, R))[None, :, None]
     d = tl.arange(0, DHP)[None, None, :]

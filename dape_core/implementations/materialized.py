@@ -1,48 +1,32 @@
-"""The accelerator path of DAPE attention (``attention_impl: materialized``): the paper's materialised form
-(eq. 5, appendix L) one chunk of query rows at a time, with operator calls that do not depend on the batch.
+"""The accelerator path of DAPE attention (``attention_impl: materialized``): the paper's materialised form (eq. 5,
+appendix L) one chunk of query rows at a time (rows are independent under the key-axis convolution), each step one
+operator over the whole batch, so a layer makes the same calls at any batch size.
 
-Per chunk of query rows r0 … r1−1 (rows are independent under DAPE's key-axis convolution): A = q·kᵀ/√d on the
-keys the rows reach (under the causal mask keys ≤ r1 − 1 plus the ``ScoreProcessor.needed_halo()`` columns the
-convolutions read with ``same`` padding), + B, tril([A; B]) written once, channels-last, in the convolutions'
-dtype, the layer's own convolution weights applied with the convolutions' own zero padding (no separate padded
-copy; ``causal`` padding convolves both sides and keeps the first K columns, which read only the left zeros), the
-MLP for DAPE V1, A + B + f, the causal mask, softmax, ·V. Each step is one operator over the whole batch, so a
-layer makes the same calls at any batch size; the Python loop runs over chunks of rows only (the CPU path,
-:mod:`dape_core.implementations.fast`, loops over batch elements × 16 rows to stay in a core's caches, which on
-an accelerator means kernel launches growing with the batch). There are no device branches: the same arithmetic
-runs on a CPU, where the tests prove it equal to the reference, and on a GPU, where the channels-last layout lets
-cuDNN run the convolutions without layout copies.
+Per chunk: A = q·kᵀ/√d on the keys the rows reach (causal: up to the last row plus ``needed_halo()``), + B,
+tril([A; B]) written once channels-last in the convolutions' dtype (so cuDNN convolves without layout copies), the
+layer's own convolutions with their own zero padding (``causal`` padding convolves both sides and keeps the first K
+columns, which read only the left zeros), or V1's MLP, A + B + f, the causal mask, softmax, ·V. No device branches:
+the tests prove the same arithmetic equal to the reference on a CPU.
 
-Recomputation (``recompute_scores``, on by default on this path whenever gradients are recorded): each chunk's
-score pipeline runs under ``torch.utils.checkpoint``, so the backward pass recomputes the chunk's A, B, feature map
-and probabilities instead of keeping them. What a layer keeps for its backward pass is then its inputs (q, k in
-fp32, v) and its output, linear in T; the [batch, rows, keys, channels] tensors of one chunk at a time exist, in
-the forward pass and again in the backward pass. Off, every chunk keeps what its backward pass reads (the
-convolutions' inputs and the probabilities: about b · R · K · (s · (C + D) + 4H) bytes per chunk), so training
-memory grows with T².
+``recompute_scores`` (on by default whenever gradients are recorded) runs each chunk under ``torch.utils.checkpoint``:
+a layer keeps only q, k (fp32), v and its output, linear in T. Off, every chunk keeps what its backward reads (the
+convolutions' inputs and the probabilities: about b · R · K · (s · (C + D) + 4H) bytes), so memory grows with T².
+Precision: A, B, the processed scores and the softmax in fp32 even under bf16 autocast; the convolutions in
+``dape_dtype``, else the autocast dtype, else the scores'; ·V in v's dtype.
 
-Precision: A, B, the processed scores and the softmax are fp32 even under bf16 autocast (q and k are upcast);
-the convolutions run in ``dape_dtype`` when given, else in the autocast dtype, else in the scores' dtype; ·V in
-v's dtype.
-
-Memory: a chunk of R rows reading K keys at batch b holds at its peak (forward) A and B in fp32 (C channels: 2H,
-or H for an encoding without a bias) and either x = tril([A; B]) with the feature map's outputs in the convolution
-dtype of s bytes (D = D_DAPE; x, Conv1's output, LeakyReLU in place, Conv2's output: C + D + H channels over at
-most K' columns: K with ``same`` padding, K + 2·(k − 1) with ``causal``; DAPE V1's MLP: C + max(2D, D + H), its
-LeakyReLU being a new tensor), or, after the feature map, f and the fp32 sum A + B + f:
+Memory: a chunk of R rows reading K keys at batch b peaks (forward) at A and B in fp32 (C channels: 2H, or H without a
+bias) plus either x = tril([A; B]) and the feature map's outputs in the convolution dtype of s bytes (C + D + H
+channels, D = D_DAPE, LeakyReLU in place, over K' columns: K with ``same`` padding, K + 2·(k − 1) with ``causal``; V1's
+MLP: C + max(2D, D + H), its LeakyReLU a new tensor) or, after it, f and the fp32 sum A + B + f:
 
     bytes(b, R, K) = b · R · (4 · C · K + max(s · (C + D + H) · K', (s + 4) · H · K'))
 
-(a batch-free B counted per batch element: an upper bound; not counted: the [R, K] boolean mask, cuDNN's
-workspace, and what an encoding allocates while computing B — FIRE's MLP over [R, K, 32], CoPE's gates — which
-every path pays). The rows per chunk are the most whose bytes at K = T (the last chunk reads every key) fit
-``DEFAULT_CHUNK_BYTES`` (1 GiB). The 350M shape (H 16, D_DAPE 32, Kerple: C = 32), DAPE1×3, fp32, T = 8192,
-batch 1: 3,670,016 bytes per row (1,048,576 for A and B, 2,621,440 for the feature map), so 292 rows per chunk,
-29 chunks per layer, and one chunk's temporaries peak at 1,071,644,672 bytes (0.998 GiB); beside them an
-evaluation forward pass holds the weights (1.62 GB in fp32 with a GPT-2 vocabulary), [batch, T, d_model]-sized
-activations and the logits of the positions it scores. The chunks get fewer rows only once one chunk of the whole
-batch would exceed the budget, so the number of chunks, and of operator calls, grows with the batch only where
-each operator already works on hundreds of megabytes.
+(a batch-free B counted per batch element, an upper bound; not counted: the [R, K] boolean mask, cuDNN's workspace and
+an encoding's own temporaries, which every path pays). A chunk takes the most rows whose bytes at K = T fit
+``DEFAULT_CHUNK_BYTES`` (1 GiB): for 350M DAPE1×3-Kerple (H 16, D_DAPE 32, C = 32), fp32, T = 8192, batch 1, 3,670,016
+bytes per row, so 292 rows per chunk, 29 chunks per layer, 0.998 GiB at the peak. Chunks get fewer rows only once one
+chunk of the whole batch exceeds the budget, so calls grow with the batch only where each operator already works on
+hundreds of megabytes.
 """
 
 from __future__ import annotations
@@ -65,8 +49,8 @@ SIXTEEN_BIT = {torch.bfloat16, torch.float16}  # q, k dtypes whose products TF32
 
 
 def feature_columns(processor: ScoreProcessor, keys: int) -> int:
-    """K': the widest key axis of the feature map for K keys — K with ``same`` padding, K + 2(k − 1) with
-    ``causal`` (both convolutions pad k − 1 on each side; the first K columns are f)."""
+    """K': the feature map's widest key axis for K keys: K with ``same`` padding, K + 2(k − 1) with ``causal`` (both
+    convolutions pad k − 1 on each side; the first K columns are f)."""
     return keys if processor.padding == "same" else keys + 2 * (processor.kernel_size - 1)
 
 
@@ -81,9 +65,9 @@ def chunk_bytes(processor: ScoreProcessor, batch: int, rows: int, keys: int, fea
 
 
 def causal_chunk(chunk: int, n: int, *, causal: bool, causal_chunks: int = 1) -> int:
-    """Rows per chunk under a causal mask split into at least ``causal_chunks`` chunks (at most ``chunk`` rows
-    each): each chunk reads only the keys its rows reach, so k equal chunks compute (k + 1)/2k of the T × T maps
-    instead of all of them, in k times the operator calls. Without the mask, ``chunk``."""
+    """Rows per chunk under a causal mask split into at least ``causal_chunks`` chunks (at most ``chunk`` rows each):
+    a chunk reads only the keys its rows reach, so k equal chunks compute (k + 1)/2k of the T × T maps, in k times the
+    operator calls. Without the mask, ``chunk``."""
     require_positive("causal_chunks", causal_chunks)
     return min(chunk, -(-n // causal_chunks)) if causal else chunk
 
@@ -116,13 +100,10 @@ def attend_materialized(
 ) -> torch.Tensor:
     """softmax(mask(A + B + f(tril([A; B])))) · V (eq. 5) for q [batch, H, Tq, d_head] and k, v [batch, H, Tk,
     d_head] (already rotated; query row r is key ``row_offset`` + r, ``positions`` are the keys'), in chunks of
-    ``chunk`` query rows (default: :func:`chunk_rows`); ``recompute_scores`` (default: whenever gradients are
-    recorded) recomputes each chunk in the backward pass; ``chunk_fn``: the function of one chunk, with the arguments
-    of :func:`chunk_attention` (default: it); ``feature_map``: how f is computed (:data:`FEATURE_MAPS`);
-    ``causal_chunks``: under the causal mask, at least this many chunks (:func:`causal_chunk`); ``tf32_scores``:
-    A = q·kᵀ and its backward on TF32 tensor cores on CUDA where q and k hold 16-bit values (bf16 autocast's; TF32
-    holds their products exactly: :mod:`~dape_core.implementations.score_product`), else off.
-    Returns [batch, H, Tq, d_head]."""
+    ``chunk`` rows (default :func:`chunk_rows`); returns [batch, H, Tq, d_head]. ``recompute_scores`` (default: when
+    gradients are recorded); ``chunk_fn``: one chunk's function (default :func:`chunk_attention`); ``feature_map``:
+    :data:`FEATURE_MAPS`; ``causal_chunks``: :func:`causal_chunk`; ``tf32_scores``: A's products on TF32 tensor cores
+    where q and k hold 16-bit values (:mod:`~dape_core.implementations.score_product`), else off."""
     require_choice("feature_map", feature_map, FEATURE_MAPS)
     device_type, n, n_keys = q.device.type, q.shape[2], k.shape[2]
     chunk_fn = chunk_fn or chunk_attention
@@ -153,8 +134,7 @@ def attend_materialized(
 
 
 def feature_itemsize(q: torch.Tensor, dape_dtype: torch.dtype | None = None) -> int:
-    """Bytes per element of the feature map: ``dape_dtype``, else the autocast dtype, else the scores' (fp32 at
-    least)."""
+    """Bytes per element of the feature map: ``dape_dtype``, else the autocast dtype, else the scores' (≥ fp32)."""
     dtype = dape_dtype or autocast_dtype(q.device.type) or torch.promote_types(q.dtype, torch.float32)
     return dtype.itemsize
 
@@ -163,8 +143,8 @@ def chunk_attention(q_rows, k_read, v_kept, *, q_positions, k_positions, first, 
                     dropout_p, feature_dtype, feature_map="conv", tf32_scores=False):
     """One chunk of eq. 5: query rows ``first`` … (as keys; q_rows [batch, H, rows, d_head] in the scores' dtype)
     against the keys they read (k_read [batch, H, K, d_head]: under the causal mask those ≤ the last row plus the
-    convolutions' halo) and keep (v_kept [batch, H, K_kept, d_head]): A, B, the processor, the causal mask,
-    softmax, ·V in v's dtype; ``tf32_scores``: A's products on TF32 tensor cores (:func:`score_product`)."""
+    halo) and keep (v_kept [batch, H, K_kept, d_head]): A, B, the processor, the causal mask, softmax, ·V in v's
+    dtype; ``tf32_scores``: A's products on TF32 tensor cores (:func:`score_product`)."""
     with autocast_off(q_rows.device.type):
         scores = score_product(q_rows, k_read, tf32_scores=tf32_scores).mul_(1.0 / math.sqrt(q_rows.shape[-1]))  # A
         bias = None
@@ -189,12 +169,10 @@ def materialized_scores(
     compute_dtype: torch.dtype | None = None,
     feature_map: str = "conv",
 ) -> torch.Tensor:
-    """Equals ``processor(scores, bias, row_offset)`` (eq. 5, ``ScoreProcessor.forward``) for the first
-    ``keys_out`` keys, in the scores' dtype; the feature map runs in ``compute_dtype`` (default: the scores'), by
-    ``feature_map`` (:data:`FEATURE_MAPS`).
-
-    With ``causal=True`` the causal mask is applied too (−inf right of each query row), exact where kept provided
-    ``scores`` holds the keys up to the last row + ``needed_halo()``; without it every position is exact.
+    """Equals ``processor(scores, bias, row_offset)`` (eq. 5, ``ScoreProcessor.forward``) on the first ``keys_out``
+    keys, in the scores' dtype; the feature map runs in ``compute_dtype`` (default: the scores'), by ``feature_map``
+    (:data:`FEATURE_MAPS`). ``causal=True`` applies the causal mask too (−inf right of each query row), exact where
+    kept provided ``scores`` holds the keys up to the last row + ``needed_halo()``.
     """
     batch, heads, rows, keys = scores.shape
     kout = keys if keys_out is None else min(keys_out, keys)
@@ -234,10 +212,9 @@ def materialized_scores(
 
 
 def padded_feature_map(processor: ScoreProcessor, x: torch.Tensor) -> torch.Tensor:
-    """f of ``ScoreProcessor.feature_map`` (Conv2 ∘ LeakyReLU ∘ Conv1, eq. 5) with the convolutions' own zero
-    padding instead of a padded copy: p = k//2 on each side for ``same`` (the output has K columns), p = k − 1 on
-    each side for ``causal`` (its first K columns read the left zeros only, as F.pad(k − 1, 0) does; the rest is
-    ignored). DAPE V1 is the processor's MLP."""
+    """f of ``ScoreProcessor.feature_map`` (Conv2 ∘ LeakyReLU ∘ Conv1, eq. 5) with the convolutions' own zero padding,
+    no padded copy: k//2 each side for ``same`` (K output columns), k − 1 each side for ``causal`` (its first K
+    columns read only the left zeros, as F.pad(k − 1, 0) does; the rest is ignored). DAPE V1: the processor's MLP."""
     if processor.processor == "dape_v1":
         return processor.feature_map(x)
     pad = (0, processor.left_padding)
@@ -247,8 +224,8 @@ def padded_feature_map(processor: ScoreProcessor, x: torch.Tensor) -> torch.Tens
 
 
 def _feature_precision(device_type: str, dtype: torch.dtype):
-    """The feature map's precision: autocast to ``dtype`` below fp32, else autocast off (the weights' dtype); on a
-    device without autocast (``meta``) the operands' dtypes as they are."""
+    """The feature map's precision: autocast to ``dtype`` below fp32, else autocast off (the weights' dtype); without
+    autocast (``meta``) the operands' dtypes."""
     if dtype.itemsize >= 4 or not has_autocast(device_type):
         return autocast_off(device_type)
     return torch.autocast(device_type, dtype=dtype)

@@ -9,18 +9,16 @@ import torch
 
 
 def has_autocast(device_type: str) -> bool:
-    """Whether ``device_type`` has autocast (``meta`` has none). Inside a graph torch.compile traces, the answer is
-    "yes but on ``meta``" without asking torch: TorchDynamo of torch 2.11 on CUDA cannot trace
-    ``torch.amp.is_autocast_available`` and broke every layer's graph there (measured on an H100), and the devices
-    the compiler targets all have autocast."""
+    """Whether ``device_type`` has autocast (``meta`` has none). Inside a graph torch.compile traces: yes but on
+    ``meta``, without asking torch, since TorchDynamo of torch 2.11 cannot trace ``torch.amp.is_autocast_available``
+    on CUDA (graph breaks: benchmarks/results/README.md, gpu_step) and the compiler's devices all have autocast."""
     if torch.compiler.is_compiling():
         return device_type != "meta"
     return torch.amp.is_autocast_available(device_type)
 
 
 def autocast_dtype(device_type: str) -> torch.dtype | None:
-    """The autocast dtype where autocast is on for ``device_type``; None otherwise (and on devices without
-    autocast, such as ``meta``)."""
+    """The autocast dtype where autocast is on for ``device_type``; None otherwise (and on ``meta``)."""
     if has_autocast(device_type) and torch.is_autocast_enabled(device_type):
         return torch.get_autocast_dtype(device_type)
     return None

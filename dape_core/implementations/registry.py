@@ -1,11 +1,9 @@
-"""The table of attention paths (:data:`PATHS`): one row per resolved value of ``attention_impl``, each with its
-entry, the devices it runs on and its options. :mod:`dape_core.attention` looks a path up here.
+"""The table of attention paths (:data:`PATHS`): one row per resolved ``attention_impl``, with its entry, devices and
+options, looked up by :mod:`dape_core.attention`.
 
-Each path but ``plain`` is the module of this package of the same name, whose entry ``attend_<name>`` computes eq. 5
-with a processor on rotated q, k: ``attend(q, k, v, *, encoding, processor, positions, causal, row_offset,
-**options)``, causal or not, query row r being key ``row_offset`` + r (a KV cache's rows). ``plain`` is the
-reference itself, the rows of :mod:`dape_core.attention`; without a processor every other path runs
-``scaled_dot_product_attention`` there.
+Each path but ``plain`` (the reference rows of :mod:`dape_core.attention`) is this package's module of that name,
+whose entry computes eq. 5 with a processor on rotated q, k: ``attend_<name>(q, k, v, *, encoding, processor,
+positions, causal, row_offset, **options)``, query row r being key ``row_offset`` + r (a KV cache's rows).
 """
 
 from __future__ import annotations
@@ -32,14 +30,12 @@ def anywhere(device: torch.device | str) -> bool:
 @dataclass(frozen=True)
 class AttentionImpl:
     """One attention path (all compute the same function, §3 eq. 1–5). ``attend``: its entry with a processor
-    (module docstring; None: the reference rows of :mod:`dape_core.attention`); ``runs_on(device)``: whether it can
-    run there; ``options``: the keyword options its entry takes, of ``dropout_p``, ``chunk`` (query rows per chunk),
-    ``dape_dtype`` and ``recompute_scores``; ``device_options``: its entry takes those
-    :func:`~dape_core.implementations.path_options` names for the device too (``feature_map``, ``causal_chunks``,
-    ``tf32_scores``); ``cuda_options``: on CUDA under 16-bit autocast they are ``CUDA_COMPILED_OPTIONS``;
-    ``accelerator``: made for an accelerator (without a processor, SDPA in as few calls as its scores fit; else in
-    chunks within a CPU core's caches); ``with_dropout``: the path that runs in its place under attention dropout
-    (None: itself)."""
+    (None: the reference rows of :mod:`dape_core.attention`); ``runs_on(device)``: whether it can run there;
+    ``options``: the keywords its entry takes, of ``dropout_p``, ``chunk`` (query rows per chunk), ``dape_dtype``,
+    ``recompute_scores``; ``device_options``: it also takes :func:`~dape_core.implementations.path_options`'s
+    (``feature_map``, ``causal_chunks``, ``tf32_scores``); ``cuda_options``: on CUDA under 16-bit autocast those are
+    ``CUDA_COMPILED_OPTIONS``; ``accelerator``: without a processor, SDPA in as few calls as its scores fit (else in
+    chunks within a CPU core's caches); ``with_dropout``: the path run under attention dropout (None: itself)."""
 
     name: str
     attend: Callable[..., torch.Tensor] | None
@@ -65,7 +61,6 @@ PATHS = {
 
 
 def attention_path(name: str, *, dropout: bool = False) -> AttentionImpl:
-    """The row of the path ``name`` (a resolved ``attention_impl``); with ``dropout`` (attention dropout on), the row
-    of the path that runs in its place."""
+    """The row of path ``name`` (a resolved ``attention_impl``); with ``dropout``, of the path run in its place."""
     path = PATHS[require_choice("attention_impl", name, PATHS)]
     return PATHS[path.with_dropout] if dropout and path.with_dropout else path

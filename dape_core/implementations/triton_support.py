@@ -1,5 +1,5 @@
-"""What the Triton kernels (the fused path's and the feature map's) share: the sizes ``tl.dot`` takes, the dtypes
-they compute in, and where they can run (CUDA with Triton importable, or the CPU under Triton's interpreter)."""
+"""What the Triton kernels (the fused path's and the feature map's) share: ``tl.dot``'s sizes, their dtypes, and
+where they run (CUDA with Triton importable, or the CPU under Triton's interpreter)."""
 
 from __future__ import annotations
 
@@ -29,8 +29,7 @@ def interpreted() -> bool:
 
 
 def kernels_run_on(device: torch.device | str, load) -> bool:
-    """Whether Triton kernels (their module imported by ``load``, which raises ConfigError without Triton) can run on
-    ``device``: CUDA with Triton importable, or the CPU under Triton's interpreter."""
+    """Whether Triton kernels (module imported by ``load``, raising ConfigError without Triton) run on ``device``."""
     kind = torch.device(device).type
     try:
         load()

@@ -1,12 +1,11 @@
 """Per-job outputs → tidy CSVs: one row per observation, the run's settings, its families and provenance.
 
-``lm_results.csv`` has one row per run × evaluation length × seed; ``families`` (semicolon-joined) lists the
-families that asked for that row (a run shared by families appears once, listed in each) and ``roles`` the roles
-those families declare (``central``, ``width_sweep``, …): the claims and the paper comparison find their rows by
-role, never by a family's name. A diverged run keeps its rows, with ``status`` "diverged" and NaN metrics. The
-plan (``results/plan.json``, written from ``dape_core.config.Plan.report_spec``) supplies families, their roles,
-memberships and every run setting; a fine-tune run (``finetune_runs``, a Hugging Face decoder) leaves the settings it
-does not have (``size``, ``dropout``, …) empty.
+``lm_results.csv`` has one row per run × evaluation length × seed; ``families`` (semicolon-joined) lists the families
+that asked for that row (a run shared by families appears once) and ``roles`` the roles they declare (``central``,
+``width_sweep``, …): claims and the paper comparison find rows by role, never by a family's name. A diverged run keeps
+its rows, ``status`` "diverged" with NaN metrics. The plan (``results/plan.json``, from
+``dape_core.config.Plan.report_spec``) supplies families, roles, memberships and every run setting; a fine-tune run
+(``finetune_runs``, a Hugging Face decoder) leaves the settings it lacks (``size``, ``dropout``, …) empty.
 """
 
 from __future__ import annotations
@@ -146,10 +145,9 @@ def scored_windows(eval_path: Path) -> int | None:
 
 
 def lm_windows(window_paths: list[str], plan: dict | None = None) -> pd.DataFrame:
-    """Per-window losses of every run × seed × evaluation length (``results/lm/{run}/seed{seed}/windows.csv``),
-    led by the run and seed: the units of the claims' paired bootstrap (a window is (``document``, ``anchor``),
-    the same for every run evaluated on one split with the same settings); with ``plan``, each file read with the
-    settings the plan gives its job (:func:`made_with`)."""
+    """Per-window losses of every run × seed × evaluation length (``results/lm/{run}/seed{seed}/windows.csv``), led
+    by run and seed; a window (``document``, ``anchor``) is the same for every run evaluated on one split with the
+    same settings. With ``plan``, each file is read with the settings the plan gives its job (:func:`made_with`)."""
     frames = []
     for path in window_paths:
         frame = artefacts.read_csv(path, artefacts.WINDOWS, rows=scored_windows(Path(path).with_name("eval.csv")),
@@ -251,9 +249,8 @@ REPEAT_COLUMNS = artefacts.REPEATS.columns
 
 def timing_repeats(plan: dict, repeat_paths: list[str], timing: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every interleaved repeat (one row per method × length × round: Table 7 App. H, §4.2) with its run's families
-    and roles. Each file is checked where it is read: the columns of :data:`REPEAT_COLUMNS` and, against the
-    summary rows of ``timing`` (timing.csv's), ``repeats`` × ``blocks`` × ``replicates`` rows for every method ×
-    length timed ``ok``."""
+    and roles, checked where read: the columns of :data:`REPEAT_COLUMNS` and, against ``timing`` (timing.csv's rows),
+    ``repeats`` × ``blocks`` × ``replicates`` rows for every method × length timed ``ok``."""
     df = _by_run(plan, repeat_paths, artefacts.REPEATS)
     missing = [c for c in REPEAT_COLUMNS if c not in df]
     if len(df) and missing:
@@ -288,8 +285,7 @@ def che_results(plan: dict, cell_paths: list[str]) -> pd.DataFrame:
 
 
 def leakage_results(plan: dict, eval_paths: list[str]) -> pd.DataFrame:
-    """Each run without tril next to its tril twin: ppl of both and their ratio, per evaluation length and seed,
-    with the family and its role."""
+    """Each no-tril run next to its tril twin: both ppl and their ratio per evaluation length and seed, family, role."""
     evals = {run_and_seed(p): artefacts.read_csv(p, artefacts.EVAL).set_index("eval_len") for p in eval_paths}
     roles = family_roles(plan)
     rows = []

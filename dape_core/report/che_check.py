@@ -29,13 +29,12 @@ def _ood_lengths(rows: pd.DataFrame, summary: pd.Series) -> pd.Series | None:
 
 
 def che_beats_kerple(ctx: Context, t: Mapping) -> list[dict]:
-    """Per permutation-variant task, DAPE1x3-Kerple − Kerple of the best OOD accuracy over learning rates, won
-    above ``t["margin"]``, lost below 0; the claim holds on more than half the tasks. A task's interval reads its
-    own seeds: paired by seed, the spread of its per-seed differences (ν = n − 1), else each side's own spread
-    (Welch, :func:`~dape_core.report.intervals.welch`) — tasks and methods differ in noise, and a σ pooled over the
-    cells decides a noisier task's identical methods beyond 5 % of the time (``python -m
-    dape_core.report.calibration --only sink``); with one seed the pooled σ sizes the seeds a verdict needs (a plan,
-    :func:`~dape_core.report.claim_context.own_or_borrowed`) and the task is UNDECIDED."""
+    """Per permutation-variant task, DAPE1x3-Kerple − Kerple of the best OOD accuracy over learning rates, won above
+    ``t["margin"]``, lost below 0; the claim holds on more than half the tasks. A task reads its own seeds: paired,
+    the spread of its per-seed differences (ν = n − 1), else each side's (:func:`~dape_core.report.intervals.welch`),
+    since a σ pooled over cells decides a noisier task beyond 5 % (``python -m dape_core.report.calibration --only
+    sink``); with one seed the task is UNDECIDED and the pooled σ sizes the seeds it needs
+    (:func:`~dape_core.report.claim_context.own_or_borrowed`)."""
     che = of_role(ctx.che, "che")
     if che is None or che.empty:
         return []
@@ -128,10 +127,9 @@ def _scaled(noise: SeedNoise | None, sides: int) -> SeedNoise | None:
 
 
 def _che_seed_noise(summary: pd.DataFrame) -> SeedNoise | None:
-    """Between-seed SD of one CHE cell's best OOD accuracy over learning rates: the within-cell mean square over
-    the task × method cells with ≥ 2 seeds, pooled (the one-way layout's error term, Montgomery §3.3), which sizes
-    the seeds a task with one seed needs; None when no cell has several seeds (CHE accuracies share no scale with
-    perplexities, so the LM source does not serve)."""
+    """Between-seed SD of one CHE cell's best OOD accuracy over learning rates, pooled over the task × method cells
+    with ≥ 2 seeds (the one-way layout's error term, Montgomery §3.3), which sizes a one-seed task; None when no cell
+    has several seeds (CHE accuracies share no scale with perplexities, so the LM source does not serve)."""
     best = summary.groupby(["task", "method", "seed"])["accuracy"].max().reset_index()
     ss, df = 0.0, 0
     for _, g in best.groupby(["task", "method"]):
@@ -144,10 +142,9 @@ def _che_seed_noise(summary: pd.DataFrame) -> SeedNoise | None:
 
 
 def _che_seeds(needs: list, n_tasks: int, margin: float, lower_bound: bool = False) -> dict:
-    """Seeds that decide the CHE claim at the observed per-task effects: CONFIRMED needs more than half the tasks
-    won, so the ⌊n/2⌋+1-th smallest n among tasks whose estimate exceeds the margin; else REFUTED, the
-    ⌈n/2⌉-th smallest among tasks whose estimate is below 0 (each task's n from :func:`seeds_to_decide`; a lower
-    bound, "≥ n", when the seed noise is not estimated)."""
+    """Seeds that decide the CHE claim at the observed per-task effects: CONFIRMED, the ⌊n/2⌋+1-th smallest n among
+    tasks whose estimate exceeds the margin; else REFUTED, the ⌈n/2⌉-th smallest among tasks below 0 (each task's n
+    from :func:`seeds_to_decide`; a lower bound, "≥ n", when the seed noise is not estimated)."""
     def kth(candidates, k):
         values = sorted(x for x in candidates if x[0] is not None)
         return values[k - 1] if len(values) >= k else None

@@ -1,8 +1,8 @@
-"""What the claims' checks read and how they report: the rows of a role with their multiples, the per-window
-losses of a run × seed × length (:class:`Context`), a seed's unit of values, the comparison of two methods'
-log-perplexities (paired by seed only within a setting, :func:`compare`), and one check's record with the seeds
-that would decide it. No claim is named here: the checks (:mod:`~dape_core.report.lm_checks`, ``timing_check``,
-``che_check``, ``sink_check``) and their declarations (:mod:`~dape_core.report.claims`) build on it."""
+"""What the claims' checks read and how they report: a role's rows with their multiples, the per-window losses of a
+run × seed × length (:class:`Context`), a seed's unit, the comparison of two methods' log-perplexities (paired by seed
+only within a setting, :func:`compare`), and one check's record with the seeds that would decide it. No claim is named
+here: the checks (``lm_checks``, ``timing_check``, ``che_check``, ``sink_check``) and :mod:`~dape_core.report.claims`
+build on it."""
 
 from __future__ import annotations
 
@@ -106,8 +106,7 @@ def pct(x: float) -> str:
 
 class Context:
     """What the checks read: the aggregated tables, the per-window losses by (run, seed, evaluation length), the
-    multi-seed settings that give checks their seed noise, and whether verdicts are point verdicts (the paper's
-    numbers)."""
+    multi-seed settings that give seed noise, and whether verdicts are point verdicts (the paper's numbers)."""
 
     def __init__(self, lm=None, timing=None, che=None, sink=None, windows=None, point: bool = False,
                  timing_repeats=None):
@@ -120,11 +119,9 @@ class Context:
         self.seed_source = SeedNoiseSource(None if point else lm, windows)
 
     def noise(self, stat, paired: bool, rows: pd.DataFrame) -> SeedNoise | None:
-        """σ of one seed's ``stat`` for the run of ``rows``: None — its own seeds' spread (ν = n − 1) — where it
-        has two or more seeds, since methods do not share one noise level; with one seed its setting's σ in its
-        regime (causal, leaky, or both for a paired comparison across them), or the grid's largest where the
-        setting has one seed (:mod:`~dape_core.report.seed_noise`), named as borrowed in the basis and a plan only
-        (:func:`own_or_borrowed`)."""
+        """σ of one seed's ``stat`` for the run of ``rows``, by :func:`own_or_borrowed`: None (its own spread) with
+        two or more seeds; with one, its setting's σ in its regime (causal, leaky, or both for a paired comparison
+        across them) or the grid's largest (:mod:`~dape_core.report.seed_noise`), as a plan only."""
         return own_or_borrowed(self.seed_source.noise(stat, paired, setting_of(rows), regime_of(rows)),
                                rows["seed"].nunique() if "seed" in rows else 1)
 
@@ -139,9 +136,8 @@ class Context:
                           noise_a=noise_a)
 
     def piece(self, rows: pd.DataFrame, column: str = "loss") -> pd.Series | float:
-        """One method × seed × evaluation length (one row per run): the per-window ``column`` indexed by window
-        (runs of one method and seed averaged), or without per-window data the log of the row's perplexity;
-        +∞ when a run diverged."""
+        """One method × seed × evaluation length: the per-window ``column`` by window (runs of one method and seed
+        averaged), or without per-window data the log of the rows' perplexity; +∞ when a run diverged."""
         return self.piece_of(records(rows, column), column)
 
     def piece_of(self, rows: list[tuple], column: str = "loss") -> pd.Series | float:
@@ -180,9 +176,8 @@ def shared_windows(pieces: list) -> pd.Index | None:
 
 
 def unit_of(pieces: list, windows: pd.Index | None = None) -> np.ndarray:
-    """[rows, k]: the pieces' per-window values on the windows all share (and, given ``windows``, only those; a
-    diverged piece is +∞ on each), or one row of their means when a piece has no per-window data or fewer than two
-    windows are shared."""
+    """[rows, k]: the pieces' per-window values on the windows all share (within ``windows`` if given; a diverged
+    piece +∞ on each), or one row of their means without per-window data or with fewer than two shared windows."""
     series = [p for p in pieces if isinstance(p, pd.Series)]
     if series and all(isinstance(p, pd.Series) or np.isinf(p) for p in pieces):
         common = shared_windows(series)
@@ -214,38 +209,33 @@ def seed_pieces(ctx: Context, parts) -> list:
 
 
 def seed_unit(ctx: Context, parts) -> np.ndarray:
-    """The unit of one seed: ``parts`` lists (rows of one method and seed, evaluation lengths, column); the rows a
-    frame or their :func:`records` for that column."""
+    """One seed's unit: ``parts`` lists (rows of one method and seed as a frame or :func:`records`, lengths, column)."""
     return unit_of(seed_pieces(ctx, parts))
 
 
 def own_or_borrowed(borrowed: SeedNoise | None, n_seeds: int) -> SeedNoise | None:
-    """The σ a side of a comparison (or a run's own statistic) reads: its own seeds' spread (None: the interval
-    computes it, ν = n − 1) with two or more seeds — methods differ in noise, and a σ pooled over them decides a
-    noisier method's comparisons too often (``python -m dape_core.report.calibration --only heterogeneity``) —; with
-    one, the ``borrowed`` σ of its setting as a plan only (said so in the basis): it sizes the seeds a verdict
-    needs, and the interval is (−∞, +∞)."""
+    """The σ a comparison's side (or a run's own statistic) reads: with two or more seeds its own spread (None: the
+    interval computes it, ν = n − 1), since a σ pooled over methods decides a noisier one too often (``python -m
+    dape_core.report.calibration --only heterogeneity``); with one, the ``borrowed`` σ as a plan only: it sizes the
+    seeds a verdict needs, and the interval is (−∞, +∞)."""
     if n_seeds >= 2:
         return None
     return replace(borrowed, plan_only=True) if borrowed is not None else None
 
 
-#: the prior degrees of freedom of a pair's σ² about its setting's pooled σ² (:func:`sizing_sd`): measured 7.9 by
-#: the method of moments on the default run's paired checks, pilot against fresh seeds
-#: (benchmarks/results/sizing_noise.csv; benchmarks/results/README.md, sizing noise)
+#: the prior degrees of freedom of a pair's σ² about its setting's pooled σ² (:func:`sizing_sd`), measured by the
+#: method of moments, pilot against fresh seeds (benchmarks/results/README.md, Sizing noise)
 PRIOR_DF = 8
 
 
 def sizing_sd(own: float, pooled: float, n_seeds: int) -> float:
-    """The σ that sizes a comparison's seeds (never its interval): with one shared seed, its setting's pooled σ
-    (a pair has no spread of its own); in a design's pilot (:func:`~dape_core.report.intervals.sizing_fresh_seeds`),
-    its own spread (``own``, on ν = n − 1) moderated towards that pooled σ (``pooled``: a pair's interaction σ pooled
-    over its setting's methods, or an unpaired comparison's two sides' within-run σ pooled over theirs) as Smyth's
-    moderated variance (limma, 2004): σ̃² = (d₀·pooled² + ν·own²) / (d₀ + ν), d₀ = :data:`PRIOR_DF`, and never below
-    the own σ. A pilot of two seeds reads its own spread on one degree of freedom, which falls below half the truth
-    one time in three (P(χ²₁ < 1/4) = 0.38) and then promises a verdict at too few fresh seeds; there σ̃ is 0.94 × the
-    pooled σ or more. With many seeds the own spread speaks for itself: a pool that mixes methods of several-fold
-    different noise no longer prices a quiet pair (docs/verdicts.md, the design stage)."""
+    """The σ that sizes a comparison's seeds (never its interval): with one shared seed, the ``pooled`` σ (a pair's
+    interaction σ pooled over its setting's methods, or the two sides' within-run σ); in a design's pilot
+    (:func:`~dape_core.report.intervals.sizing_fresh_seeds`), its ``own`` spread (ν = n − 1) moderated towards it as
+    Smyth's moderated variance (limma, 2004): σ̃² = (d₀·pooled² + ν·own²) / (d₀ + ν), d₀ = :data:`PRIOR_DF`, never
+    below ``own``. Why: two seeds' own spread falls below half the truth one time in three (P(χ²₁ < 1/4) = 0.38) and
+    then promises too few fresh seeds (σ̃ ≥ 0.94 × pooled there); with many seeds the own spread speaks for itself
+    (docs/verdicts.md, the design stage)."""
     if n_seeds == 1:
         return pooled
     if not (math.isfinite(own) and math.isfinite(pooled)):
@@ -256,18 +246,14 @@ def sizing_sd(own: float, pooled: float, n_seeds: int) -> float:
 
 def compare(ctx: Context, ra: pd.DataFrame, rb: pd.DataFrame, lengths_a, lengths_b, key: str,
              stats=(("mean", "all", "loss"),) * 2) -> Interval | None:
-    """log ppl_B − log ppl_A (each a mean over its lengths and the seeds), with its t-interval. Paired by seed (and
-    window) only where the two share initialisation and batch stream — the same setting (dataset, size, training
-    length and budget) and seed —, with the σ of the pair's own per-seed differences (ν = n − 1; with one shared
-    seed there is none: UNDECIDED, :data:`NO_PAIR_SPREAD`): methods do not share one noise level (a method whose
-    seeds scatter more than the grid's pooled σ decides identical methods far beyond 5 % of the time with it,
-    ``python -m dape_core.report.calibration --only heterogeneity``). With one shared seed the interval's ``unit_sd`` is
-    the setting's interaction σ pooled over its methods (of its regime; borrowed where it has one seed), which
-    sizes the seeds a verdict would need (a plan, never a verdict), and in a design's pilot the pooled σ towards
-    which the σ that sizes the fresh seeds is moderated (:func:`sizing_sd`); otherwise unpaired over all their seeds
-    (Welch), each side with its own seeds' spread where it has two or more, its setting's within-run σ of the
-    statistics ``stats`` (A's, B's) where it has one (:func:`own_or_borrowed`), both on the windows both sides scored. None
-    when a side has no complete seed."""
+    """log ppl_B − log ppl_A (each a mean over its lengths and seeds) with its t-interval; None when a side has no
+    complete seed. Paired by seed (and window) only where the two share initialisation and batch stream (the same
+    setting and seed), on the spread of the pair's own per-seed differences (ν = n − 1; one shared seed: UNDECIDED,
+    :data:`NO_PAIR_SPREAD`), since methods differ in noise (``python -m dape_core.report.calibration --only
+    heterogeneity``); with one shared seed, or in a design's pilot, ``unit_sd`` is sized from the setting's pooled
+    interaction σ of its regime (:func:`sizing_sd`), a plan, never a verdict. Otherwise unpaired (Welch) over all
+    their seeds on the windows both sides scored, each side its own spread, or with one seed its setting's within-run
+    σ of ``stats`` (A's, B's) as a plan (:func:`own_or_borrowed`)."""
     sa, sb = seeds_with(ra, lengths_a), seeds_with(rb, lengths_b)
     if not sa or not sb:
         return None
@@ -287,8 +273,8 @@ def compare(ctx: Context, ra: pd.DataFrame, rb: pd.DataFrame, lengths_a, lengths
             if all(p is not None for p in parts):
                 iv = replace(iv, unit_sd=sizing_sd(iv.unit_sd, combine_noise(parts).sd, len(shared)))
         return iv
-    # the windows both sides scored: runs of different training lengths may score more windows at the lengths
-    # within their own (``max_windows_within``), and a mean over other windows would differ by their difficulty
+    # the windows both sides scored: runs of other training lengths may score more (``max_windows_within``), and a
+    # mean over other windows would differ by their difficulty
     pieces_a = [seed_pieces(ctx, [(by_seed_a[s], lengths_a, "loss")]) for s in sorted(sa)]
     pieces_b = [seed_pieces(ctx, [(by_seed_b[s], lengths_b, "loss")]) for s in sorted(sb)]
     windows = shared_windows([p for pieces in pieces_a + pieces_b for p in pieces])
@@ -331,11 +317,10 @@ def interval_text(iv: Interval, show=pct) -> str:
 
 def record(verdict: str, text: str, iv: Interval | None, rule: dict | None = None, runs=(), *, fact: bool = False,
            show=pct, **numbers) -> dict:
-    """One check: its verdict, its text (ending with the verdict, what the interval saw and the seed noise it
-    used) and its numbers; with ``rule`` (side, confirm, refute of :func:`decide`) an UNDECIDED check also gets
-    the seeds that would decide it (``seeds_needed``) and the ``runs`` they would retrain, and the claim may read
-    the interval again among its other checks (:func:`jointly`; ``show`` formats its bounds) unless the verdict is
-    a ``fact`` (a divergence) rather than the rule's reading of ``iv``."""
+    """One check: its verdict, its text (ending with the verdict, the basis and seed noise) and its numbers. With
+    ``rule`` (:func:`decide`'s side, confirm, refute) an UNDECIDED check also gets ``seeds_needed`` and the ``runs``
+    to retrain, and the claim may read ``iv`` again among its checks (:func:`jointly`; ``show`` formats its bounds)
+    unless the verdict is a ``fact`` (a divergence), not the rule's reading of ``iv``."""
     scope = f"; {iv.scope()}" if iv is not None else ""
     if iv is not None and iv.seed_noise is not None:
         scope += f"; {iv.seed_noise.text()}"
@@ -360,14 +345,12 @@ def judged_intervals(checks: list[dict]) -> int:
 
 
 def jointly(checks: list[dict], at_least: int = 0) -> list[dict]:
-    """A claim's checks read together: the claim is REFUTED when any check is, so with m intervals judged over its
-    checks each REFUTED is read at the Bonferroni level 1 − 0.05 / m (:func:`simultaneous`) — the claim refutes two
-    identical methods at most as often as one 95 % interval does —, while CONFIRMED, which needs all of them, stays
-    at 95 % (an intersection). A check REFUTED alone but not jointly becomes UNDECIDED and says so; the seeds that
-    would decide an open check towards REFUTED are sized at that level. Records without judged intervals (facts,
-    rules over many intervals of their own) keep their verdicts. ``at_least``: m is at least this (the design stage
-    reads the checks its fresh seeds reach at the level of every interval its pilot judged, so that a refutation
-    on some of them stays within 5 %)."""
+    """A claim's checks read together: any REFUTED refutes the claim, so with m intervals judged each REFUTED is read
+    at the Bonferroni level 1 − 0.05 / m (:func:`simultaneous`), while CONFIRMED, which needs all, stays at 95 % (an
+    intersection). A check REFUTED alone but not jointly becomes UNDECIDED and says so; an open check heading to
+    REFUTED is sized at that level. Records without judged intervals (facts, rules over their own intervals) keep
+    their verdicts. ``at_least``: the least m (the design stage reads its fresh seeds at the level of every interval
+    its pilot judged, so that a refutation on some of them stays within 5 %)."""
     m = max(judged_intervals(checks), at_least)
     if m <= 1:
         return checks

@@ -1,7 +1,6 @@
-"""What would decide an UNDECIDED claim, and what it costs: the seeds per method at the observed effects (from
-:func:`dape_core.report.intervals.seeds_to_decide` per check), the extra training and evaluation jobs, their
-training CPU-hours as the run measured them and their GPU-hours (the larger of FLOP and dispatch time,
-:mod:`dape_core.config.dispatch`)."""
+"""What would decide an UNDECIDED claim, and what it costs: the seeds per method at the observed effects
+(:func:`dape_core.report.intervals.seeds_to_decide` per check), the extra jobs, their training CPU-hours as the run
+measured them and their GPU-hours (the larger of FLOP and dispatch time, :mod:`dape_core.config.dispatch`)."""
 
 from __future__ import annotations
 
@@ -20,10 +19,9 @@ def _towards(check: dict) -> str | None:
 
 
 def run_costs(lm: pd.DataFrame | None, gpu_tflops: float, utilisation: float) -> dict[str, dict]:
-    """Per LM run: its seeds, and one more seed's training CPU-hours as this run measured them (``train_wall_s``
-    × ``train_threads``, the median over its seeds) and GPU-hours: the larger of the FLOP time and the dispatch
-    time (operator calls per step × the per-call host cost measured on this CPU;
-    :func:`dape_core.config.dispatch.row_gpu_hours`), the median over its seeds, with the bound that decides."""
+    """Per LM run: its seeds and, as medians over them, one more seed's training CPU-hours (``train_wall_s`` ×
+    ``train_threads``) and GPU-hours, the larger of FLOP and dispatch time
+    (:func:`dape_core.config.dispatch.row_gpu_hours`), with the bound that decides."""
     from dape_core.config.dispatch import row_gpu_hours
 
     if lm is None or lm.empty or "run" not in lm:
@@ -45,9 +43,8 @@ def run_costs(lm: pd.DataFrame | None, gpu_tflops: float, utilisation: float) ->
 
 
 def claim_power(checks: list[dict]) -> list[dict]:
-    """``checks``, all heading to CONFIRMED, each sized at power 0.8^(1/k) over the claim's k checks (the claim is
-    CONFIRMED only when all are: with independent checks it is then decided with 80 % power, where each check at
-    80 % would give 0.8^k); a check that cannot be resized (no ``_size``) keeps its size."""
+    """``checks``, all heading to CONFIRMED, each sized at power 0.8^(1/k), so that the claim of k checks, CONFIRMED
+    only when all are, has 80 % power (each at 80 % gives 0.8^k); a check without ``_size`` keeps its size."""
     power = POWER ** (1 / max(1, len(checks)))
     out = []
     for c in checks:
@@ -59,13 +56,12 @@ def claim_power(checks: list[dict]) -> list[dict]:
 
 
 def decide_route(checks: list[dict], every: bool = False) -> tuple[int | None, str, dict[str, int]]:
-    """For an UNDECIDED claim: the seeds per method that decide it at the observed effects — REFUTED through its
-    cheapest check heading there, or CONFIRMED when every open check heads there (the largest n) — the text, and
-    the runs to retrain with the seeds each needs: a check's runs get that check's n (a run of several checks the
-    largest), so that one hard check does not size the runs of the others. ``every``: every check is open (fresh
-    seeds, of which none is run yet, decide the claim: the design stage, :mod:`dape_core.report.design`), and a
-    claim of k checks heading to CONFIRMED is sized for 80 % power as a claim (:func:`claim_power`), since the
-    fresh seeds must decide all of them."""
+    """For an UNDECIDED claim: the seeds per method that decide it at the observed effects (REFUTED through its
+    cheapest check heading there, or CONFIRMED when every open check heads there: the largest n), the text, and the
+    runs to retrain with each one's seeds: a check's runs get that check's n (a run of several checks the largest),
+    so one hard check does not size the others' runs. ``every``: every check is open (the design stage's fresh seeds,
+    :mod:`dape_core.report.design`), and a claim heading to CONFIRMED is sized for 80 % power as a claim
+    (:func:`claim_power`)."""
     open_checks = [c for c in checks if every or c["verdict"] == UNDECIDED]
     refute = [c for c in open_checks if _towards(c) == REFUTED and c.get("seeds_needed")]
     heading = open_checks and all(_towards(c) == CONFIRMED and c.get("seeds_needed") for c in open_checks)

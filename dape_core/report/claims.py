@@ -1,70 +1,46 @@
-"""The paper's qualitative claims as checks over the aggregated CSVs, each with an explicit rule and a verdict
-read off a 95 % interval: CONFIRMED, REFUTED or UNDECIDED (NOT-RUN when the rows a claim needs are absent).
+"""The paper's qualitative claims as checks over the aggregated CSVs, each with an explicit rule and a verdict read
+off a 95 % interval: CONFIRMED, REFUTED or UNDECIDED (NOT-RUN when the rows a claim needs are absent).
 
 Verdicts (the rules of ``claims.md``):
 
-- Every check has a statistic, an interval and a claimed side (:mod:`dape_core.report.intervals`). CONFIRMED when
-  the whole interval lies on the claimed side beyond the claim's margin, REFUTED when the whole interval lies on
-  the opposite side of zero (of "no difference"; for the threshold claims, beyond the threshold the claim is
-  contrasted with, named in its rule), UNDECIDED otherwise: a difference inside the noise is never a refutation,
-  and a real gain smaller than the margin is not a confirmation.
-- A claim of several checks is CONFIRMED when all its checks are (each at 95 %: an intersection), REFUTED when any
-  is, read at the Bonferroni level over the claim's m intervals (1 − 0.05/m,
-  :func:`~dape_core.report.claim_context.jointly`), UNDECIDED otherwise; a check REFUTED at 95 % alone but not
-  jointly is UNDECIDED and says so. Rules that need j of n (the CHE majority) read each interval at
-  1 − 0.05·j/n (:func:`~dape_core.report.intervals.level_for`). So no claim decides two identical methods more
-  often than one 95 % interval does.
-- Intervals are Student's t on per-seed statistics (:mod:`dape_core.report.intervals`), σ the SD of one seed's
-  statistic. A paired comparison reads its own pair's per-seed differences (ν = n − 1; with one seed (−∞, +∞),
-  UNDECIDED): methods do not share one noise level, and a pooled σ decides a noisier pair too often. A run's own
-  statistic and each side of an unpaired comparison read their own seeds' spread with two or more seeds (ν = n − 1;
-  across the sides the fewer of the two, Hsu's conservative ν); with one seed (−∞, +∞), UNDECIDED, with σ pooled over the grid's methods
-  in its own setting — dataset, size, training length and budget (:mod:`dape_core.report.seed_noise`), causal and
-  leaky (no-tril) runs apart —, or the grid's largest for that statistic where the setting has one seed, borrowed
-  to size the seeds a verdict needs (named in the basis), never to decide: a method noisier than the σ it borrows
-  can be decided beyond 5 % of the time. The statistic whose σ a check uses: the mean loss within (×1, also for a model
-  evaluated below its training length), beyond (×>1) or over all multiples for perplexity comparisons, the
-  explosion's growth for ``baselines_explode_bounded``, the ΔP statistic for ``delta_p_sign``; a CHE task or a sink pair
-  reads its own seeds' spread likewise, and with one seed borrows, to size only, the σ pooled over the CHE cells or
-  the sink pairs with several seeds.
-- Runs are paired by seed (and window) only where they share initialisation and batch stream — the same setting
-  and seed —; otherwise unpaired (Welch), each side with its own seeds' spread (with one seed, a borrowed
-  within-run σ of its setting, seed main effect included, as a plan only).
-- The timing claim: per size, the ratio of medians of interleaved rounds (``timing_repeats.csv``), its rise between
-  sizes with a bootstrap over rounds, on the device each row names (the paper timed GPUs); a timing.csv without
-  per-repeat times gives no interval (UNDECIDED).
-- What would decide an UNDECIDED check, and its cost: :mod:`dape_core.report.claim_costs`.
-- The paper's own numbers (one value per cell, no seeds or windows) get point verdicts: the interval is the
-  point, labelled "point (the paper's printed numbers)".
-- A diverged run (``status`` "diverged") has perplexity +∞ in every draw: it loses every comparison it should win
-  (REFUTED when the other side never diverged), whatever the noise.
+- Every check has a statistic, an interval and a claimed side (:mod:`dape_core.report.intervals`): CONFIRMED when the
+  whole interval lies on the claimed side beyond the claim's margin, REFUTED when it lies wholly on the opposite side
+  of zero (for the threshold claims, beyond the contrasting threshold their rule names), UNDECIDED otherwise: a
+  difference inside the noise is never a refutation, a real gain below the margin not a confirmation.
+- A claim of several checks is CONFIRMED when all are (each at 95 %: an intersection), REFUTED when any is at the
+  Bonferroni level over its m intervals (1 − 0.05/m, :func:`~dape_core.report.claim_context.jointly`; REFUTED at 95 %
+  alone but not jointly is UNDECIDED and says so), UNDECIDED otherwise. Rules that need j of n (the CHE majority) read
+  each interval at 1 − 0.05·j/n (:func:`~dape_core.report.intervals.level_for`). So no claim decides two identical
+  methods more often than one 95 % interval does.
+- Intervals are Student's t on per-seed statistics (:mod:`dape_core.report.intervals`). Runs are paired by seed (and
+  window) only where they share initialisation and batch stream (the same setting and seed), else unpaired (Welch);
+  each reads its own seeds' spread (ν = n − 1; unpaired, the fewer of the sides' ν), since methods differ in noise.
+  With one seed the interval is (−∞, +∞), UNDECIDED; a σ pooled over its setting's methods
+  (:mod:`dape_core.report.seed_noise`), or over the CHE cells or sink pairs with several seeds, only sizes the seeds
+  a verdict needs (:mod:`dape_core.report.claim_costs`).
+- The timing claim reads the rise between sizes of a ratio of medians of interleaved rounds over replicate jobs
+  (:mod:`~dape_core.report.timing_check`), on the device each row names; without per-repeat times, UNDECIDED.
+- The paper's own numbers (one value per cell) get point verdicts, labelled "point (the paper's printed numbers)".
+- A diverged run has perplexity +∞: it loses every comparison it should win, whatever the noise.
 
 Conventions shared by the rules:
 
-- Lengths are multiples of the training length: "within" is ×1 (evaluation length = training length),
-  "beyond" every evaluated multiple > 1.
-- "A beats B" (at ×1, or beyond): the relative gain 1 − ppl_A / ppl_B, with ppl the geometric mean over the
-  seeds both methods have and the multiples both were evaluated at (seeds missing one are dropped; methods
-  without a shared seed are resampled each on its own), CONFIRMED when its interval lies at or above the margin,
-  REFUTED when it lies below 0. The margins follow the size of the paper's own gaps: 0.5 % at ×1 (the paper's
+- Lengths are multiples of the training length: "within" is ×1, "beyond" every evaluated multiple > 1.
+- "A beats B" (at ×1, or beyond): the relative gain 1 − ppl_A / ppl_B, ppl the geometric mean over the seeds both
+  methods have and the multiples both were evaluated at (seeds missing one are dropped), CONFIRMED when its interval
+  lies at or above the margin, REFUTED when below 0. The margins follow the paper's own gaps: 0.5 % at ×1 (its
   DAPE1x3 vs DAPE gaps at ×1 are 0.6–1.8 %), 1 % for DAPE1x3 against DAPE (k = 1) beyond, 2 % for everything else.
-- Rows are found by role, never by a family's name: a claim reads the rows whose ``roles`` (the roles the
-  configuration's families declare, e.g. ``central``) include its role, so families may be named freely and
-  several families of one role are read together. A timing, CHE or sink table without a ``roles`` column is
-  read whole.
-- Settings are dataset × training length × size inside the claim's role; each evaluable setting gives the
-  claim's checks.
+- Rows are found by role, never by a family's name: a claim reads the rows whose ``roles`` include its role, so
+  families may be named freely and several of one role are read together; a timing, CHE or sink table without a
+  ``roles`` column is read whole.
+- Settings are dataset × training length × size inside the claim's role; each evaluable setting gives its checks.
 
 Each claim yields a record: ``claim_id``, ``section``, ``statement``, ``rule``, ``core``, ``informational``,
-``verdict``, ``basis`` (what its intervals saw), ``summary`` (the numbers behind the verdict) and ``numbers``
-(the same per check, as a dict).
+``verdict``, ``basis`` (what its intervals saw), ``summary`` (the numbers behind the verdict), ``numbers`` (per check).
 
-Layout: a claim here is a declaration — identifier, section, statement, rule (the text claims.md prints), its
-check and the thresholds the check decides against. The checks live in :mod:`~dape_core.report.lm_checks`,
-:mod:`~dape_core.report.timing_check`, :mod:`~dape_core.report.che_check` and
-:mod:`~dape_core.report.sink_check`, on the data access of :mod:`~dape_core.report.claim_context`; the statistics
-(:mod:`~dape_core.report.intervals`, :mod:`~dape_core.report.seed_noise`) know no claim; costs and rendering are
-:mod:`~dape_core.report.claim_costs` and :mod:`~dape_core.report.claims_markdown`.
+Layout: a claim here is a declaration (identifier, section, statement, the rule claims.md prints, its check and
+thresholds); the checks live in ``lm_checks``, ``timing_check``, ``che_check`` and ``sink_check`` on
+:mod:`~dape_core.report.claim_context`; costs and rendering in ``claim_costs`` and ``claims_markdown``.
 """
 
 from __future__ import annotations
@@ -300,24 +276,16 @@ def evaluate_claims(lm: pd.DataFrame | None, timing: pd.DataFrame | None = None,
                     utilisation: float | None = None, timing_repeats: pd.DataFrame | None = None,
                     claims: tuple[Claim, ...] = CLAIMS, fresh: bool = False,
                     min_comparisons: dict[str, int] | None = None) -> pd.DataFrame:
-    """One record per claim: verdict CONFIRMED / REFUTED / UNDECIDED / NOT-RUN, what its intervals saw, the seed
-    noise they used, the rule, the numbers behind the verdict, and for an UNDECIDED claim the seeds per method
-    that would decide it with what those runs cost (``gpu_tflops`` and ``utilisation``: the configuration's
-    ``estimate`` block, its schema defaults when None).
-
-    ``lm``: lm_results.csv rows; ``windows``: lm_windows.csv (per-window losses; without them each seed's
-    statistic comes from its perplexities); ``timing``: timing.csv; ``timing_repeats``: timing_repeats.csv (each
-    interleaved repeat: the timing claim's interval); ``che``: che_results.csv; ``sink``: sink.csv, whose
-    ``sink_mass`` is the mean attention probability placed on the first key by queries at positions ≥ 16.
-    ``point``: point verdicts (the paper's numbers). ``claim_ids`` restricts the evaluation to some claims;
-    ``claims``: the declarations evaluated (:data:`CLAIMS`, the paper's). ``fresh``: a pilot's evaluation (the
-    design stage, :mod:`dape_core.report.design`): every claim, decided or not, also gets ``fresh_seeds`` — the
-    fresh seeds per method that would decide it alone at the pilot's effects (:func:`sizing_fresh_seeds`) —,
-    ``fresh_text``, ``fresh_runs`` (the LM runs or CHE cells to run them on) and ``fresh_run_seeds`` (the seeds
-    each of them needs: a check's runs its own n, :func:`~dape_core.report.claim_costs.decide_route`).
-    ``min_comparisons``: claim_id → the fewest intervals its REFUTED is read over (the Bonferroni m of
-    :func:`jointly`): a design's reading of its fresh seeds passes the pilot's count. Every record gives its own
-    count (``judged_intervals``)."""
+    """One record per claim: its verdict, basis, seed noise, rule and numbers, and for an UNDECIDED claim the seeds per
+    method that would decide it and their cost (``gpu_tflops``, ``utilisation``: the configuration's ``estimate``
+    block, its schema defaults when None). ``lm``, ``windows`` (without it each seed's statistic comes from its
+    perplexities), ``timing``, ``timing_repeats``, ``che``, ``sink``: the aggregated tables; ``point``: point verdicts
+    (the paper's numbers); ``claim_ids``: a subset of ``claims``. ``fresh``: a pilot's evaluation
+    (:mod:`dape_core.report.design`): every claim also gets ``fresh_seeds`` (the fresh seeds per method that alone
+    would decide it at the pilot's effects), ``fresh_text``, ``fresh_runs`` (LM runs or CHE cells) and
+    ``fresh_run_seeds`` (each one's seeds, :func:`~dape_core.report.claim_costs.decide_route`). ``min_comparisons``:
+    claim_id → the least Bonferroni m its REFUTED is read over (:func:`jointly`; a design's fresh seeds pass the
+    pilot's); each record gives its own (``judged_intervals``)."""
     if fresh:
         with sizing_fresh_seeds():
             return evaluate_claims(lm, timing, che, sink, claim_ids, windows=windows, point=point,

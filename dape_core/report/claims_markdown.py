@@ -7,8 +7,7 @@ import pandas as pd
 
 from dape_core.report.intervals import CONFIRMED, LEVEL, MAX_SEEDS, NOT_RUN, REFUTED, UNDECIDED
 
-#: what benchmarks/results/verdict_calibration.csv shows of the rules (tests/test_verdict_calibration.py reads it
-#: against the file)
+#: what benchmarks/results/verdict_calibration.csv shows of the rules (tests/test_verdict_calibration.py checks it)
 CALIBRATION = (
     "The calibration (python -m dape_core.report.calibration) shows every rule the claims decide by — each basis "
     "of an interval, Welch's comparison at unequal seed counts (computed exactly), the timing, sink and CHE rules, "
@@ -79,9 +78,8 @@ POWER_RULE = (
 
 
 def family_line(df: pd.DataFrame) -> str:
-    """How many false decisions the claims read together allow: each evaluated claim decides two identical methods
-    at most 5 % of the time (its own rule, calibrated), so n of them make up to 0.05·n false decisions on average
-    when nothing is true (Markov: P(≥ 1) ≤ 0.05·n; 1 − 0.95ⁿ were they independent)."""
+    """The false decisions the claims together allow: each decides two identical methods at most 5 % of the time, so
+    n make up to 0.05·n on average when nothing is true (P(≥ 1) ≤ 0.05·n; 1 − 0.95ⁿ if independent)."""
     evaluated = int((df["verdict"] != NOT_RUN).sum())
     decided = int(df["verdict"].isin([CONFIRMED, REFUTED]).sum())
     alpha = 1 - LEVEL
@@ -120,10 +118,9 @@ def _open_lines(df: pd.DataFrame) -> list[str]:
 def claims_markdown(df: pd.DataFrame, paper: pd.DataFrame | None = None, rho: pd.DataFrame | None = None,
                     design: list[str] | None = None) -> str:
     """A Markdown report: the verdict counts and how to read them, Spearman's ρ of each setting's method ordering
-    against the paper's (``rho``, from :func:`dape_core.report.compare.setting_correlations`), the verdicts with
-    the numbers behind them, then each claim's rule. With ``paper`` (from :func:`evaluate_claims_on_paper`) a
-    column gives each rule's point verdict on the paper's own numbers; ``design`` (the lines of
-    :func:`dape_core.report.design.design_lines`): the seeds the design stage chose, and why."""
+    against the paper's (``rho``: :func:`dape_core.report.compare.setting_correlations`), the verdicts with their
+    numbers, then each claim's rule. ``paper`` (:func:`evaluate_claims_on_paper`) adds a column of point verdicts on
+    the paper's numbers; ``design`` (:func:`dape_core.report.design.design_lines`): the seeds chosen, and why."""
     def cell(x) -> str:
         return str(x).replace("|", "\\|").replace("\n", " ")
 

@@ -317,9 +317,9 @@ def draw_figure(args) -> None:
 
 
 def write_design(args) -> dict:
-    """The design stage (:mod:`dape_core.report.design`): the pilot's per-job files aggregated as the reports
-    would, its claims sized for fresh seeds, priced in reference CPU-seconds of their jobs' work (``--prices``), the
-    design written and printed with its wall time on this machine (from the pilot jobs' measured seconds)."""
+    """The design stage (:mod:`dape_core.report.design`): the pilot's per-job files aggregated, its claims sized for
+    fresh seeds and priced in reference CPU-seconds (``--prices``), the design written and printed with its wall time
+    here (from the pilot jobs' measured seconds)."""
     from dape_core.report import aggregate, design, protocol
     from dape_core.machine import cpu_model
     from dape_core.report.claims import evaluate_claims
@@ -348,11 +348,11 @@ def write_claims(lm, timing, che, sink, out_md: str | Path, out_csv: str | Path,
                  gpu_tflops: float | None = None, utilisation: float | None = None,
                  timing_repeats=None, design: str | Path | None = None,
                  protocol_path: str | Path | None = None, ledger_path: str | Path | None = None) -> pd.DataFrame:
-    """The claim verdicts on this run, next to the same rules applied to the paper's own numbers, and the
-    Spearman ρ of each setting's method ordering against the paper's; ``gpu_tflops`` and ``utilisation`` price
-    the seeds that would decide the open claims. With ``design`` (design.json) the verdicts read the fresh seeds
-    only and claims.md shows the design and whether they were read under the protocol sealed with it
-    (``protocol_path``; none: exploratory), and with ``ledger_path`` how many looks its history holds."""
+    """The claim verdicts on this run beside the same rules on the paper's numbers, and Spearman's ρ of each setting's
+    method ordering against the paper's; ``gpu_tflops`` and ``utilisation`` price the seeds that would decide open
+    claims. With ``design`` (design.json) the verdicts read the fresh seeds only and claims.md shows the design,
+    whether it was read under the protocol sealed with it (``protocol_path``; none: exploratory) and, with
+    ``ledger_path``, how many looks its history holds."""
     from dape_core.report import design as designs
     from dape_core.report import protocol
     from dape_core.report.claims import claims_markdown, evaluate_claims, evaluate_claims_on_paper

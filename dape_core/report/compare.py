@@ -1,13 +1,11 @@
 """Paper vs run, side by side: the ordering of the methods and the relative improvements.
 
-Evaluation lengths are compared as multiples of the training length (``eval_len / train_len``), so a run
-trained on short sequences lines up with the paper's 128 / 512 / 1024. The run's corpora stand in for the
-paper's: "code" for arXiv and "prose" for Books3. Run values are means over seeds; a diverged run counts as
-perplexity +∞ (the worst rank). Rows are found by role (``roles`` of ``lm_results.csv``, the roles the
-configuration's families declare), never by a family's name. Each run setting (dataset × training length × size
-of one role) is set against the paper setting of the same role and dataset that shares the most methods with it,
-preferring the nearest training length and then the paper's 125M model; ``size_map`` pins a run size to a paper
-size.
+Evaluation lengths are compared as multiples of the training length, so a run trained on short sequences lines up
+with the paper's 128 / 512 / 1024. The run's corpora stand in for the paper's: "code" for arXiv, "prose" for Books3.
+Run values are means over seeds; a diverged run counts as perplexity +∞ (the worst rank). Rows are found by role,
+never by a family's name. Each run setting (dataset × training length × size of one role) is set against the paper
+setting of the same role and dataset sharing the most methods with it, then the nearest training length, then the
+paper's 125M model; ``size_map`` pins a run size to a paper size.
 """
 
 from __future__ import annotations
@@ -94,10 +92,8 @@ def _pairs(run: pd.DataFrame, paper: pd.DataFrame | None, size_map: dict | None)
 
 def ordering(lm: pd.DataFrame, paper: pd.DataFrame | None = None,
              size_map: dict[str, str] | None = None) -> pd.DataFrame:
-    """Per role, setting and multiple: each method's mean run perplexity and rank next to the paper's.
-
-    ``run_rank`` ranks all the run's methods at that multiple; ``paper_rank`` ranks the paper's numbers for
-    the methods both have (1 = lowest perplexity)."""
+    """Per role, setting and multiple: each method's mean run perplexity and rank (``run_rank``, over all the run's
+    methods) next to the paper's (``paper_rank``, over the methods both have); rank 1 = lowest perplexity."""
     paper = as_lm_results() if paper is None else paper
     rows = []
     for role in COMPARED_ROLES:
@@ -235,8 +231,7 @@ def _pct(x: float) -> str:
 
 
 def role_heading(role: str, plan: dict | None = None) -> str:
-    """A role's heading, "central — the central comparison (families: baselines)"; the families that declare
-    the role are named when a plan is given."""
+    """A role's heading, "central — the central comparison (families: baselines)" (families named given a plan)."""
     heading = f"{role} — {ROLES.get(role, role)}"
     if plan is None:
         return heading

@@ -1,27 +1,20 @@
 """The design stage: a pilot chooses the fresh seeds that decide the claims, it never decides them.
 
-A configuration with a ``design`` block runs its families as written (the *pilot*), then this module reads the
-pilot's per-job results and sizes, per claim, the fresh seeds per method that would decide it alone at the
-pilot's effects and noise (:func:`~dape_core.report.claims.evaluate_claims` with ``fresh``: the seeds-to-decide
-arithmetic of :func:`~dape_core.report.intervals.seeds_to_decide` at 80 % power for the claim — each of the k
-checks that must all be CONFIRMED at 0.8^(1/k), :func:`~dape_core.report.claim_costs.claim_power` —, n from 3 with
-ν = n − 1, a comparison's σ its own spread moderated towards its setting's pooled one and not below its own,
-:func:`~dape_core.report.claim_context.sizing_sd`; each check's runs get the seeds that check needs, a run of
-several checks the largest). Each claim's fresh seeds are priced by the work of their jobs in *reference*
-CPU-seconds (:func:`dape_core.config.job_cost.plan_prices`: a start per job, operator calls and FLOPs, priced by
-one committed table; training, evaluation, CHE and — only for a claim read on them — attention-map jobs), and
-the claims are kept cheapest first — the claim whose *extra* cost, given the seeds already chosen for others, is
-the smallest — while the total fits ``design.budget_minutes`` reference minutes on ``design.cores``. The prices do
-not depend on the machine or its load, so the same pilot results choose the same claims and seeds everywhere;
-what varies is the wall time, which the design estimates from the pilot's own measured job-seconds
-(:func:`measured_prices`, :func:`wall_estimate`) and prints. The chosen claims' runs (LM runs or CHE cells) get
-fresh seeds ``fresh_seeds_from``, ``fresh_seeds_from + 1``, … — the same numbers on every run, so that runs of one
-setting pair by seed — and the verdicts of claims of seeds come from those fresh seeds only (:func:`fresh_only`):
-no seed both chose a comparison and decides it, so the pilot needs no sequential correction. The same pilot
-results give the same design (nothing random, ties broken by the claims' order).
+A configuration with a ``design`` block runs its families as written (the *pilot*); this module sizes, per claim,
+the fresh seeds per method that would decide it alone at the pilot's effects and noise
+(:func:`~dape_core.report.claims.evaluate_claims` with ``fresh``: 80 % power for the claim,
+:func:`~dape_core.report.claim_costs.claim_power`; σ by :func:`~dape_core.report.claim_context.sizing_sd`), prices
+them by their jobs' work in *reference* CPU-seconds (:func:`dape_core.config.job_cost.plan_prices`; attention-map jobs
+only for a claim read on them), and keeps claims by smallest *extra* cost (given the seeds already chosen) while the
+total fits ``design.budget_minutes`` reference minutes on ``design.cores``. Prices do not depend on the machine or its
+load, so the same pilot results give the same design everywhere (nothing random, ties broken by the claims' order);
+only the wall time varies, estimated from the pilot's measured job-seconds (:func:`wall_estimate`). The chosen runs
+(LM runs or CHE cells) get seeds ``fresh_seeds_from``, ``fresh_seeds_from + 1``, … (the same on every run, so runs of
+one setting pair by seed), and verdicts come from those fresh seeds only (:func:`fresh_only`): no seed both chose a
+comparison and decides it, so the pilot needs no sequential correction.
 
-The timing claim is not a claim of seeds: its interval comes from interleaved rounds of its own run, a pilot
-family, which decides it (``own_run``); the design gives it no seeds.
+The timing claim is not a claim of seeds: interleaved rounds of its own run, a pilot family, decide it (``own_run``);
+the design gives it no seeds.
 """
 
 from __future__ import annotations
@@ -55,8 +48,7 @@ def _reads_maps() -> set[str]:
 
 
 def _not_seeded() -> set[str]:
-    """The claims read on the timing table: their intervals resample interleaved rounds of their own run, not
-    seeds."""
+    """The claims read on the timing table: their intervals come from their own run's interleaved rounds."""
     from dape_core.report.claims import CLAIMS
 
     return {c.claim_id for c in CLAIMS if "timing" in c.needs}
@@ -64,8 +56,7 @@ def _not_seeded() -> set[str]:
 
 @dataclass(frozen=True)
 class DesignSettings:
-    """The ``design`` block of a configuration (dape_core/config/config.schema.yaml): ``budget_minutes`` reference
-    minutes on ``cores`` cores."""
+    """A configuration's ``design`` block (config.schema.yaml): ``budget_minutes`` reference minutes on ``cores``."""
 
     budget_minutes: float
     fresh_seeds_from: int = 100
@@ -102,10 +93,9 @@ def _job_of(path: Path) -> tuple[str, str, str] | None:
 
 
 def measured_prices(benchmarks: list[str], threads: dict[str, int]) -> dict[str, dict[str, float]]:
-    """This machine's CPU-seconds of one more seed of each LM run or CHE cell, per job kind (``train``,
-    ``evaluate``, ``attention``: its attention maps, ``che``): per job the median over the pilot's seeds of its
-    wall seconds × the rule's threads (``threads``: train, evaluate, attention, che); a job whose benchmark is
-    damaged counts at the median of its kind. It estimates the wall time (:func:`wall_estimate`), never the
+    """This machine's CPU-seconds of one more seed of each LM run or CHE cell per job kind (``train``, ``evaluate``,
+    ``attention``, ``che``): per job the median over the pilot's seeds of its wall seconds × the rule's ``threads``
+    (a damaged benchmark counts at its kind's median). It estimates the wall time (:func:`wall_estimate`), never the
     choice."""
     seconds: dict[tuple[str, str], dict[str, list[float]]] = {}
     by_kind: dict[str, list[float]] = {}
@@ -155,12 +145,11 @@ def wall_estimate(design: dict, measured: dict[str, dict[str, float]], machine: 
 
 # ------------------------------------------------------------------------------------------------ the design
 def choose(pilot: pd.DataFrame, prices: dict[str, dict[str, float]], settings: DesignSettings) -> dict:
-    """The design from the pilot's claims (``pilot``: :func:`evaluate_claims` with ``fresh``) and the reference
-    price of one more seed of each run or cell per job kind (:func:`dape_core.config.job_cost.plan_prices`): the
-    claims kept cheapest first while the budget holds, the fresh seeds of each run or cell (``fresh``) and those of them that also get attention maps
-    (``fresh_maps``: the seeds of claims read on the maps, the sink claim's; no other claim reads them), and for
-    every claim left out why (no affordable or no finite seed count, over the budget, no price) with what it would
-    need."""
+    """The design from the pilot's claims (``pilot``: :func:`evaluate_claims` with ``fresh``) and the reference price
+    of one more seed of each run or cell per job kind (:func:`dape_core.config.job_cost.plan_prices`): the claims kept
+    cheapest first while the budget holds, each run's or cell's fresh seeds (``fresh``) and those that also get
+    attention maps (``fresh_maps``: for the claims read on the maps, the sink claim's), and for every claim left out
+    why (no affordable or finite seed count, over the budget, no price) with what it would need."""
     budget = settings.budget_minutes * 60 * settings.cores  # CPU-seconds
     seeds: dict[str, int] = {}
     map_seeds: dict[str, int] = {}
@@ -243,8 +232,8 @@ def _checks(numbers) -> dict:
 
 
 def check_descriptions(numbers) -> list[str]:
-    """What each check of a claim's record compares (its ``numbers``: a dict, or its JSON as claims.csv holds it,
-    keyed ``"<i>: <setting>"``): the setting, and where the check names them its two sides and where it reads
+    """What each check of a claim's record compares (``numbers`` as :func:`_checks` reads them, keyed
+    ``"<i>: <setting>"``): the setting, and its two sides and where it reads when the check names them
     (``"dataset=code, …, size=tiny: DAPE1x3-Kerple vs DAPE-Kerple (within)"``); sorted, one entry per check."""
     out = []
     for key, check in _checks(numbers).items():
@@ -318,13 +307,12 @@ def fresh_only(frame: pd.DataFrame | None, design: dict) -> pd.DataFrame | None:
 
 
 def annotate(verdicts: pd.DataFrame, design: dict) -> pd.DataFrame:
-    """Claims on the fresh seeds, with the design's word: a claim the design left out and no fresh seed
-    reaches is UNDECIDED (the pilot ran it; no verdict comes from the pilot), saying why; so is a claim CONFIRMED
-    on only some of the checks the pilot evaluated it on (a setting with no fresh seed: CONFIRMED needs every
-    check). A claim REFUTED on the checks reached stays REFUTED when they were read at the pilot's Bonferroni
-    level (``verdicts`` from :func:`~dape_core.report.claims.evaluate_claims` with ``min_comparisons`` =
-    :func:`pilot_intervals`): REFUTED needs one check, and each interval at 1 − 0.05/m over the pilot's m refutes
-    two identical methods at most 5 % of the time over all m, reached or not."""
+    """Claims on the fresh seeds, with the design's word: a claim the design left out that no fresh seed reaches is
+    UNDECIDED (no verdict comes from the pilot), saying why; so is one CONFIRMED on only some of the checks the pilot
+    evaluated it on (CONFIRMED needs every check). A claim REFUTED on the checks reached stays REFUTED when they were
+    read at the pilot's Bonferroni level (``verdicts`` from :func:`~dape_core.report.claims.evaluate_claims` with
+    ``min_comparisons`` = :func:`pilot_intervals`): each interval at 1 − 0.05/m refutes two identical methods at most
+    5 % of the time over all the pilot's m, reached or not."""
     judged_at = pilot_intervals(design)
     left = {c["claim_id"]: c for c in design["left"]}
     out = verdicts.copy()
@@ -337,8 +325,7 @@ def annotate(verdicts: pd.DataFrame, design: dict) -> pd.DataFrame:
         lambda c: design["pilot"].get(c, NOT_RUN) != NOT_RUN)
     out.loc[lost, "verdict"] = UNDECIDED
     out.loc[lost, "summary"] = "the pilot ran it; " + out.loc[lost, "design"]
-    # a claim is decided on every setting the pilot evaluated it on: where the fresh seeds reach only some (the
-    # others got none), its verdict would speak for settings it did not see
+    # a claim is decided on every setting the pilot evaluated it on, or it would speak for settings it did not see
     for i, row in out.iterrows():
         pilot_checks = Counter(design["pilot_checks"].get(row["claim_id"], []))
         missing = pilot_checks - Counter(check_descriptions(row.get("numbers")))

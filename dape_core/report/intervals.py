@@ -1,55 +1,38 @@
-"""Interval verdicts: a t-interval on per-seed statistics whose seed variance is pooled over the grid, and three
-outcomes.
+"""Interval verdicts: a t-interval on per-seed statistics, seed variance pooled over the grid, and three outcomes.
 
-A comparison's data are *units*, one per training seed, each a matrix [rows, k]: its rows are the evaluation
-windows (or CHE lengths, or attention sequences) the unit was scored on, its k columns the quantities compared.
-A unit's statistic is computed from its column means (``statistic`` maps [draws, k] column means to [draws]
-values), so each seed gives one number v_s, and the window noise of that number is part of its seed-to-seed
-spread.
+A comparison's data are *units*, one per training seed, each a matrix [rows, k]: rows the evaluation windows (or CHE
+lengths, or attention sequences) it was scored on, columns the k quantities compared. ``statistic`` maps [draws, k]
+column means to [draws] values, so each seed gives one number v_s, its window noise part of its seed-to-seed spread.
 
-The interval of the mean v̄ of n seeds is v̄ ± t_{ν, 0.975} · σ / √n (Student's t, Gelman et al., *Bayesian Data
-Analysis*, 3rd ed., §3.2 — the predictive form with σ² estimated on ν degrees of freedom), where σ is the SD of one
-seed's statistic:
+The interval of the mean v̄ of n seeds is v̄ ± t_{ν, 0.975} · σ / √n (Student's t; Gelman et al., *Bayesian Data
+Analysis*, 3rd ed., §3.2, σ² estimated on ν degrees of freedom), σ the SD of one seed's statistic:
 
-- with a :class:`SeedNoise` — σ pooled over the grid's methods in the check's own setting (dataset, size,
-  training length and budget; causal and leaky runs apart), or the grid's largest for that statistic where the setting has one seed
-  (:mod:`dape_core.report.seed_noise`; Bouthillier et al., "Accounting for Variance in Machine Learning
-  Benchmarks", MLSys 2021, recommend exactly this pooling when seeds are few) — σ and ν are the estimate's;
-- otherwise, with n ≥ 2 seeds, the units' own sample SD and ν = n − 1 (exact under normality, wide with few
-  seeds);
-- with one seed and no estimate, (−∞, +∞): UNDECIDED; with one seed and a σ borrowed for it (``plan_only``: the
-  claims borrow one for a run or an unpaired side with one seed), (−∞, +∞) as well, the σ kept to size the seeds a
-  verdict needs — a method noisier than the σ it borrows can be decided beyond 5 % of the time
-  (``python -m dape_core.report.calibration --only heterogeneity``).
+- with a :class:`SeedNoise`, its σ and ν: pooled over the grid's methods in the check's own setting, or borrowed
+  (:mod:`dape_core.report.seed_noise`; the pooling Bouthillier et al., MLSys 2021, recommend when seeds are few);
+- otherwise, with n ≥ 2 seeds, the units' own sample SD on ν = n − 1 (exact under normality, wide with few seeds);
+- with one seed, (−∞, +∞): UNDECIDED; a borrowed σ (``plan_only``) only sizes the seeds a verdict needs, since a
+  method noisier than the σ it borrows can be decided beyond 5 % (``python -m dape_core.report.calibration --only
+  heterogeneity``).
 
-Two methods trained on the same initialisation and batch stream (same setting, same seed) are compared by
-:func:`interval` on the per-seed differences ("paired"; the claims read them with the pair's own spread,
-:func:`dape_core.report.claim_context.compare`, since methods differ in noise); otherwise by :func:`difference` ("unpaired"): v̄_B − v̄_A
-with σ_B²/n_B + σ_A²/n_A (Welch, *Biometrika* 34, 1947) on the fewer of the two sides' degrees of freedom (Hsu's
-conservative ν, :func:`welch`: Welch–Satterthwaite's decides identical methods beyond 5 % when one side has few
-seeds).
+Two methods sharing initialisation and batch stream (same setting and seed) are compared by :func:`interval` on the
+per-seed differences ("paired"; the claims read the pair's own spread, :func:`dape_core.report.claim_context.compare`,
+since methods differ in noise); otherwise by :func:`difference` ("unpaired"): v̄_B − v̄_A with σ_B²/n_B + σ_A²/n_A
+(Welch, *Biometrika* 34, 1947) on the fewer of the two sides' degrees of freedom (Hsu's conservative ν, :func:`welch`).
 
-Calibration: :mod:`dape_core.report.calibration` simulates two identically distributed methods (seed main
-effect, method × seed interaction, window effects and per-window noise; the interaction, the seed main effect or
-the windows dominating) at every basis used here — 1 seed with the grid's σ, 2, 3, 4, 5 and 8 seeds, paired and
-unpaired, with and without per-window data — and counts how often :func:`decide` calls them different at a zero
-margin (nominal 5 %), and how often the same trials are decided at Holm's strictest level 1 − 0.05/18 (0.28 %;
-20,000 trials a cell); Welch's comparison at unequal seed counts and noise is computed exactly at both levels;
-``tests/test_verdict_calibration.py`` fails when a basis exceeds 7 %, or the shipped rows their nominal rates
-beyond Monte-Carlo error.
+Calibration (:mod:`dape_core.report.calibration`; docs/verdicts.md, "Calibrated, and shown to be"): two identically
+distributed methods at every basis used here, decided by :func:`decide` at a zero margin (nominal 5 %) and at Holm's
+strictest 1 − 0.05/18 (0.28 %), Welch's comparison exactly; ``tests/test_verdict_calibration.py`` fails when a basis
+exceeds 7 %, or the shipped rows their nominal rates beyond Monte-Carlo error.
 
-A diverged run has statistic ±∞: when the estimate is infinite the interval is that point (a divergence is a fact,
-whatever the noise); when both sides diverged it is undefined, (−∞, +∞).
+A diverged run has statistic ±∞: an infinite estimate's interval is that point (a divergence is a fact, whatever the
+noise); when both sides diverged it is undefined, (−∞, +∞).
 
-What the interval saw is its *basis*, e.g. "paired t, seed noise of code, T 32, small, 1200 × 32 (7 runs × 2
-seeds)", "unpaired t, …", "t on the seeds' own spread", "1 seed (seed noise not estimated: …)", and "point (the
-paper's printed numbers)" for the paper's own numbers (one value each; the interval is the point). An interval
-also carries ``unit_sd``, the σ of one seed, which :func:`seeds_to_decide` turns into the seeds a decision needs.
+An interval's *basis* says what it saw, e.g. "paired t, seed noise of code, T 32, small, 1200 × 32 (7 runs × 2
+seeds)", "t on the seeds' own spread", "1 seed (…)" or "point (the paper's printed numbers)"; its ``unit_sd`` (the σ
+of one seed) sizes the seeds a decision needs (:func:`seeds_to_decide`).
 
-Timings are not seeds: a timing cell's units are its replicate jobs, each timing both sizes and both methods in
-blocks of fresh worker processes (a job's rise the mean over its blocks of a ratio of medians over interleaved
-rounds), read with Student's t over the jobs (:func:`interval`; :mod:`dape_core.report.timing_check`), with its own
-calibration in the same simulation.
+Timings are not seeds: a timing cell's units are its replicate jobs, read with Student's t over the jobs
+(:mod:`dape_core.report.timing_check`) and calibrated in the same simulation.
 """
 
 from __future__ import annotations
@@ -78,9 +61,8 @@ NO_PAIR_SPREAD = "1 seed (a paired comparison reads its own pair's spread over s
 OWN_SPREAD = "the seeds' own spread"
 PLAN_ONLY = "1 seed (a borrowed σ sizes the seeds a verdict needs, never decides)"
 MAX_SEEDS = 100
-#: the fewest fresh seeds a design gives a run: two read their own spread on one degree of freedom (t 12.7), which
-#: decides only an effect about nine times its σ wide, and a pilot's σ on one or two degrees of freedom, which sized
-#: them, is too often far below the truth to promise that
+#: the fewest fresh seeds a design gives a run: two read their own spread on one degree of freedom (t 12.7), deciding
+#: only an effect about nine times its σ, and the pilot's σ that sized them is too often far below the truth
 MIN_FRESH_SEEDS = 3
 
 #: the per-seed statistic: column means [draws, k] → one value per row [draws]
@@ -89,21 +71,18 @@ Statistic = Callable[[np.ndarray], np.ndarray]
 
 @lru_cache(maxsize=4096)
 def t_quantile(df: float, q: float = 0.5 + LEVEL / 2) -> float:
-    """Student's t quantile (scipy.stats.t); the normal one for ν = ∞. Cached: a report asks the same few
-    (ν, q) pairs thousands of times (:func:`seeds_to_decide` scans n = 2 … ``MAX_SEEDS``)."""
+    """Student's t quantile (scipy.stats.t), the normal one for ν = ∞; cached (:func:`seeds_to_decide` scans n)."""
     return float(stats.norm.ppf(q) if not np.isfinite(df) else stats.t.ppf(q, df))
 
 
 @dataclass(frozen=True)
 class SeedNoise:
-    """The SD ``sd`` of one seed's value of a statistic, its degrees of freedom ``df`` and where it was estimated
-    (``source``)."""
+    """The SD ``sd`` of one seed's value of a statistic, its degrees of freedom ``df`` and where it was estimated."""
 
     sd: float
     df: float
     source: str
     #: borrowed for one seed, which has no spread of its own: it sizes the seeds a verdict needs, never decides
-    #: (a method noisier than the σ it borrows can be decided beyond 5 % of the time)
     plan_only: bool = False
 
     def text(self) -> str:
@@ -123,14 +102,12 @@ class Interval:
     n_rows: int  # rows (windows, lengths, sequences) per seed, the fewest over seeds; 1 without per-row data
     unit_sd: float = math.nan  # σ: SD of one seed's statistic; nan when unknown
     seed_noise: SeedNoise | None = None  # the σ the interval used (own spread included)
-    #: the same interval at the Bonferroni level over m comparisons, where it is not a t-interval on its own scale
-    #: (a mapped or a bootstrap interval; :func:`simultaneous`)
+    #: this interval at the Bonferroni level over m comparisons, for a mapped or bootstrap one (:func:`simultaneous`)
     widened: Callable[[float], Interval] | None = field(default=None, compare=False, repr=False)
 
     def map(self, f: Callable[[float], float]) -> Interval:
-        """The same interval through an increasing function (e.g. log-ratio → relative gain); ``unit_sd`` through
-        its slope at the estimate (the delta method); ``seed_noise`` stays on the scale it was estimated on, and
-        :func:`simultaneous` widens it there."""
+        """The interval through an increasing ``f`` (e.g. log-ratio → relative gain), ``unit_sd`` through its slope
+        at the estimate (delta method); ``seed_noise`` stays on its own scale, where :func:`simultaneous` widens it."""
         return Interval(f(self.estimate), f(self.low), f(self.high), self.basis, self.n_seeds, self.n_rows,
                         self.unit_sd * _slope(f, self.estimate), self.seed_noise,
                         lambda comparisons: simultaneous(self, comparisons).map(f))
@@ -152,8 +129,8 @@ def _slope(f: Callable[[float], float], x: float) -> float:
 
 def basis(kind: str, noise: SeedNoise | None, n_rows: int, inner: str = "windows",
           missing: str = NO_SEED_NOISE) -> str:
-    """What an interval saw (module docstring): ``kind`` "paired t", "unpaired t" or "t"; the σ's source
-    (``missing``: why there is none)."""
+    """What an interval saw (module docstring): ``kind`` ("paired t", "unpaired t", "t") and the σ's source or
+    ``missing`` (why there is none)."""
     if noise is None:
         text = missing
     elif noise.source == OWN_SPREAD:
@@ -191,10 +168,9 @@ _FAMILY = ContextVar("family_level", default=1.0)
 
 @contextmanager
 def family_level(divisor: float):
-    """Within it every interval is read at 1 − 0.05 / ``divisor`` — t-intervals, bootstrap percentiles and the
-    Bonferroni widenings of :func:`simultaneous` on top —, so a claim's rule, calibrated at 5 %, decides two
-    identical methods at most 5 % / ``divisor`` of the time: Holm's step-down across the claims
-    (:mod:`dape_core.report.holm`)."""
+    """Within it every interval (bootstrap percentiles and :func:`simultaneous`'s widenings too) is read at
+    1 − 0.05 / ``divisor``, so a rule calibrated at 5 % decides two identical methods at most 5 % / ``divisor`` of
+    the time: Holm's step-down across the claims (:mod:`dape_core.report.holm`)."""
     token = _FAMILY.set(max(1.0, float(divisor)))
     try:
         yield
@@ -219,10 +195,9 @@ def _n_rows(units) -> int:
 def interval(units: Sequence[np.ndarray], statistic: Statistic, key: str = "", *, point: bool = False,
              inner: str = "windows", seed_noise: SeedNoise | None = None, kind: str = "paired t",
              missing: str = NO_SEED_NOISE) -> Interval:
-    """The mean over units (seeds) of ``statistic`` with its t-interval: ``seed_noise`` (σ of one seed, pooled over
-    the grid) when given, else the units' own spread with ≥ 2 seeds, else (−∞, +∞). ``kind`` names the pairing
-    ("paired t": a per-seed difference of two methods sharing initialisation and batch stream; "t": one run's
-    statistic)."""
+    """The mean over units (seeds) of ``statistic`` with its t-interval: σ from ``seed_noise`` when given, else the
+    units' own spread with ≥ 2 seeds, else (−∞, +∞). ``kind``: "paired t" (per-seed differences of two methods
+    sharing initialisation and batch stream) or "t" (one run's statistic)."""
     values = per_seed(units, statistic)
     n, n_rows = len(values), _n_rows(units)
     with np.errstate(invalid="ignore"):
@@ -243,12 +218,11 @@ def interval(units: Sequence[np.ndarray], statistic: Statistic, key: str = "", *
 
 def welch(noise_b: SeedNoise, n_b: int, noise_a: SeedNoise, n_a: int) -> tuple[float, float]:
     """(standard error, degrees of freedom) of mean_B − mean_A: SE² = σ_B²/n_B + σ_A²/n_A on ν = min(ν_B, ν_A), the
-    conservative degrees of freedom of Hsu (1938) and Banerjee (1960) for two independent estimates (Mickey & Brown,
-    *Ann. Math. Statist.* 37, 1966: the t_{min ν} quantile bounds the Behrens–Fisher statistic's at every ratio of
-    variances); one estimate serving both sides (the same source) keeps its own ν — it is not two.
-    Welch–Satterthwaite's ν, which grows whenever the smaller side's σ comes out small by chance, decides identical
-    methods up to 7.5 % of the time at 3 seeds against 22 and 1.9 % at 1 − 0.05/18 (:func:`satterthwaite`; exact rates:
-    ``python -m dape_core.report.calibration --only welch``)."""
+    conservative ν of Hsu (1938) and Banerjee (1960) (Mickey & Brown, *Ann. Math. Statist.* 37, 1966: t_{min ν}
+    bounds the Behrens–Fisher statistic at every variance ratio); one estimate serving both sides keeps its own ν.
+    Welch–Satterthwaite's ν (:func:`satterthwaite`) grows when the smaller side's σ comes out small by chance and
+    decides identical methods beyond 5 % (measured: benchmarks/results/README.md, verdict_calibration.csv; exact
+    rates: ``python -m dape_core.report.calibration --only welch``)."""
     vb, va = noise_b.sd ** 2 / n_b, noise_a.sd ** 2 / n_a
     se2 = vb + va
     if se2 == 0:
@@ -257,8 +231,8 @@ def welch(noise_b: SeedNoise, n_b: int, noise_a: SeedNoise, n_a: int) -> tuple[f
 
 
 def satterthwaite(noise_b: SeedNoise, n_b: int, noise_a: SeedNoise, n_a: int) -> float:
-    """Welch–Satterthwaite's ν = (v_B + v_A)² / (v_B²/ν_B + v_A²/ν_A), v = σ²/n (Welch, *Biometrika* 34, 1947): the
-    rule :func:`welch` replaced, kept for the calibration's comparison."""
+    """Welch–Satterthwaite's ν = (v_B + v_A)² / (v_B²/ν_B + v_A²/ν_A), v = σ²/n (Welch, *Biometrika* 34, 1947), for
+    the calibration's comparison with :func:`welch`."""
     vb, va = noise_b.sd ** 2 / n_b, noise_a.sd ** 2 / n_a
     if vb + va == 0:
         return math.inf
@@ -268,9 +242,8 @@ def satterthwaite(noise_b: SeedNoise, n_b: int, noise_a: SeedNoise, n_a: int) ->
 def difference(units_b: Sequence[np.ndarray], units_a: Sequence[np.ndarray], statistic: Statistic, key: str = "", *,
                point: bool = False, inner: str = "windows", noise_b: SeedNoise | None = None,
                noise_a: SeedNoise | None = None) -> Interval:
-    """mean statistic over B's units − over A's units, unpaired (no shared initialisation and batch stream):
-    SE² = σ_B²/n_B + σ_A²/n_A on :func:`welch`'s conservative ν = min(ν_B, ν_A); each σ the side's ``noise`` (its setting's, pooled over
-    the grid) or its own spread with ≥ 2 seeds; (−∞, +∞) when a side has neither."""
+    """Mean statistic over B's units − over A's, unpaired (no shared initialisation and batch stream), by
+    :func:`welch`; each σ the side's ``noise`` or its own spread with ≥ 2 seeds; (−∞, +∞) when a side has neither."""
     vb, va = per_seed(units_b, statistic), per_seed(units_a, statistic)
     n_rows = min(_n_rows(units_b), _n_rows(units_a))
     n_seeds = min(len(vb), len(va))
@@ -328,12 +301,11 @@ def decide(iv: Interval, *, side: int, confirm: float, refute: float) -> str:
 
 
 def simultaneous(iv: Interval, comparisons: float) -> Interval:
-    """``iv`` widened to the Bonferroni level 1 − 0.05 / ``comparisons`` (Dunn, *JASA* 56, 1961): of that many
-    intervals, all cover their true values with probability ≥ 95 %, so "some interval lies above the threshold"
-    decides two identical methods at most 5 % of the time. A t-interval's half-widths scale by t_{ν,1−0.025/m} /
-    t_{ν,0.975}; a mapped interval is widened on the scale its noise was estimated on and mapped again, a bootstrap
-    interval reads its draws' quantiles at that level; a point, an unbounded interval or one without a seed-noise
-    estimate is returned as it is. ``comparisons`` may be fractional (:func:`level_for`)."""
+    """``iv`` widened to the Bonferroni level 1 − 0.05 / ``comparisons`` (Dunn, *JASA* 56, 1961): all that many
+    intervals cover with probability ≥ 95 %, so "some interval lies above the threshold" decides two identical methods
+    at most 5 % of the time. A t-interval's half-widths scale by t_{ν,1−0.025/m} / t_{ν,0.975}; a mapped one is widened
+    on its noise's scale and mapped again, a bootstrap one reads its draws at that level; a point, an unbounded one or
+    one without seed noise comes back as it is. ``comparisons`` may be fractional (:func:`level_for`)."""
     if comparisons <= 1 or iv.basis == POINT or not (np.isfinite(iv.low) and np.isfinite(iv.high)):
         return iv
     if iv.widened is not None:
@@ -352,8 +324,8 @@ _FRESH = ContextVar("sizing_fresh_seeds", default=False)
 
 @contextmanager
 def sizing_fresh_seeds():
-    """Within it every check is sized, decided or not, for a verdict read on fresh seeds alone
-    (:func:`seeds_to_decide` with ``fresh``): the design stage's pilot chooses the seeds, it never decides."""
+    """Within it every check, decided or not, is sized for a verdict on fresh seeds alone (:func:`seeds_to_decide`
+    with ``fresh``): the design stage's pilot chooses the seeds, it never decides."""
     token = _FRESH.set(True)
     try:
         yield
@@ -368,19 +340,14 @@ def fresh_sizing() -> bool:
 
 def seeds_to_decide(iv: Interval, *, side: int, confirm: float, refute: float,
                     comparisons: int = 1, fresh: bool | None = None, power: float = POWER) -> tuple[int | None, str]:
-    """Seeds per method at which :func:`decide` would reach a verdict at the observed effect with 80 % power
-    (``power``), by
-    the sample size of a comparison of means (Chow, Shao & Wang, *Sample Size Calculations in Clinical Research*,
-    2nd ed., §3.1) with t quantiles: the smallest n ≥ ((t_{ν,0.975} + t_{ν,0.8}) · σ / δ)², σ = ``unit_sd`` (one
-    seed's SD), ν = max(the estimate's degrees of freedom, n − 1) (n seeds of the check's own runs give their
-    setting at least n − 1), δ the distance
-    from the estimate to the threshold it lies beyond (CONFIRMED's, or REFUTED's on the other side). (None, why)
-    when no number of seeds decides: an estimate between the two thresholds stays UNDECIDED however many seeds,
-    and without σ there is nothing to scale; "> MAX_SEEDS" is capped. With ``comparisons`` > 1 the interval is one
-    of that many Bonferroni-corrected ones (:func:`simultaneous`): t_{ν,1−0.025/m} in place of t_{ν,0.975}.
-    ``fresh`` (default: inside :func:`sizing_fresh_seeds`): the seeds of a new sample that alone gives the
-    verdict — n from :data:`MIN_FRESH_SEEDS`, ν = n − 1 (none of the estimate's seeds or degrees of freedom carry
-    over)."""
+    """Seeds per method at which :func:`decide` would reach a verdict at the observed effect with ``power`` (80 %),
+    by the sample size of a comparison of means (Chow, Shao & Wang, *Sample Size Calculations in Clinical Research*,
+    2nd ed., §3.1) with t quantiles: the smallest n ≥ ((t_{ν,0.975} + t_{ν,0.8}) · σ / δ)², σ = ``unit_sd``,
+    ν = max(the estimate's ν, n − 1), δ the distance from the estimate to the threshold it lies beyond (CONFIRMED's,
+    or REFUTED's on the other side). (None, why) when no n decides: an estimate between the thresholds, or no σ;
+    "> MAX_SEEDS" is capped. ``comparisons`` m > 1: one of m Bonferroni intervals (:func:`simultaneous`),
+    t_{ν,1−0.025/m} for t_{ν,0.975}. ``fresh`` (default: inside :func:`sizing_fresh_seeds`): a new sample alone gives
+    the verdict, n from :data:`MIN_FRESH_SEEDS` on ν = n − 1 (nothing of the estimate carries over)."""
     fresh = fresh_sizing() if fresh is None else fresh
     est, s = iv.estimate, iv.unit_sd
     if iv.basis == POINT:
@@ -407,9 +374,8 @@ def seeds_to_decide(iv: Interval, *, side: int, confirm: float, refute: float,
 
 def level_for(needed: int, of: int) -> float:
     """The comparisons m at which each of ``of`` intervals is read when ``needed`` of them make a verdict: each at
-    1 − 0.05 · needed / of. By Markov's inequality on the count of false decisions, P(≥ j of n) ≤ n · α / j, so j
-    of n decide two identical methods at most as often as one interval at 95 % does: j = 1 is Bonferroni's "any of
-    n", j = n the intersection "all of n" at the plain level."""
+    1 − 0.05 · needed / of. By Markov's inequality, P(≥ j of n false) ≤ n · α / j, so j of n decide two identical
+    methods at most as often as one 95 % interval: j = 1 is Bonferroni's "any of n", j = n "all of n"."""
     return of / max(1, needed)
 
 

@@ -1,6 +1,6 @@
-"""The language-model checks behind the claims: each reads the rows of one role from lm_results.csv (and the
-per-window losses) through :mod:`~dape_core.report.claim_context` and returns one record per check, deciding against
-the thresholds its claim declares (``t``, :mod:`~dape_core.report.claims`)."""
+"""The language-model checks behind the claims: each reads one role's rows of lm_results.csv (and the per-window
+losses) through :mod:`~dape_core.report.claim_context` and returns one record per check, decided against the
+thresholds ``t`` its claim declares (:mod:`~dape_core.report.claims`)."""
 
 from __future__ import annotations
 
@@ -71,10 +71,9 @@ def against_every_other(method: str, where: str, margin: str) -> Callable[[pd.Da
 
 
 def explode_bounded(ctx: Context, t: Mapping) -> list[dict]:
-    """Per setting of the central comparison, NoPE and RoPE explode and ALiBi and Kerple stay bounded: the largest
-    ppl(×m) / ppl(×1) over the multiples of ``t["explode_range"]`` / ``t["bounded_range"]`` against
-    ``t["explodes"]`` and ``t["bounded"]``. CONFIRMED needs all four methods evaluated; one REFUTED check refutes
-    the claim whichever are (a design's fresh seeds, sized towards REFUTED through NoPE, reach NoPE alone)."""
+    """Per central setting, NoPE and RoPE explode and ALiBi and Kerple stay bounded: the largest ppl(×m) / ppl(×1)
+    over ``t["explode_range"]`` / ``t["bounded_range"]`` against ``t["explodes"]`` and ``t["bounded"]``. CONFIRMED
+    needs all four methods; a REFUTED check refutes with fewer (fresh seeds sized towards REFUTED reach NoPE alone)."""
     df = lm_rows(ctx.lm, "central")
     checks, seen = [], set()
     for label, g in settings(df):
@@ -123,10 +122,9 @@ LEAK_ROUTES = 2  # the leakage claim confirms by the ratio or by the absolute no
 
 
 def leakage(ctx: Context, t: Mapping) -> list[dict]:
-    """Per encoding and setting of the leakage role, at ×1: no-tril against its tril twin, the ratio against
-    ``t["ratio"]`` or the no-tril perplexity against ``t["absolute"]`` (collapsed; each route's interval at the
-    Bonferroni level over the two, so that either decides identical runs at most as often as one 95 % interval),
-    REFUTED when the ratio's 95 % interval lies above 1."""
+    """Per encoding and setting of the leakage role, at ×1, no-tril against its tril twin: collapsed when the ratio is
+    within ``t["ratio"]`` or the no-tril perplexity within ``t["absolute"]`` (each route at the Bonferroni level over
+    the two), REFUTED when the ratio's 95 % interval lies above 1."""
     df = lm_rows(ctx.lm, "leakage")
     out = []
     if df.empty or "tril" not in df:
@@ -161,12 +159,11 @@ def leakage(ctx: Context, t: Mapping) -> list[dict]:
 
 
 def kernel_not_largest(ctx: Context, t: Mapping) -> list[dict]:
-    """One check over every setting × encoding × multiple ≥ ×1 of the kernel sweep with ≥ 3 kernel sizes: each
-    smaller kernel against the largest at that one length, with the seed noise of the statistic at that multiple.
-    CONFIRMED when some smaller kernel's gain lies above ``t["margin"]`` on its Bonferroni interval over all m
-    comparisons (:func:`~dape_core.report.intervals.simultaneous`: "some of m" at most 5 % for identical kernels);
-    REFUTED when every comparison's 95 % interval lies below 0 (all of them: an intersection, at most 5 % without a
-    correction)."""
+    """One check over every setting × encoding × multiple ≥ ×1 of the kernel sweep with ≥ 3 kernel sizes, each
+    smaller kernel against the largest at that length. CONFIRMED when some smaller kernel's gain lies above
+    ``t["margin"]`` on its Bonferroni interval over all m comparisons (:func:`~dape_core.report.intervals.simultaneous`:
+    "some of m" at most 5 % for identical kernels); REFUTED when every comparison's 95 % interval lies below 0 (an
+    intersection: no correction)."""
     df = lm_rows(ctx.lm, "kernel_sweep")
     df = df[df["method"].str.startswith("DAPE") & (df["multiple"] >= 1)]
     cells = []  # (label, multiple, [(kernel, largest, interval on the log scale, rows)])

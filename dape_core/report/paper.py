@@ -1,18 +1,15 @@
 """The paper's published numbers (Tables 1–7 and 9, and the numbers quoted in §4.1–4.9) as DataFrames.
 
-Every CSV under ``paper_numbers/`` is tidy: one row per table cell or quoted number, in the paper's reading
-order, with ``source`` ("Table 4", "§4.2"), ``citation`` (a short locator), ``method`` (the project's labels:
-"NoPE", "RoPE", "T5", "ALiBi", "Kerple", "FIRE", "CoPE", "XL", "DAPE-Kerple", "DAPE1x3-Kerple", …, with
-" (no tril)" for the leakage ablation), ``dataset`` ("arxiv" / "books3"), ``train_len``, ``eval_len``, ``metric``
-("ppl", "ppl_local", "delta_p", "accuracy", "ms", "ratio", …), ``value`` (the number the data uses),
-``printed`` (the token as the paper prints it), ``erratum`` (the paper contradicts itself here; see
-``paper_numbers/errata.md``) and the other axes (``size``, ``kernel_size``, ``dape_width``, ``batch_size``,
-``task``, ``level``). ``text_sections.csv`` adds ``quote``: the words around the number in its section.
+Every CSV under ``paper_numbers/`` is tidy: one row per table cell or quoted number, in the paper's reading order,
+with ``source`` ("Table 4", "§4.2"), ``citation`` (a short locator), ``method`` (the project's labels, parsed by
+:mod:`dape_core.methods`: "Kerple", "DAPE1x3-Kerple", …, " (no tril)" for the leakage ablation), ``dataset``
+("arxiv" / "books3"), ``train_len``, ``eval_len``, ``metric`` ("ppl", "ppl_local", "delta_p", "accuracy", "ms",
+"ratio", …), ``value`` (the number the data uses), ``printed`` (the token as the paper prints it), ``erratum`` (the
+paper contradicts itself here: ``paper_numbers/errata.md``) and the other axes (``size``, ``kernel_size``,
+``dape_width``, ``batch_size``, ``task``, ``level``); ``text_sections.csv`` adds ``quote``, the words around the number.
 
-Besides the loader, three adapters put the paper's numbers into the layouts of the run's aggregated CSVs
-(``lm_results.csv``, ``timing.csv``, ``che_results.csv``), each cell with the ``roles`` it speaks to, so that the
-paper-vs-run comparison and the claim checks can be applied to the paper's own numbers. Method labels are parsed
-by :mod:`dape_core.methods`.
+Three adapters put the numbers into the layouts of ``lm_results.csv``, ``timing.csv`` and ``che_results.csv``, each
+cell with the ``roles`` it speaks to, so the paper comparison and the claim checks apply to the paper's own numbers.
 """
 
 from __future__ import annotations
@@ -62,8 +59,7 @@ def _read_cached(stem: str) -> pd.DataFrame:
 
 
 def load_paper_numbers(name: str | None = None) -> pd.DataFrame:
-    """All transcribed numbers, or one file's ("table4", its stem "table4_kernel_train128") or one source's
-    rows ("Table 4", "§4.2")."""
+    """All transcribed numbers, or one file's ("table4" or its stem) or one source's rows ("Table 4", "§4.2")."""
     if name is None:
         return pd.concat([_read(stem) for stem in FILES.values()], ignore_index=True)
     if name in FILES:
@@ -79,8 +75,7 @@ def load_paper_numbers(name: str | None = None) -> pd.DataFrame:
 
 
 def method_settings(label: str) -> dict:
-    """A paper label's encoding, processor, kernel_size and tril; kernel_size is NaN without a processor (the
-    paper gives no kernel there)."""
+    """A paper label's encoding, processor, kernel_size and tril (kernel_size NaN without a processor: none given)."""
     parsed = parse_method(label)
     return parsed | {"kernel_size": parsed["kernel_size"] if parsed["processor"] != "none" else np.nan}
 
@@ -119,10 +114,9 @@ def _fmt(x) -> str:
 
 
 def as_lm_results(paper: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The paper's perplexities in the ``lm_results.csv`` layout: one pseudo-run per (method, dataset,
-    train_len, size, dape_width), seed 0, with ``roles`` saying which experiments each cell speaks to (the
-    roles of the configurations' families) and ``source`` the tables it comes from. Cells printed in two places
-    (e.g. Table 4 and Table 9) appear once."""
+    """The paper's perplexities in the ``lm_results.csv`` layout: one pseudo-run per (method, dataset, train_len,
+    size, dape_width), seed 0, with the ``roles`` each cell speaks to and the ``source`` tables it comes from; a cell
+    printed in two places (e.g. Table 4 and Table 9) appears once."""
     if paper is None:
         return _paper_lm_results().copy()
     return _as_lm_results(paper)
@@ -167,8 +161,7 @@ PAPER_SHAPES = {"350M": (24, 1024, 16), "2.7B": (32, 2560, 32), "6.7B": (32, 409
 
 
 def as_timing(paper: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Table 7's forward times in the ``timing.csv`` layout (mode "forward", batch 1, D_DAPE 32, role
-    forward_time)."""
+    """Table 7's forward times in the ``timing.csv`` layout (mode forward, batch 1, D_DAPE 32, role forward_time)."""
     paper = load_paper_numbers("table7") if paper is None else paper
     ms = paper[(paper["source"] == "Table 7") & (paper["metric"] == "ms")]
     rows = []
@@ -185,8 +178,7 @@ def as_timing(paper: pd.DataFrame | None = None) -> pd.DataFrame:
 
 
 def as_che(paper: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Table 6 in the ``che_results.csv`` layout: one summary row per task × method (accuracy as a fraction,
-    role che)."""
+    """Table 6 in the ``che_results.csv`` layout: a summary row per task × method (accuracy a fraction, role che)."""
     paper = load_paper_numbers("table6") if paper is None else paper
     acc = paper[(paper["source"] == "Table 6") & (paper["metric"] == "accuracy")]
     rows = []

@@ -1,16 +1,15 @@
 """The protocol of a block of fresh seeds, sealed before any of them runs: what decides the claims, fixed in advance.
 
-The design checkpoint (:mod:`dape_core.report.design`) writes ``protocol.json`` beside ``design.json``, sealed, in
-the same job — before the DAG can run a fresh seed: the claims chosen and their seeds per run, every claim's rule
-and thresholds (:data:`dape_core.report.claims.CLAIMS`), and the digest of the analysis code that turns results
-into verdicts (:data:`VERDICT_MODULES`). It also records the fresh results that already existed when it was
-written: a protocol written after its seeds' results were there (the design redone on a finished block) was not
-fixed before the data.
+The design checkpoint (:mod:`dape_core.report.design`) writes ``protocol.json`` beside ``design.json``, sealed, in the
+same job, before the DAG can run a fresh seed: the claims chosen and their seeds per run, every claim's rule and
+thresholds (:data:`dape_core.report.claims.CLAIMS`), the digest of the analysis code that turns results into verdicts
+(:data:`VERDICT_MODULES`), and the fresh results that already existed (a protocol written after them, the design
+redone on a finished block, was not fixed before the data).
 
-The claims step reads the block under its protocol (:func:`status`): the block is *confirmatory* only when the
-protocol was sealed before its fresh results existed and the claims' rules, thresholds and analysis code are
-still those it sealed; otherwise claims.md says the block is exploratory and why — its verdicts were read by
-rules changed after the data, so their 5 % per claim and Holm's family-wise 5 % are not a first look's.
+The claims step reads the block under its protocol (:func:`status`): *confirmatory* only when it was sealed before
+its fresh results existed and the rules, thresholds and analysis code are still those it sealed; otherwise claims.md
+says the block is exploratory and why: its verdicts were read by rules changed after the data, so their 5 % per
+claim and Holm's family-wise 5 % are not a first look's.
 """
 
 from __future__ import annotations
@@ -73,8 +72,7 @@ def claim_rules() -> dict[str, dict]:
 
 
 def fresh_results(design: dict, results: str | Path) -> list[str]:
-    """The fresh seeds' result files of ``design`` already under ``results`` (an LM seed's eval.csv, a CHE cell's
-    CSV)."""
+    """The fresh seeds' result files of ``design`` already under ``results`` (LM eval.csv, CHE cell CSV)."""
     results = Path(results)
     present = []
     for unit, seeds in sorted(design["fresh"].items()):

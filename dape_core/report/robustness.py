@@ -1,6 +1,5 @@
-"""Two runs' verdicts side by side (``reports/robustness.md``, ``reports/robustness.csv``): the run of the
-configuration and its shifted run (:mod:`dape_core.config.shift`: other seeds, another data split, another
-training length).
+"""Two runs' verdicts side by side (``reports/robustness.md``, ``reports/robustness.csv``): the configuration's run
+and its shifted run (:mod:`dape_core.config.shift`: other seeds, another data split, another training length).
 
 Per claim, the change from this run's verdict to the shifted run's is one of:
 

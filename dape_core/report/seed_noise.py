@@ -1,45 +1,35 @@
 """Between-seed noise of a per-run statistic, estimated per setting where the grid trains runs with several seeds.
 
-A *setting* is what fixes a run's initialisation and batch stream apart from its method: dataset, size, training
-length and budget (steps, batch_size, grad_accum) — ``SETTING``. Two runs of one setting trained with the same seed
-share the seed's data order (``dape_core.train.batch_starts`` draws from (seed, step, micro) over the same tokens,
-train_len and batch) and its initialisation of the shared shapes; runs of different settings share neither.
+A *setting* (``SETTING``: dataset, size, training length and budget) fixes a run's initialisation and batch stream
+apart from its method: runs of one setting and seed share the seed's data order (``dape_core.train.batch_starts``)
+and initialisation of the shared shapes; runs of different settings share neither.
 
-For a per-run statistic f (e.g. the mean window loss at ×1, or over the multiples beyond ×1), each setting whose
-runs have two or more shared seeds gives a table V[r, s] = f(run r, seed s) over its R multi-seed runs and S seeds,
-one table per *regime* of its runs (:data:`REGIMES`): a model without tril sees the tokens it predicts (§4.5), its
-losses and their seed noise are of another kind than a causal model's, so the causal runs' σ is pooled over causal
-runs only and a leaky run's over leaky runs; a paired comparison across the two regimes (the leakage check: a run
-without tril against its tril twin) reads the table of both together ("mixed"). Read as a two-way layout with one
-observation per cell (Montgomery, *Design and Analysis of Experiments*, 9th ed., §5.3.5), V = μ_r + β_s + u_rs, β_s
-what a seed does to every run alike, u_rs what it does to one run (each V is a mean over the same finite windows,
-so u_rs holds that seed's window noise too):
+For a per-run statistic f, each setting whose runs share two or more seeds gives a table V[r, s] = f(run r, seed s)
+over its R multi-seed runs and S seeds, one per *regime* (:data:`REGIMES`): a model without tril sees the tokens it
+predicts (§4.5), so its noise is of another kind; causal and leaky runs are pooled apart, and a paired comparison
+across the two (the leakage check) reads both together ("mixed"). As a two-way layout with one observation per cell
+(Montgomery, *Design and Analysis of Experiments*, 9th ed., §5.3.5), V = μ_r + β_s + u_rs: β_s what a seed does to
+every run alike, u_rs what it does to one run (its window noise included):
 
 - a *paired* comparison (both methods of one setting and seed) sees u only: the interaction mean square
-  Σ (V − V̄_r· − V̄_·s + V̄)² / ((R − 1)(S − 1)) estimates Var(u) per method, pooled over the setting's methods
-  (the claims' paired comparisons do not read it: methods differ in Var(u), and a pair reads its own per-seed
-  differences, :func:`dape_core.report.claim_context.compare`; it is the simulation's reference basis);
-- a run on its own or an *unpaired* comparison sees β + u: Var(β) + Var(u) from the seed and interaction mean
-  squares on S − 1 degrees of freedom (:func:`table_variance`): all runs of a setting share β_s, so the
-  within-run spread of R runs is not R independent estimates of it.
+  Σ (V − V̄_r· − V̄_·s + V̄)² / ((R − 1)(S − 1)) estimates Var(u), pooled over the setting's methods (the claims'
+  pairs read their own differences instead, since methods differ in Var(u));
+- a run on its own or an *unpaired* comparison sees β + u: Var(β) + Var(u) from the seed and interaction mean squares
+  on S − 1 degrees of freedom (:func:`table_variance`), since all runs of a setting share β_s.
 
-:func:`table_variance` is that arithmetic; :class:`SeedNoiseSource` applies it to ``lm_results.csv`` (with
-``lm_windows.csv``). A check reads σ of its own setting; where its setting has one seed, the largest σ the grid
-measured for that statistic (any setting of the same regime, never another: a mixed comparison borrows only from
-mixed pools), named in the basis as borrowed — never silently.
-Without any multi-seed setting there is no estimate (the check's own spread, or UNDECIDED with one seed).
+:class:`SeedNoiseSource` applies :func:`table_variance` to ``lm_results.csv`` (with ``lm_windows.csv``): σ of a
+check's own setting, or where that has one seed the grid's largest for the statistic in the same regime, named in the
+basis as borrowed; none without a multi-seed setting.
 
-Statistics (the argument ``stat``):
+Statistics (``stat``):
 
-- ``("mean", where, column)``: the mean of ``column`` (loss, loss_dp, loss_local) over the multiples of
-  ``where`` — "within" (×1; also used for a model evaluated at or below its training length), "beyond" (every
-  multiple > 1), "all" (≥ 1);
-- ``("at", multiple, column)``: ``column`` at one multiple (a comparison at a single length);
+- ``("mean", where, column)``: the mean of ``column`` (loss, loss_dp, loss_local) over the multiples of ``where``:
+  "within" (×1; also for a model evaluated at or below its training length), "beyond" (> 1), "all" (≥ 1);
+- ``("at", multiple, column)``: ``column`` at one multiple;
 - ``("growth", lo, hi)``: the largest loss(×m) − loss(×1) over lo ≤ m ≤ hi (the explosion statistic);
 - ``("delta_p",)``: the mean over multiples ≥ 2 of loss_local − loss_dp (the ΔP statistic).
 
-Without per-window losses a run's value at a length is the log of its perplexity (the same numbers the
-intervals read).
+Without per-window losses a run's value at a length is the log of its perplexity.
 """
 
 from __future__ import annotations
@@ -97,8 +87,8 @@ def setting_key(values: dict) -> tuple:
 
 
 def setting_of(rows: pd.DataFrame) -> tuple | None:
-    """The one setting of some rows of ``lm_results.csv``; None when they span several (or none). Keyed by
-    :func:`setting_key` on the rows' distinct raw values (the checks ask it thousands of times)."""
+    """The one setting of some rows of ``lm_results.csv``; None when they span several (or none). Keyed on the
+    rows' distinct raw values, since the checks ask it thousands of times."""
     if rows.empty:
         return None
     present = [column for column in SETTING if column in rows]
@@ -108,8 +98,7 @@ def setting_of(rows: pd.DataFrame) -> tuple | None:
 
 
 def regime_of(rows: pd.DataFrame) -> str:
-    """The regime of some rows: causal when every row has tril on (or no ``tril`` column), leaky when none has,
-    mixed otherwise."""
+    """The regime of some rows: causal when all have tril on (or no ``tril`` column), leaky when none do, else mixed."""
     if "tril" not in rows or rows.empty:
         return CAUSAL
     tril = causal(pd.Series(rows["tril"].unique()))
@@ -130,14 +119,12 @@ def setting_label(key: tuple) -> str:
 
 
 def table_variance(table: np.ndarray, paired: bool) -> tuple[float, float] | None:
-    """(variance, degrees of freedom) of one seed's value of a statistic from an R × S table of it (runs × seeds;
-    rows with a non-finite value dropped). ``paired``: the interaction mean square MS_int on (R − 1)(S − 1) degrees
-    of freedom. Unpaired: Var(β) + Var(u) = (MS_seed + (R − 1) MS_int) / R, the seed main effect's mean square
-    MS_seed = R Σ_s (V̄_·s − V̄)² / (S − 1) included, on S − 1 degrees of freedom — the fewest of its two parts
-    (all runs share β, which the table sees S times). Satterthwaite's ν (*Biometrics Bulletin* 2, 1946) would be
-    larger, but from mean squares of 1–4 degrees of freedom it decides two identical runs up to 11 % of the time
-    where β dominates (dape_core.report.calibration); S − 1 is conservative. None without degrees of freedom
-    (a single run: its own spread, S − 1)."""
+    """(variance, degrees of freedom) of one seed's value of a statistic from an R × S table (runs × seeds; rows with
+    a non-finite value dropped). ``paired``: the interaction mean square MS_int on (R − 1)(S − 1). Unpaired:
+    Var(β) + Var(u) = (MS_seed + (R − 1) MS_int) / R, MS_seed = R Σ_s (V̄_·s − V̄)² / (S − 1), on S − 1, the fewer
+    of its parts' degrees of freedom (all runs share β); not Satterthwaite's ν (*Biometrics Bulletin* 2, 1946), which
+    from mean squares of 1–4 degrees of freedom decides two identical runs up to 11 % of the time where β dominates
+    (dape_core.report.calibration). A single run: None paired, its own spread on S − 1 unpaired."""
     table = np.asarray(table, dtype=float)
     if table.ndim != 2 or table.shape[1] < 2:
         return None
@@ -196,8 +183,7 @@ class _Setting:
 
 
 class SeedNoiseSource:
-    """The multi-seed settings of an ``lm_results.csv`` (with its ``lm_windows.csv``), and the between-seed SD of
-    any statistic in each."""
+    """The multi-seed settings of an ``lm_results.csv`` (and ``lm_windows.csv``), and any statistic's seed SD there."""
 
     def __init__(self, lm: pd.DataFrame | None, windows: pd.DataFrame | None = None):
         self.settings: dict[tuple, _Setting] = {}
@@ -262,10 +248,9 @@ class SeedNoiseSource:
 
     def noise(self, stat: tuple, paired: bool, setting: tuple | None, regime: str = CAUSAL) -> SeedNoise | None:
         """σ of one seed's value of ``stat`` for a run of ``setting`` and ``regime`` (``paired``: its interaction
-        part): the setting's own estimate in that regime, else the largest any setting gives in the same regime
-        (the basis says it is borrowed); never a pool of another kind — a mixed comparison (tril against no tril)
-        reads mixed pools only, whose σ was measured 2.3× the causal pool's; None when no setting gives one (the
-        comparison's own spread, or UNDECIDED with one seed)."""
+        part): the setting's own estimate in that regime, else the largest any setting gives in the same regime (the
+        basis says it is borrowed), never a pool of another kind (measured: docs/verdicts.md, "Noise of the same kind
+        only"); None when no setting gives one."""
         if regime not in REGIMES:
             raise ValueError(f"seed-noise regime {regime!r}; allowed values: {', '.join(REGIMES)}")
         if setting is not None and (setting, regime) in self.settings:
@@ -292,6 +277,5 @@ def _window_means(windows: pd.DataFrame | None) -> dict[tuple[str, int, int], di
 
 
 def where_of(multiple: float) -> str:
-    """The statistic class of a model evaluated at ``multiple`` of its training length: within (≤ ×1) or
-    beyond."""
+    """The statistic class of a model evaluated at ``multiple`` of its training length: within (≤ ×1) or beyond."""
     return "within" if multiple <= 1 else "beyond"

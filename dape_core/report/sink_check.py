@@ -14,16 +14,14 @@ from dape_core.report.intervals import NO_PAIR_SPREAD, SeedNoise, decide
 
 
 def sink_stronger(ctx: Context, t: Mapping) -> list[dict]:
-    """App. K: the ratio DAPE1x3 / DAPE of the sink mass, CONFIRMED at or above ``t["ratio"]``. sink.csv's
-    ``sink_mass``: per run, evaluation length, sequence and layer, the mean attention probability that queries at
-    positions ≥ 16 place on the first key (App. K's "attention sink"). A run × seed's statistic is
-    the mean over its sequences of the log layer-mean sink mass; DAPE1x3-X is compared with DAPE-X paired by seed
-    and sequence (the attention-map runs of one setting share initialisation, batch stream and sequences), on the
-    spread of the pair's own per-seed differences (ν = n − 1): encodings differ in noise, and a σ pooled over them
-    decides a noisier pair's identical methods beyond 5 % of the time (``python -m dape_core.report.calibration --only
-    sink``). With one shared seed, the σ of the paired differences pooled over the encodings with several seeds at
-    that length sizes the seeds a verdict needs (a plan, :func:`~dape_core.report.claim_context.own_or_borrowed`)
-    and the interval is (−∞, +∞)."""
+    """App. K: the ratio DAPE1x3 / DAPE of the sink mass, CONFIRMED at or above ``t["ratio"]``. ``sink_mass``: per
+    run, length, sequence and layer, the mean attention probability queries at positions ≥ 16 place on the first key.
+    A run × seed's statistic is the mean over sequences of the log layer-mean sink mass; DAPE1x3-X is compared with
+    DAPE-X paired by seed and sequence (runs of one setting share initialisation, batch stream and sequences), on the
+    spread of the pair's own per-seed differences (ν = n − 1), since a σ pooled over encodings decides a noisier pair
+    beyond 5 % (``python -m dape_core.report.calibration --only sink``). With one shared seed the interval is (−∞, +∞)
+    and the paired σ pooled over the encodings with several seeds at that length sizes the seeds a verdict needs
+    (:func:`~dape_core.report.claim_context.own_or_borrowed`)."""
     sink = of_role(ctx.sink, "attention_maps")
     if sink is None or sink.empty:
         return []
@@ -88,9 +86,8 @@ def sink_stronger(ctx: Context, t: Mapping) -> list[dict]:
 
 
 def _pooled_differences(groups: list[list[np.ndarray]], source: str) -> SeedNoise | None:
-    """σ of one seed's paired difference (column 0 − column 1 of a unit's means), pooled over groups of ≥ 2 seeds
-    (Montgomery §3.3: Σ within-group sums of squares over Σ (n − 1)), which sizes a pair with one seed; None
-    without degrees of freedom."""
+    """σ of one seed's paired difference (column 0 − column 1 of a unit's means) pooled over groups of ≥ 2 seeds
+    (Montgomery §3.3), which sizes a one-seed pair; None without degrees of freedom."""
     ss, df = 0.0, 0
     for group in groups:
         d = np.array([u[:, 0].mean() - u[:, 1].mean() for u in group if len(u)])

@@ -1,11 +1,10 @@
 """Paper-style tables in Markdown and LaTeX: methods as columns, evaluation lengths as rows (Tables 1–5, 9).
 
-A cell is the mean ± standard deviation of the perplexity over seeds where it has several, a single number
-otherwise; the lowest of each row is bold. A diverged run is never dropped: a cell whose seeds all diverged
-reads "diverged", one where some did reads "4.21 (1/2 diverged)". Tables are split into panels by ``panel_by``
-(dataset, training length and size where they vary within the family, unless the family names them), and a
-column label adds the settings that tell two runs of one method apart ("DAPE1x3-Kerple D=10"). CHE (Table 6) has
-tasks as rows, timing (Table 7) methods as rows, as in the paper.
+A cell is the mean ± SD of the perplexity over seeds (one number with one seed); the lowest of each row is bold. A
+diverged run is never dropped: a cell whose seeds all diverged reads "diverged", one where some did "4.21 (1/2
+diverged)". Panels split by ``panel_by`` (dataset, training length and size where they vary, unless the family names
+them); a column label adds the settings that tell runs of one method apart ("DAPE1x3-Kerple D=10"). As in the paper,
+CHE (Table 6) has tasks as rows, timing (Table 7) methods.
 """
 
 from __future__ import annotations
@@ -187,9 +186,8 @@ PATH_SETTINGS = ("attention_impl", "dape_dtype", "precision")  # what a timed pa
 
 
 def timing_path(row) -> str:
-    """The path a timing row ran, as its panel title: "attention_impl plain, dape_dtype float32, precision fp16 —
-    the paper's materialised form", or "attention_impl auto (materialized), … — the default path" (empty for rows
-    that do not record it)."""
+    """The path a timing row ran, as its panel title ("attention_impl plain, dape_dtype float32, precision fp16 — the
+    paper's materialised form", "attention_impl auto (materialized), … — the default path"; empty if not recorded)."""
     from dape_core.settings import AttentionSettings
 
     parts = [f"{key} {row[key]}" for key in PATH_SETTINGS if key in row and pd.notna(row[key])]
@@ -203,8 +201,8 @@ def timing_path(row) -> str:
 
 def timing_tables(timing: pd.DataFrame, family: str, reference: str = "DAPE1x3-Kerple") -> list[Table]:
     """Table 7: one panel per path (attention_impl, dape_dtype, precision), methods as rows; per size × batch the
-    median ms at each length, their Total when there are several lengths (Table 7 reports totals over its testing
-    lengths), and the ratio of the total (or the one length) to ``reference`` on the same path."""
+    median ms at each length, their Total over several lengths (as Table 7 reports), and the ratio of the total (or
+    the one length) to ``reference`` on the same path."""
     df = in_family(timing, family)
     if df.empty:
         return [Table("", "method", [], [], [], [], "no timing rows")]

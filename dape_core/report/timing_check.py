@@ -2,13 +2,11 @@
 interleaved rounds of timing_repeats.csv, and its rise between sizes with a t-interval over replicate jobs.
 
 Every block of worker processes times both sizes and both methods, interleaved; the blocks are spread over
-``replicates`` separate jobs. A process's own speed moves a block's ratio, and what changes between jobs (another
-moment, another placement on the machine) moves every block of a job alike, so the blocks of one job are not
-independent draws of the rise: the unit is the job. Each job gives one rise (the mean over its blocks of the
-larger size's block ratio − the smaller's), and the interval is Student's t over the jobs' rises, ν = jobs − 1 —
-exact for normal job means whatever the share of the job-to-job variation, where a model of jobs and blocks with
-Satterthwaite's ν would need that share estimated from the few jobs there are. The verdict is a statement about
-the device the jobs ran on."""
+``replicates`` separate jobs. What changes between jobs (another moment, another placement) moves every block of a
+job alike, so the unit is the job: each gives one rise (the mean over its blocks of the larger size's block ratio −
+the smaller's), and the interval is Student's t over the jobs' rises, ν = jobs − 1, exact for normal job means
+whatever the share of job-to-job variation (a jobs-and-blocks model with Satterthwaite's ν would need that share
+estimated from few jobs). The verdict is a statement about the device the jobs ran on."""
 
 from __future__ import annotations
 
@@ -28,9 +26,8 @@ NO_REPLICATES = ("timing_repeats.csv without replicate jobs (each size timed in 
                  "carry what varies between jobs, no interval; redo the timing jobs")
 #: the sizes of one replicate timed in different cells (separate jobs): their rise would carry two jobs' effects
 SEPARATE_CELLS = "the sizes were timed in separate jobs, not in the same blocks: no interval"
-#: the fewest replicate jobs the interval is read on: one job has no spread (t over jobs, ν = jobs − 1); the shipped
-#: simulation holds the rule at every job count the shipped configurations use (benchmarks/results/
-#: verdict_calibration.csv, the timing rows)
+#: the fewest replicate jobs the interval is read on (one has no spread); the shipped simulation holds the rule at
+#: every job count the shipped configurations use (benchmarks/results/verdict_calibration.csv, the timing rows)
 MIN_JOBS = 2
 
 
@@ -68,17 +65,15 @@ def job_rises(smaller: Mapping[int, float], larger: Mapping[int, float]) -> np.n
 
 def rise_interval(rises: np.ndarray, basis: str) -> Interval:
     """The rise of the ratio from one size to the next: the mean of the replicate jobs' rises with Student's
-    t-interval on their own spread, ν = jobs − 1 (each job one unit: what changes between jobs is shared by all
-    its blocks)."""
+    t-interval on their own spread, ν = jobs − 1 (each job one unit)."""
     iv = interval([np.array([v]) for v in rises], lambda m: m[:, 0], kind="t")
     return dataclasses.replace(iv, basis=basis)
 
 
 def timing_overhead_shrinks(ctx: Context, t: Mapping) -> list[dict]:
-    """§4.9's forward time, per device × seq_len × batch × threads with ≥ 2 sizes (ordered by n_layer · d_model²): the
-    ratio ms(Kerple) / ms(DAPE1x3-Kerple) of each size per replicate job (the mean over the job's blocks of a ratio
-    of medians over a block's interleaved rounds), and the rise from each size to the next with its t-interval over
-    the jobs (:func:`rise_interval`)."""
+    """§4.9's forward time, per device × seq_len × batch × threads with ≥ 2 sizes (ordered by n_layer · d_model²):
+    each size's ratio ms(Kerple) / ms(DAPE1x3-Kerple) per replicate job (:func:`job_ratios`), and the rise from each
+    size to the next with its t-interval over the jobs (:func:`rise_interval`)."""
     summary = of_role(ctx.timing, "forward_time")
     if ctx.point:
         return timing_points(summary, t)
@@ -143,8 +138,7 @@ def timing_overhead_shrinks(ctx: Context, t: Mapping) -> list[dict]:
 
 
 def timing_points(times: pd.DataFrame | None, t: Mapping, basis: str = POINT) -> list[dict]:
-    """The paper's printed times (one number per cell): the rise of ms(Kerple) / ms(DAPE1x3-Kerple) between sizes
-    as a point."""
+    """The paper's printed times (one per cell): the rise of ms(Kerple) / ms(DAPE1x3-Kerple) across sizes as a point."""
     if times is None or times.empty:
         return []
     times = times[(times["mode"] == "forward") & times["method"].isin(TIMED)].copy()

@@ -1,10 +1,9 @@
 """Every setting, declared once as a torch-free dataclass field with its default, allowed values and help.
 
 :mod:`~dape_core.settings.fields` turns fields into command-line options and back; the dataclasses are
-:class:`~dape_core.settings.attention.AttentionSettings` (encoding, processor and the path computing them) and
-the settings of each stage that extend or sit beside it: ``model`` (GPTConfig, EncoderConfig), ``training``,
-``evaluation``, ``timing``, ``che`` and ``finetune``. The modules that run a stage (``dape_core.train``, …) import
-their settings from here, so building the workflow's plan never imports torch.
+:class:`~dape_core.settings.attention.AttentionSettings` and each stage's settings beside or above it (``model``,
+``training``, ``evaluation``, ``timing``, ``che``, ``finetune``). The stages import their settings from here, so
+building the workflow's plan never imports torch.
 """
 
 from dape_core.settings.fields import (add_arguments, check_choices, choices, defaults,

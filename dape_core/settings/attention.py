@@ -1,9 +1,8 @@
 """The attention settings shared by every stage (paper §3, eq. 1–5), torch-free.
 
-:class:`AttentionSettings` is the one place where the encoding, the DAPE processor and the path that computes
-them are declared, with their defaults, allowed values and checks. The decoder (``GPTConfig``), the CHE encoder
-(``EncoderConfig``), timing (``TimingSettings``), CHE (``CHESettings``) and fine-tunes (``FinetuneSettings``) extend
-it, so a setting keeps one name and one default from ``config.yaml`` through the command line to the constructor.
+:class:`AttentionSettings` declares the encoding, the DAPE processor and the path that computes them, with defaults,
+allowed values and checks, once: ``GPTConfig``, ``EncoderConfig``, ``TimingSettings``, ``CHESettings`` and
+``FinetuneSettings`` extend it, so a setting keeps one name and default from ``config.yaml`` to the constructor.
 """
 
 from __future__ import annotations
@@ -22,26 +21,24 @@ PADDINGS = ("same", "causal")
 ATTENTION_IMPLS = ("auto", "fast", "plain", "materialized", "compiled", "fused")
 CUDA_TRAINING_PATH = "compiled"  # what auto trains with on CUDA where Triton is importable (dape_core.implementations)
 # how the materialized and compiled paths compute f: ``conv`` the layer's own convolutions (cuDNN on a GPU);
-# ``triton`` the kernels of dape_core.implementations.feature_map (one streaming pass each way, the same function,
-# proven equal by the tests)
+# ``triton`` dape_core.implementations.feature_map's kernels (one streaming pass each way; tests prove them equal)
 FEATURE_MAPS = ("conv", "triton")
-# the options of the materialized and compiled paths (arguments of attend_materialized and attend_compiled: how f
-# is computed, the least number of chunks under the causal mask, A = q·kᵀ on TF32 tensor cores), each off: the
-# functions' defaults (tests/test_score_product.py checks they agree)
+# the materialized and compiled paths' options (attend_materialized's and attend_compiled's arguments: how f is
+# computed, the least chunks under the causal mask, A = q·kᵀ on TF32 tensor cores), each off as the functions' defaults
 COMPILED_OPTIONS_OFF = types.MappingProxyType({"feature_map": "conv", "causal_chunks": 1, "tf32_scores": False})
 DAPE_DTYPES = ("float32", "bfloat16")
 
 
 def compiled_options_text(options) -> str:
-    """``name=value`` of every option of :data:`COMPILED_OPTIONS_OFF` as ``options`` set it (the rest off): what a
-    calibration row records of the options its compiled path ran with (column ``path_options``)."""
+    """``name=value`` of every option of :data:`COMPILED_OPTIONS_OFF` as ``options`` set it (the rest off), as a
+    calibration row records its compiled path's options (column ``path_options``)."""
     return " ".join(f"{name}={options.get(name, off)}" for name, off in COMPILED_OPTIONS_OFF.items())
 
 
 def parse_compiled_options(text: str, field: str = "path_options") -> dict:
-    """The options ``name=value …`` of :func:`compiled_options_text` names (the rest off), each checked: ``feature_map``
-    one of :data:`FEATURE_MAPS`, ``causal_chunks`` a whole number ≥ 1, ``tf32_scores`` True or False; ``field``
-    names the input in an error."""
+    """The options in ``name=value …`` as :func:`compiled_options_text` writes them (the rest off), each checked
+    (``feature_map`` in :data:`FEATURE_MAPS`, ``causal_chunks`` ≥ 1, ``tf32_scores`` True/False); ``field`` names the
+    input in an error."""
     options = {}
     for token in text.split():
         name, _, value = token.partition("=")
@@ -62,8 +59,8 @@ def parse_compiled_options(text: str, field: str = "path_options") -> dict:
 
 
 def measured_compiled_options(data: dict, field: str) -> dict:
-    """The compiled path's options a device run decided (``cuda_compiled_options`` of :mod:`dape_core.measured`'s
-    file), every option named and checked as :func:`parse_compiled_options` checks it."""
+    """The compiled path's options a device run decided (``cuda_compiled_options``, :mod:`dape_core.measured`), each
+    named and checked as :func:`parse_compiled_options` does."""
     options = data["cuda_compiled_options"]
     if set(options) != set(COMPILED_OPTIONS_OFF):
         raise ConfigError(f"{field}: options {sorted(options)} are not allowed; allowed values: each of "
@@ -71,9 +68,9 @@ def measured_compiled_options(data: dict, field: str) -> dict:
     return parse_compiled_options(" ".join(f"{k}={v}" for k, v in options.items()), field)
 
 
-# the compiled path's options on CUDA under bf16 or fp16 autocast, each set where a GPU measured it faster than off
-# with the same bf16 error (benchmarks/fused_device.sh, benchmarks/cuda_options.py; docs/performance.md): package
-# data that benchmarks/adopt_device_run.py writes, with the run it came from (dape_core.measured)
+# the compiled path's options on CUDA under 16-bit autocast, each on where a GPU measured it faster with the same bf16
+# error (benchmarks/fused_device.sh, benchmarks/cuda_options.py; docs/performance.md): package data that
+# benchmarks/adopt_device_run.py writes, with the run it came from (dape_core.measured)
 CUDA_COMPILED_OPTIONS = types.MappingProxyType(measured_compiled_options(
     measured.compiled_path(), f"{measured.where(measured.COMPILED_PATH)}: cuda_compiled_options"))
 
@@ -124,16 +121,15 @@ class AttentionSettings:
 
     @classmethod
     def processor_settings(cls) -> tuple[str, ...]:
-        """The settings only the processor reads in this kind of run (declared ``processor_only``): the processor's
-        form here; in a Hugging Face decoder, which stays unpatched without a processor, also the encoding and path
-        that the patch adds (:class:`~dape_core.settings.finetune.FinetuneSettings`)."""
+        """The settings only the processor reads in this kind of run (``processor_only``): its form here; in a
+        Hugging Face decoder also the encoding and path the patch adds
+        (:class:`~dape_core.settings.finetune.FinetuneSettings`)."""
         return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("processor_only"))
 
     @classmethod
     def reset_processor_settings(cls, settings: dict, defaults: dict) -> dict:
-        """A run's settings as a configuration gives them (a copy), with processor none: each of
-        :meth:`processor_settings` that it has at its value in ``defaults`` (the stage's ``defaults`` block), since a
-        run without a processor ignores them — runs that build the same model get the same settings and one name."""
+        """A copy of a run's settings; with processor none, each of :meth:`processor_settings` it has reset to
+        ``defaults`` (the stage's block), so runs that build the same model get the same settings and one name."""
         if settings["processor"] != "none":
             return dict(settings)
         return {**settings, **{name: defaults[name] for name in cls.processor_settings() if name in settings}}

@@ -1,11 +1,10 @@
 """Settings declared once, as dataclass fields, and the command-line options derived from them.
 
-:func:`setting` declares a field with its allowed values and help; :func:`add_arguments` turns a dataclass's
-fields into ``--kebab-case`` options (booleans as ``--x/--no-x``, lists as several values; a ``bool | None``
-also as ``--x/--no-x``, unset when neither is given — in ``config.yaml`` too, unset is the key left out or null,
-None in Python) and :func:`from_args` builds the dataclass back from the parsed options. :func:`apply_spec` reads a
-job's spec — every setting of one job as one JSON object, as a workflow rule hands it — into the same options, with
-the values' JSON types checked instead of parsed from text.
+:func:`setting` declares a field with its allowed values and help; :func:`add_arguments` turns a dataclass's fields
+into ``--kebab-case`` options (booleans and ``bool | None`` as ``--x/--no-x``, the latter unset, None, when neither
+is given, as a key left out or null in ``config.yaml``; lists as several values); :func:`from_args` builds the
+dataclass back. :func:`apply_spec` reads a job's spec (one JSON object of its settings, as a workflow rule hands it)
+into the same options, its JSON types checked instead of parsed from text.
 """
 
 from __future__ import annotations
@@ -22,10 +21,9 @@ from dape_core.errors import ConfigError, require_choice
 
 def setting(default: Any = dataclasses.MISSING, *, choices: Iterable[Any] | None = None, help: str = "",
             default_factory: Any = dataclasses.MISSING, processor_only: bool = False):
-    """A dataclass field with its allowed values and a help line (read by :func:`add_arguments`). A mapping of
-    choices (a registry such as ``dape_core.encoding_facts.ENCODING_FACTS``) stays live: names added to it later
-    are allowed too. ``processor_only``: only the DAPE processor reads it, so a run without one ignores it
-    (:meth:`dape_core.settings.AttentionSettings.reset_processor_settings`)."""
+    """A dataclass field with its allowed values and help line (read by :func:`add_arguments`). A mapping of choices
+    (a registry such as ``ENCODING_FACTS``) stays live: names added later are allowed too. ``processor_only``: only the
+    DAPE processor reads it (:meth:`dape_core.settings.AttentionSettings.reset_processor_settings`)."""
     if choices is not None and not isinstance(choices, Mapping):
         choices = tuple(choices)
     metadata = {"choices": choices, "help": help, "processor_only": processor_only}
@@ -33,8 +31,8 @@ def setting(default: Any = dataclasses.MISSING, *, choices: Iterable[Any] | None
 
 
 def redeclared(cls, name: str, **changes):
-    """``cls``'s declaration of setting ``name`` (default, allowed values, help) with ``changes``, for a subclass
-    in which the setting means something more (e.g. ``processor_only=True``)."""
+    """``cls``'s declaration of setting ``name`` with ``changes``, for a subclass in which it means something more
+    (e.g. ``processor_only=True``)."""
     f = next(f for f in dataclasses.fields(cls) if f.name == name)
     declared = dict(default=f.default, default_factory=f.default_factory, choices=f.metadata.get("choices"),
                     help=f.metadata.get("help", ""), processor_only=f.metadata.get("processor_only", False))
@@ -123,9 +121,8 @@ SPEC_OPTION = "--spec"
 
 
 def _spec_value(action: argparse.Action, value: Any) -> Any:
-    """``value`` of a spec's setting as its option takes it: JSON keeps the type, so a value is checked against the
-    option's type instead of parsed (an integer where a float is declared becomes that float). The error names the
-    setting and what it allows."""
+    """A spec's ``value`` as its option takes it: checked against the option's type, not parsed (an integer for a
+    float becomes that float); the error names the setting and what it allows."""
     name = action.dest
     if isinstance(action, argparse.BooleanOptionalAction) or action.const is True:
         if not isinstance(value, bool):
@@ -154,10 +151,9 @@ def _scalar(name: str, element: type, value: Any) -> Any:
 
 
 def apply_spec(parser: argparse.ArgumentParser, text: str) -> dict[str, Any]:
-    """A job's spec (``--spec``: one JSON object, setting → value, as a workflow rule hands it) made the defaults of
-    ``parser``'s options, so that the command reads it exactly as the same options given one by one (an option given
-    beside the spec wins). Every key must be a setting of the command. None is an option left out, as on the command
-    line: the setting keeps its default (unset, for a ``bool | None``). Returns the settings read."""
+    """Make a job's spec (``--spec``: one JSON object, setting → value) the defaults of ``parser``'s options, so the
+    command reads it as the same options given one by one (an option beside the spec wins). Every key must be a
+    setting of the command; None leaves the setting at its default. Returns the settings read."""
     try:
         spec = json.loads(text)
     except json.JSONDecodeError as err:

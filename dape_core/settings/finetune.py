@@ -15,14 +15,15 @@ from dape_core.settings.training import TrainSettings
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 ENCODINGS = ("nope", "alibi", "kerple", "fire")  # additive encodings on top of the model's own RoPE
 PROCESSORS = ("dape_v1", "dape_v2")
+#: TrainSettings fields that `dape finetune` does not take: it runs one process, eagerly, without block recomputation
 NOT_FINETUNE_OPTIONS = ("distributed", "activation_checkpointing", "compile")
 BASE_CONFIG_VALUES = (f"a mapping with model_type ({', '.join(SUPPORTED_MODEL_TYPES)}) and fields of its "
                       "transformers configuration (JSON on the command line)")
 
 
 def hf_settings(settings: AttentionSettings | dict[str, Any]) -> AttentionSettings:
-    """The settings of a processor in a Hugging Face decoder, checked: a processor, an additive encoding or nope,
-    one encoding per layer."""
+    """A Hugging Face decoder's processor settings, checked: a processor, an additive encoding or nope, one encoding
+    per layer."""
     if isinstance(settings, dict):
         unknown = sorted(set(settings) - set(field_names(AttentionSettings)))
         if unknown:
@@ -71,9 +72,8 @@ class FinetuneSettings(AttentionSettings):
 
 
 def check_steps(model_settings: FinetuneSettings, settings: TrainSettings) -> None:
-    """``steps: 0`` exports a checkpoint as it is (the family's original model, evaluated as one more method): only
-    from a ``base_model`` directory and without a processor — a fresh model or an untrained processor would be an
-    untrained method."""
+    """``steps: 0`` exports a checkpoint as it is (evaluated as one more method): only from a ``base_model`` directory
+    without a processor, since a fresh model or an untrained processor would be an untrained method."""
     if settings.steps == 0 and (model_settings.base_model is None or model_settings.processor != "none"):
         given = "base_config" if model_settings.base_model is None else f"processor {model_settings.processor}"
         raise ConfigError(f"steps: 0 is not allowed with {given}; allowed values: ≥ 1, or 0 with a base_model "

@@ -1,9 +1,8 @@
-"""The shapes of the decoder (language models) and of the CHE encoder, torch-free: size presets, the settings
-that extend the attention settings, and the checks on positions that a configuration meets before any model is
-built.
+"""The shapes of the decoder and the CHE encoder, torch-free: size presets, their settings over the attention
+settings, and the position checks a configuration meets before any model is built.
 
-Size presets (paper appendix I, Table 8; 2.7B and 6.7B follow GPT-3's shapes): ``125M`` is nominal, as in the
-public code without weight tying — ≈85M non-embedding parameters (12 × 12 × 768²).
+Size presets (paper appendix I, Table 8; 2.7B and 6.7B follow GPT-3's shapes): ``125M`` is nominal, as in the public
+code without weight tying — ≈85M non-embedding parameters (12 × 12 × 768²).
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """Forward time, training-step time and peak memory, methods timed together in interleaved repeats (Table 7 App. H,
 §4.2 step times).
 
-One module per concept, each stating its part of the protocol: :mod:`~dape_core.timing.workers` (the worker
-processes of a cell and their protocol), :mod:`~dape_core.timing.interleave` (blocks, rotated rounds, replicate
-jobs and their merge), :mod:`~dape_core.timing.case` (what one timed run is: threads, device, parking, precision,
-its rows), :mod:`~dape_core.timing.device` (the device and what a pass runs under there) and
-:mod:`~dape_core.timing.cli` (``dape time``: the job's cells from its options). What a row records of the machine
-(the CPU model, peak resident memory) is :mod:`dape_core.machine`'s.
+Modules, each stating its part of the protocol: :mod:`~dape_core.timing.workers` (a cell's worker processes),
+:mod:`~dape_core.timing.interleave` (blocks, rotated rounds, replicates, merge), :mod:`~dape_core.timing.case` (one
+timed run: threads, device, parking, precision, rows), :mod:`~dape_core.timing.device` (the device and a pass's
+autocast and path) and :mod:`~dape_core.timing.cli` (``dape time``); the machine's record is :mod:`dape_core.machine`'s.
 """
 
 from dape_core.machine import cpu_model
@@ -23,9 +21,8 @@ from dape_core.timing.workers import REPLY, WORKER_COMMAND, TimingWorkerError, W
 
 
 def _description(title: str | None, *modules) -> str | None:
-    """What ``dape time --help`` describes (and ``help(dape_core.timing)``): the title (the first paragraph of this
-    package's docstring), then each module's part of the protocol (its docstring after its first paragraph), in the
-    order a job goes through them; None where docstrings are stripped (``python -OO``)."""
+    """``dape time --help`` (and ``help(dape_core.timing)``): this package's first paragraph, then each module's
+    docstring after its first paragraph, in a job's order; None where docstrings are stripped (``python -OO``)."""
     if title is None or any(module.__doc__ is None for module in modules):
         return None
     parts = [title.split("\n\n", 1)[0], *(module.__doc__.split("\n\n", 1)[1] for module in modules)]

@@ -1,15 +1,14 @@
 """What one timed run is: a method × length built in this process, warmed up, then timed once per turn (its row,
 its repeats' times and peak memory), and the summary row of its repeats.
 
-A worker computes on ``compute_threads`` torch threads (default: the job's ``threads``): fewer than the job holds
-leaves the rest to the parent, the workflow and the operating system. The process runs on CUDA when a GPU is present
-and on the CPU otherwise (:func:`timing_device`); on CUDA every timed region is bracketed by
-``torch.cuda.synchronize``, and in a cell of several methods a worker frees its model between its turns (the cell's
-models need not fit the GPU together), builds it again on the GPU (same seed) and runs it once untimed before each
-timed run. Each row names its device (and the CPU model) and the path ``attention_impl`` resolved to there
-(``attention_path``). ``precision`` runs the model under autocast in bf16 or fp16 (the paper timed fp16, appendix I
-Table 8) or in fp32; a training step in fp16 scales its loss (``torch.amp.GradScaler``). A method that does not fit
-the GPU's memory gives a summary row with status ``out_of_memory``, no time and no repeat rows.
+A worker computes on ``compute_threads`` torch threads (default: the job's ``threads``), leaving the rest to the
+parent, the workflow and the system. It runs on CUDA when a GPU is present, else on the CPU (:func:`timing_device`);
+on CUDA every timed region is bracketed by ``torch.cuda.synchronize``, and in a cell of several methods a worker frees
+its model between turns (the cell's models need not fit the GPU together), then rebuilds it (same seed) and runs it
+once untimed before each timed run. Each row names its device (and CPU model) and the path ``attention_impl``
+resolved to there (``attention_path``). ``precision``: autocast in bf16 or fp16 (the paper timed fp16, appendix I
+Table 8), or fp32; an fp16 training step scales its loss (``torch.amp.GradScaler``). A method that does not fit the
+GPU gives a summary row with status ``out_of_memory``, no time and no repeat rows.
 """
 
 from __future__ import annotations
@@ -31,8 +30,7 @@ from dape_core.timing.device import (AUTOCAST_DTYPES, device_name, pass_autocast
 
 
 def timed_method(cfg: AttentionSettings, precision: str = TimingSettings.precision) -> str:
-    """The paper's label, qualified when the case runs another path or precision than the default (so tables keep
-    them apart): "DAPE1x3-Kerple (plain, fp16)"."""
+    """The paper's label, qualified by a path or precision other than the default: "DAPE1x3-Kerple (plain, fp16)"."""
     label = method_label(cfg.encoding, cfg.processor, cfg.kernel_size)
     qualifiers = [getattr(cfg, key) for key in ("attention_impl", "dape_dtype")
                   if getattr(cfg, key) != getattr(AttentionSettings, key)]  # the one default
@@ -42,10 +40,8 @@ def timed_method(cfg: AttentionSettings, precision: str = TimingSettings.precisi
 
 
 class TimedCase:
-    """One method × length in this process: its model built and warmed up (``warmup`` untimed runs), then one
-    timed run per :meth:`time_once` (ms, bracketed by device synchronisations). With ``park`` (CUDA, a cell of
-    several methods) the model is freed between turns, so the cell's models need not fit the GPU (nor the host)
-    together, and is built again on the GPU (same seed) and run once untimed before each timed run."""
+    """One method × length in this process: built and warmed up (``warmup`` untimed runs), then one timed run per
+    :meth:`time_once` (ms, between device synchronisations); with ``park``, freed between turns as the module says."""
 
     def __init__(self, case: dict, park: bool | None = None):
         threads = case.get("compute_threads") or case["threads"]

@@ -41,8 +41,8 @@ def cases(settings: TimingSettings) -> list[dict]:
 
 
 def parse_methods(text: str | dict | None, settings: TimingSettings) -> dict[str, TimingSettings]:
-    """``--methods``: run name → its attention settings and shape (``size``, ``n_layer``; JSON text, or the object a
-    job's spec holds; over the options); without it, the one method of the options, named by its label."""
+    """``--methods`` (JSON text or a spec's object): run name → attention settings and shape over the options;
+    without it, the options' one method, named by its label."""
     if text is None:
         return {timed_method(settings, settings.precision): settings}
     try:
@@ -66,8 +66,8 @@ def parse_methods(text: str | dict | None, settings: TimingSettings) -> dict[str
 
 
 def cells(methods: dict[str, TimingSettings], job: str) -> list[list[dict]]:
-    """One cell per length: every method's case, every size's among them (its ``run``, the ``cell`` id
-    ``{job}-T{length}``, the cell size)."""
+    """One cell per length: every method's (every size's) case, with its ``run``, ``cell`` ``{job}-T{length}`` and
+    the cell size."""
     per_method = {run: cases(settings) for run, settings in methods.items()}
     lengths = next(iter(per_method.values()))
     return [[{**per_method[run][i], "run": run, "cell": f"{job}-T{case['seq_len']}", "cell_size": len(methods)}

@@ -34,7 +34,6 @@ def pass_autocast(device: torch.device, dtype: torch.dtype | None):
 
 
 def pass_path(cfg: GPTConfig, device: torch.device, mode: str, dtype: torch.dtype | None) -> str:
-    """The path a timed pass of ``mode`` runs on (``auto`` resolved under the pass's own gradient mode and
-    autocast, as the model resolves it when it runs)."""
+    """The path a timed pass of ``mode`` runs on (``auto`` resolved under the pass's gradient mode and autocast)."""
     with torch.set_grad_enabled(mode == "train_step"), pass_autocast(device, dtype):
         return resolve_attention_impl(cfg.attention_impl, device, layer_sizes(cfg))

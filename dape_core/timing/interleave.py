@@ -1,18 +1,16 @@
 """The interleaving of a cell's methods: blocks of fresh worker processes, rounds in a rotated order, the replicate
 jobs that continue the orders, and their merge into one summary and one table of repeats.
 
-A worker builds its model and runs ``warmup`` untimed runs (discarded); then the parent runs ``repeats`` rounds,
-asking every worker in turn for one timed run, the order rotated by one method each round so that no method always
-goes first; one worker computes at a time. That is one *block*; ``blocks`` blocks run one after another, each with
-fresh worker processes (the order in which they build rotated too): a process's own speed — where its threads run,
-how its memory lies — is shared by all its rounds, and on a 2-core CPU it moves a method's median between processes
-by more than its rounds scatter (benchmarks/results/README.md, timing protocol), so an interval reads blocks, not rounds. What
-changes between jobs — another moment, another placement of the job on the machine — moves it too, so the workflow
-repeats a timing job as ``replicates`` separate jobs (``--replicate`` k, recorded in every row) and merges them
-(``--merge``): every size and method of a replicate shares its blocks, and the timing claim reads one value per
-replicate. Every repeat's time is kept (``--repeats-out``: one row per method × block × round) beside the summary
-(``--out``: one row per method × length, median and min over every block's repeats; merged, over every
-replicate's).
+A worker builds its model and runs ``warmup`` untimed runs; then the parent runs ``repeats`` rounds, asking every
+worker in turn for one timed run, the order rotated by one method each round so that none always goes first; one
+worker computes at a time. That is one *block*; ``blocks`` blocks run one after another, each with fresh worker
+processes (their build order rotated too): a process's own speed (thread placement, memory layout) is shared by all
+its rounds and, on a 2-core CPU, moves a method's median between processes by more than its rounds scatter
+(benchmarks/results/README.md, timing protocol), so an interval reads blocks, not rounds. What changes between jobs
+moves it too, so the workflow runs a timing job as ``replicates`` separate jobs (``--replicate`` k, recorded in every
+row) and merges them (``--merge``): every size and method of a replicate shares its blocks, and the timing claim reads
+one value per replicate. ``--repeats-out`` keeps every repeat (one row per method × block × round) beside the summary
+(``--out``: per method × length, median and min over every block's repeats; merged, over every replicate's).
 """
 
 from __future__ import annotations
@@ -34,11 +32,10 @@ def rotation(methods: int, round_index: int) -> list[int]:
 
 
 def time_cell(cell: list[dict], replicate: int = 0) -> tuple[list[dict], list[dict]]:
-    """Time the methods of one cell in ``blocks`` blocks of interleaved rounds, each block with fresh worker
-    processes (one per method, each warmed up first): their summary rows (over every block) and one repeat row per
-    method × block × round (``block``, ``round`` counted across the blocks, ``position`` in the round, ``ms``). The
-    orders continue across replicate jobs (replicate k starts where k blocks of rounds before it would end), so
-    that no method goes first more often over the replicates than the rotation gives."""
+    """Time one cell's methods in ``blocks`` blocks of interleaved rounds, each with fresh warmed-up workers (one per
+    method): summary rows (over every block) and a repeat row per method × block × round (``block``, ``round``
+    counted across blocks, ``position`` in the round, ``ms``). Orders continue across replicate jobs (replicate k
+    starts where k blocks of rounds would end), so no method goes first more often than the rotation gives."""
     repeats, done, failed = [], {}, set()
     rounds, blocks = cell[0]["repeats"], cell[0].get("blocks", 1)
     for block in range(blocks):
@@ -81,9 +78,8 @@ def time_cell(cell: list[dict], replicate: int = 0) -> tuple[list[dict], list[di
     return rows, repeat_rows
 
 
-#: per-repeat rows (``--repeats-out``, one per method × length × block × round): these settings of the method's
-#: summary row, then ``replicate`` (the replicate job), ``block`` (its worker processes), ``round`` (counted across
-#: the replicate's blocks), ``position`` (its place in the round's order) and ``ms``
+#: per-repeat rows (``--repeats-out``, one per method × length × block × round): these settings of the summary row,
+#: then ``replicate``, ``block`` (its worker processes), ``round`` (across the replicate's blocks), ``position``, ``ms``
 REPEAT_SETTINGS = ("run", "method", "encoding", "processor", "kernel_size", "dape_width", "size", "n_layer",
                    "d_model", "seq_len", "batch_size", "mode", "precision", "attention_impl", "attention_path",
                    "dape_dtype", "device", "device_type", "cpu_model", "threads", "warmup", "cell")
@@ -96,9 +92,8 @@ def repeats_path(out: str) -> str:
 
 
 def replicate_spec(spec_text: str | None, replicate: int) -> str | None:
-    """The spec digest of replicate ``replicate`` of the timing job whose merge has the spec ``spec_text``: the
-    same settings and methods, ``replicate`` in place of ``replicates`` (:func:`dape_core.config.timing_spec`); None
-    without a spec (a merge run by hand checks the files' seals, not their settings)."""
+    """The spec digest of replicate ``replicate`` of the job whose merge has spec ``spec_text`` (``replicate`` in place
+    of ``replicates``, :func:`dape_core.config.timing_spec`); None without a spec (a merge by hand checks seals)."""
     if spec_text is None:
         return None
     spec = {k: v for k, v in json.loads(spec_text).items() if k != "replicates"}
@@ -106,11 +101,10 @@ def replicate_spec(spec_text: str | None, replicate: int) -> str | None:
 
 
 def merge(paths: list[str], replicates: int, spec_text: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The summaries of a timing job's replicate jobs (``paths``, replicate k the k-th, each with its .repeats.csv)
-    merged: every repeat, each with its ``replicate``, and per method × length the median and min over every
-    replicate's repeats, the largest peak memory, ``replicates`` in place of ``replicate``. Each file is checked
-    where it is read (its seal, its settings, its columns, the replicate it names): a damaged or foreign one stops
-    the merge with one line naming it."""
+    """Merge the replicate jobs' summaries (``paths``, the k-th replicate k's, each with its .repeats.csv): every
+    repeat with its ``replicate``, and per method × length the median and min over all repeats, the largest peak
+    memory, ``replicates`` in place of ``replicate``. Each file's seal, settings, columns and replicate are checked: a
+    damaged or foreign one stops the merge with one line naming it."""
     from dape_core import artefacts
 
     if len(paths) != replicates:

@@ -1,10 +1,9 @@
 """The worker process protocol: one persistent process per method of a cell, which builds its case and times it
 when asked (JSON lines on stdin, one reply line each on stdout), and the parent's handle on it.
 
-A timing job times *cells*: the methods (runs that differ only in their attention settings and shape: every method
-of every size) at one length, batch, mode, precision and thread count. Each method of a cell has its own persistent
-worker process, so its peak memory is its own (CPU: the process's resident high-water mark; CUDA:
-``torch.cuda.max_memory_allocated`` over its timed runs).
+A timing job times *cells*: its methods (runs differing only in attention settings and shape, every size's) at one
+length, batch, mode, precision and thread count. Each method has its own worker process, so its peak memory is its
+own (CPU: the resident high-water mark; CUDA: ``torch.cuda.max_memory_allocated`` over its timed runs).
 """
 
 from __future__ import annotations
@@ -23,9 +22,9 @@ REPLY = "dape-timing: "  # a worker's reply lines start with it
 
 
 def worker_main(commands=sys.stdin, replies=None) -> int:
-    """A method's worker: JSON lines in (``{"build": case}``, ``{"time": true}``, ``{"finish": true}``), one JSON
-    line out per command (``status`` ok / out_of_memory, ``ms``, the row; ``error`` with a one-line reason). The
-    replies go to the original stdout; anything the model code prints goes to stderr."""
+    """A method's worker: JSON lines in (``{"build": case}``, ``{"time": true}``, ``{"finish": true}``), one JSON line
+    out per command to the original stdout (``status`` ok / out_of_memory, ``ms``, the row; ``error`` with a one-line
+    reason); anything the model code prints goes to stderr."""
     if replies is None:
         replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")
         os.dup2(sys.stderr.fileno(), sys.stdout.fileno())

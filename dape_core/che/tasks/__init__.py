@@ -3,10 +3,9 @@
 Definitions follow Delétang et al. (ICLR 2023) as run by Ruoss et al. (ACL 2023): for the same input a task's
 ``target`` gives the same target and accuracy mask as the reference benchmark, including its conventions at small
 lengths. Every task works on token ids (int64 arrays), samples whole batches from a ``numpy.random.Generator`` and
-computes the target of *any* input batch of its language, not only of sampled ones.
-
-One module per level of the hierarchy (``regular``, ``context_free``, ``context_sensitive``) registers its tasks
-with ``@register`` (``base``), in the order of the reference's tables.
+computes the target of *any* input batch of its language, not only of sampled ones. One module per level of the
+hierarchy (``regular``, ``context_free``, ``context_sensitive``) registers its tasks (``@register``, ``base``) in the
+order of the reference's tables.
 """
 
 # in the order the tasks register (the order of the `task` setting's allowed values and of Table 6's rows)

@@ -12,11 +12,9 @@ from dape_core.errors import ConfigError, require_choice
 
 
 class Task(abc.ABC):
-    """One CHE task: vocabularies, output length, batch sampling and the target of any input batch.
-
-    A task defines ``_targets`` and either ``_sample_inputs`` (targets then come from ``_targets``) or ``_sample``
-    (inputs with targets known from the sampler's own draws, e.g. the hidden digit of solve_equation).
-    """
+    """One CHE task: vocabularies, output length, batch sampling and the target of any input batch. It defines
+    ``_targets`` and either ``_sample_inputs`` (targets from ``_targets``) or ``_sample`` (inputs with targets known
+    from the sampler's own draws, e.g. solve_equation's hidden digit)."""
 
     name: ClassVar[str]
     level: ClassVar[str]  # Chomsky level: "R" (regular), "DCF" (deterministic context-free), "CS" (context-sensitive)
@@ -83,8 +81,8 @@ def get_task(name: str) -> Task:
 
 
 def check_positions(settings) -> None:
-    """With randomised positions (Ruoss et al., 2023) a CHESettings' ``max_position`` covers the input plus query
-    tokens at its longest length; a ConfigError names ``max_position`` and the allowed values."""
+    """With randomised positions (Ruoss et al., 2023) ``max_position`` must cover the input plus query tokens at the
+    longest length; else a ConfigError names ``max_position`` and the allowed values."""
     task = get_task(settings.task)
     longest = max(n + task.output_length(n) for n in (settings.train_max_len, settings.eval_max_len))
     if settings.randomized_positions and longest > settings.max_position:

@@ -12,10 +12,8 @@ from dape_core.che.tasks.base import Task, register
 @register
 class StackManipulation(Task):
     """Stack manipulation (DCF): run POP/PUSH0/PUSH1 on a stack given bottom-to-top; output it top-to-bottom, end.
-
     A stack bit in the input pushes itself, so the initial stack and the actions are one program; POP on an empty
-    stack is ignored. Output length N + 1, zero-padded after the end token (Table 6).
-    """
+    stack is ignored. Output length N + 1, zero-padded after the end token (Table 6)."""
 
     name, level, input_size, output_size = "stack_manipulation", "DCF", 5, 3
     POP, PUSH0, PUSH1 = 2, 3, 4
@@ -86,10 +84,8 @@ class ModularArithmeticBrackets(Task):
 
 @register
 class SolveEquation(Task):
-    """Solve equation (DCF): the digit hidden as x in ``expression = value`` over {+, -}, mod 5 (Table 6).
-
-    Inputs shorter than 3 are all zeros with target 0, as in the reference benchmark.
-    """
+    """Solve equation (DCF): the digit hidden as x in ``expression = value`` over {+, -}, mod 5 (Table 6). Inputs
+    shorter than 3 are all zeros with target 0, as in the reference benchmark."""
 
     name, level, input_size, output_size = "solve_equation", "DCF", 11, MODULUS
     EQUALS = 10

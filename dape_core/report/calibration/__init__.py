@@ -1,104 +1,49 @@
 """How often the verdict rules call two identically distributed methods different, at every basis they meet.
 
-Per-window losses of a grid are simulated as L[r, s, w] = β_s + u_rs + γ_w + e_rsw: a seed main effect β_s shared
-by every method trained on the seed's batch stream (one setting), a method × seed interaction u_rs, a window
-effect γ_w shared by every model (the same evaluation windows), and per-window noise e_rsw; R = 7 methods per
-setting (the central comparison's size), W = 64 windows. Methods 0 and 1 are the pair compared; with ``effect``
-method 1 is shifted by that many SDs of one seed's statistic (the power column).
+Per-window losses of a grid are simulated as L[r, s, w] = β_s + u_rs + γ_w + e_rsw: a seed main effect β_s shared by
+every method trained on the seed's batch stream (one setting), a method × seed interaction u_rs, a window effect γ_w
+shared by every model (the same evaluation windows) and per-window noise e_rsw; R = 7 methods per setting (the central
+comparison's size), W = 64 windows. Methods 0 and 1 are the pair compared; ``effect`` shifts method 1 by that many SDs
+of one seed's statistic (the power column). The bases, each a module driving :mod:`dape_core.report`'s own rules:
 
-Bases (those of :mod:`dape_core.report.intervals`, as the claims use them):
-
-- ``paired``: both methods in one setting, n seeds each; σ from the setting's R × n table (interaction mean
-  square) — for n = 1 the check's setting has one seed and σ is borrowed from another setting's 7 × 2 table;
-- ``unpaired``: the methods in two settings (different batch streams), n seeds each; each side's σ from its own
-  setting's R × n table (seed and interaction mean squares, Satterthwaite ν) — for n = 1 borrowed from a 7 × 2
-  table; Welch's combination;
-- ``one run``: one run's own statistic (an explosion, a ΔP) against its true value, n seeds, σ from its
-  setting's R × n table as unpaired (borrowed from a 7 × 2 table for n = 1);
-- ``own spread``: paired, n ≥ 2, no grid (σ from the pair's own per-seed differences, ν = n − 1);
-- each with per-window data (units of W rows) and without (one row: the seed's mean);
-- three regimes: seed noise dominating (interaction SD 2 × the windows' SE of a method's mean, seed main effect
-  3 ×), the seed main effect dominating (4 × and 0.5 ×) and window noise dominating (0.5 × and 0.25 ×);
-- ``timing``: the timing rule's rise of ms(A) / ms(B) between two sizes of two identical methods
-  (:mod:`.timing`): interleaved rounds (a round effect shared by the workers of a round, log-normal noise,
-  outliers), each worker's process effect drawn once per block of fresh processes, and a job effect drawn
-  once per job for each size × method (none, SD 0.04 as measured across runs of the design before, 0.1, and
-  t₃-tailed); the workflow's design — every block timing both sizes and both methods, the blocks spread over
-  replicate jobs — read by :func:`dape_core.report.timing_check.rise_interval` (t over the jobs' rises) at the
-  (jobs, blocks) of the shipped configurations (2 × 1, 4 × 1, 8 × 2), and the design before — each size in a job
-  of its own, Welch's t over its blocks — at 4 and 16 blocks; each at 95 % and at Holm's strictest level
-  1 − 0.05/18 (``--timing-trials``, 20,000 a cell);
-- ``sink``: the attention-sink rule as the claim runs it (:func:`dape_core.report.sink_check.sink_stronger` on a
-  simulated sink.csv): DAPE1x3-X against DAPE-X for three encodings X, n seeds each, 8 sequences shared by every
-  run and 2 layers; log sink mass = encoding × seed effect (shared by the pair) + method × seed interaction +
-  sequence effect + per-run noise, layers around it; σ of the pair's own per-seed differences (ν = n − 1); the
-  verdict of the first encoding's check at a ratio threshold of 1, under equal noise and with that pair at 2× and
-  3× the other encodings' interaction SD;
-- ``CHE``: the CHE rule as the claim runs it (:func:`dape_core.report.che_check.che_beats_kerple` on a simulated
-  che_results.csv): Kerple and DAPE1x3-Kerple on the 12 permutation-variant tasks, n seeds, one learning rate;
-  a cell's best OOD accuracy = task level + seed effect (shared by the two methods of a seed) + method × seed
-  interaction; σ of each task's own per-seed differences (ν = n − 1); the share of tasks decided (won or lost) at
-  a zero margin, under equal noise and with a third of the tasks at 2× and 3× the others' interaction SD (the
-  share of those tasks);
-- ``kernel size``: the informational kernel-size rule as the claim runs it
-  (:func:`dape_core.report.lm_checks.kernel_not_largest` on a simulated lm_results.csv): DAPE-Kerple with kernels 1,
-  3, 5 and 7 at ×1 … ×16 (15 comparisons of a smaller kernel against the largest, each at one length, Bonferroni
-  over them), n seeds; a run's log perplexity at a length = level + seed effect (shared by the kernels of a seed) +
-  run × seed effect + run × seed × length noise, in two regimes (either part 3 × the other); σ of each comparison
-  from its pair's own per-seed differences (ν = n − 1; none with one seed, as the paired comparisons read it, with
-  a 7 × 2 grid of another setting beside it, the default's case); power: kernel 3 better by 2 SDs of one run's
-  statistic at every length;
-- ``claim of 6 checks``: a claim read over its checks (:func:`dape_core.report.claims.evaluate_claims` with
-  :func:`dape_core.report.claim_context.jointly`) — ``dape1x3_improves_additive``, DAPE1x3-X against X for ALiBi,
-  Kerple and FIRE within and beyond, all identical, at zero margins, on a simulated lm_results.csv of the kernel
-  rule's noise model (1, 2, 3 and 4 seeds; each pair's own spread, none with one seed): CONFIRMED needs all six,
-  REFUTED any one at the Bonferroni level over six; power: every DAPE1x3-X better by 2 SDs of one seed's paired
-  difference;
-- ``claim: CHE``: the CHE claim's majority rule (:func:`dape_core.report.che_check.che_beats_kerple`) on 2 tasks
-  (the default's and the grid's family) and on 12 (the paper's Table 6), each task read at
-  :func:`dape_core.report.intervals.level_for`'s level.
-
-- ``heterogeneous``: the paired comparison when methods differ in noise (one of the pair at 2× or 3× the others'
-  interaction SD, or t-distributed interactions with 3 df; no per-window data): the pooled σ of the paired basis,
-  the pair's own spread (n ≥ 2), the same pair's spread borrowed from a 7 × 2 or 7 × 4 grid (n = 1); the σ of
-  another kind a leakage comparison used to borrow (a tril-only grid, twins whose no-tril side is 2.3× noisier),
-  and the leakage claim through its own check (``leakage_collapse`` on simulated twins for two encodings, 1–4
-  seeds, each pair's own spread, its two routes at 97.5 %); a run's own statistic and an unpaired comparison with
-  their setting's pooled σ (the rule before, 1–8 seeds), their own spread (2–8), and the claims' rule (own spread;
-  with one seed that σ borrowed as a plan only, which decides nothing: 1–4).
-- ``design stage``: the design stage itself (:mod:`dape_core.report.design`) on two identical methods paired by
-  seed — a pilot of 2, 3 or 4 seeds sized for fresh seeds, chosen by the design's own function (at most 8), then
-  the fresh seeds read alone with the pair's own spread —, under equal noise, one method at 2× and 3× the others'
-  interaction SD, and t₃ interactions; the rate is among the trials the design ran.
-- ``Holm's step-down``: families of 12 and 18 null claims (each a paired check of two identical methods, its own
-  spread, 2–8 seeds, equal noise or one method of each pair at 3× the interaction SD) read by
-  :func:`dape_core.report.holm.holm_verdicts` with :func:`dape_core.report.intervals.family_level`: the rate is
-  that of families with any claim decided (the family-wise error), beside the rate at the claims' own 95 %.
-
-- ``Welch``: Welch's comparison of two sides read on their own spreads at unequal seed counts (2–5 against 2–32)
-  and SDs (the fewer seeds' side at 1/3 … 10 × the other's), computed exactly — the rate is a double integral over
-  the two sample variances, by quadrature — with the rule's ν (the fewer of the sides' ν,
-  :func:`dape_core.report.intervals.welch`) and Welch–Satterthwaite's (the rule before).
+- the interval bases of :mod:`dape_core.report.intervals` (:mod:`.bases`): ``paired`` (one setting, σ from its R × n
+  table's interaction mean square), ``unpaired`` (two settings, i.e. batch streams; each side's σ from its own table's
+  seed and interaction mean squares, Satterthwaite ν; Welch's combination) and ``one run`` (a run's own statistic, an
+  explosion or a ΔP, against its true value; σ as unpaired), each borrowing σ from another setting's 7 × 2 table with
+  one seed; ``own spread`` (paired, n ≥ 2, σ of the pair's per-seed differences, ν = n − 1); with per-window data (units
+  of W rows) and without (the seed's mean); in three regimes (:data:`REGIMES`, seed main effect and interaction SDs in
+  windows' SEs): seed noise dominating (3, 2), the seed main effect (4, 0.5), window noise (0.5, 0.25);
+- ``timing`` (:mod:`.timing`): the rise of ms(A) / ms(B) between two sizes, the workflow's replicate jobs at the shipped
+  (jobs, blocks) and the design before, job effects of none, SD 0.04 (as measured across runs), 0.1 or t₃ tails;
+- ``sink`` and ``CHE`` (:mod:`.sink`, :mod:`.che`): :func:`dape_core.report.sink_check.sink_stronger` on DAPE1x3-X
+  against DAPE-X for three encodings, and :func:`dape_core.report.che_check.che_beats_kerple` on Kerple and
+  DAPE1x3-Kerple over the 12 permutation-variant tasks (the share of tasks decided), each pair's or task's own spread,
+  under equal noise and with the pair, or a third of the tasks, at 2× and 3× the others' interaction SD;
+- ``kernel size`` (:mod:`.kernel`): the informational rule :func:`dape_core.report.lm_checks.kernel_not_largest` on
+  kernels 1, 3, 5 and 7 at ×1 … ×16 (15 comparisons against the largest, Bonferroni over them), each pair's own spread
+  (none with one seed, the default's case); power: kernel 3 better by 2 SDs of a run's statistic at every length;
+- ``claim of 6 checks`` and ``claim: CHE`` (:mod:`.claims`): ``dape1x3_improves_additive`` (DAPE1x3-X against X for
+  ALiBi, Kerple and FIRE, within and beyond) through :func:`dape_core.report.claims.evaluate_claims`: CONFIRMED needs
+  all six, REFUTED any one at the Bonferroni level; the CHE claim's majority on 2 tasks (the default's and the grid's)
+  and on 12 (the paper's Table 6), each task at :func:`dape_core.report.intervals.level_for`'s level;
+- ``heterogeneous`` (:mod:`.heterogeneity`): the paired, unpaired and one-run comparisons when one of the pair is 2× or
+  3× noisier or interactions are t₃, with the pooled σ (the rule before), their own spread, the pair's spread borrowed
+  from a grid (one seed), or the claims' rule (own spread; with one seed a borrowed σ that sizes seeds but decides
+  nothing); the leakage claim through its own check, beside the σ of another kind (a tril-only grid) it borrowed before;
+- ``design stage`` (:mod:`.design`): :mod:`dape_core.report.design` itself, a pilot of 2–4 seeds sizing fresh seeds (at
+  most 8) read alone; the rate is among the trials the design ran;
+- ``Holm's step-down`` (:mod:`.holm`): null families of 12 and 18 claims read by
+  :func:`dape_core.report.holm.holm_verdicts`, the family-wise error beside the rate at the claims' own 95 %;
+- ``Welch`` (:mod:`.welch`): Welch's comparison at unequal seed counts (2–5 against 2–32) and SDs (1/3 … 10 ×), exact,
+  with the rule's ν (the fewer of the sides') and Welch–Satterthwaite's (the rule before).
 
 A trial is *decided* when :func:`dape_core.report.intervals.decide` at a zero margin is not UNDECIDED. The CSV holds
-each basis's false-decision rate (effect 0) and power (effect 2 seed-SDs; timing: a rise of 2 SDs of one job's
-rise), each with its Monte-Carlo SE √(p(1 − p)/trials); and, for the interval bases, the sink and unequal-noise rows
-and Welch's, the rate of the same null trials read at Holm's strictest level 1 − 0.05/18 (``false_decisions_at_18``:
-the first step of the step-down across the 18 claims; 0.28 % nominal, resolved by 20,000 trials a cell, or exact).
-The timing rule writes a row at each level.
-
-The calibration is part of the method, beside the claims it calibrates: each rule's simulation is a module of this
-package (common, bases, timing, sink, che, kernel, claims, heterogeneity, design, holm, welch), each driving the rules
-of :mod:`dape_core.report` themselves; :func:`main` runs them and writes the results file. Every claim that a new
-rule decides needs its rows here (docs/extending.md).
-
-    python -m dape_core.report.calibration [--trials 20000] [--jobs N] [--timing-trials 20000]
-                                           [--sink-trials 500] [--che-trials 100]
-                                           [--kernel-trials 1000] [--kernel-power-trials 200]
-                                           [--claim-trials 1000] [--claim-power-trials 200] [--holm-trials 4000]
-                                           [--only {bases,claims,design,heterogeneity,holm,kernel,sink,timing,welch}]
-                                           [--out benchmarks/results/verdict_calibration.csv]
-"""
+each basis's false-decision rate (effect 0) and power (effect 2 seed-SDs; timing: 2 SDs of one job's rise) with their
+Monte-Carlo SEs √(p(1 − p)/trials); for the interval, sink, unequal-noise and Welch rows also the null rate at Holm's
+strictest level 1 − 0.05/18 (``false_decisions_at_18``: the step-down's first step across the 18 claims; 0.28 % nominal,
+resolved by 20,000 trials a cell, or exact); the timing rule writes a row at each level. :func:`main` writes :data:`OUT`
+(``--help`` lists its options; ``--only`` recomputes one group of rows and keeps the others). Every claim a new rule
+decides needs its rows here (docs/extending.md)."""
 
 from __future__ import annotations
 
@@ -135,12 +80,11 @@ def calibration(trials: int, seed: int = 0, seeds=SEEDS + MANY_SEEDS, regimes=tu
                 timing_trials: int = 0, sink_trials: int = 0, che_trials: int = 0, kernel_trials: int = 0,
                 kernel_power_trials: int = 0, claim_trials: int = 0, claim_power_trials: int = 0,
                 hetero_trials: int = 0, holm_trials: int = 0, welch: bool = False, jobs: int = 1) -> pd.DataFrame:
-    """One row per basis × regime × seed count: false-decision rate and power with their Monte-Carlo SEs; each
-    cell on its own random stream (:func:`cell_rng`), ``jobs`` cells at a time in worker processes. The rules that
-    run the claims' own checks join with ``sink_trials`` (sink and CHE), ``kernel_trials`` and ``claim_trials``
-    (claims of several checks), ``hetero_trials`` (the paired comparison under unequal method noise),
-    ``holm_trials`` (Holm's step-down over null families of claims), ``timing_trials`` (the timing rule, a tenth of
-    them at a rise for its power), ``welch`` (Welch's comparison at unequal seed counts and noise, exact)."""
+    """One row per basis × regime × seed count: false-decision rate and power with their Monte-Carlo SEs, each cell on
+    its own random stream (:func:`cell_rng`), ``jobs`` cells at a time in worker processes. The rules run through the
+    claims' own checks join with ``sink_trials`` (sink and CHE), ``kernel_trials``, ``claim_trials`` (claims of several
+    checks), ``hetero_trials`` (unequal method noise; the design stage), ``holm_trials`` (Holm's step-down over null
+    families), ``timing_trials`` (a tenth of them at a rise, for power) and ``welch`` (exact)."""
     cells = [(kind, windows, regime, n, trials, seed, power) for regime in regimes for n in seeds
              for kind in ("paired", "unpaired", "one run", "own spread") if not (kind == "own spread" and n < 2)
              for windows in (True, False)]

@@ -1,6 +1,5 @@
 """``python -m dape_core.report.calibration``: the verdict rules' calibration, written to
-``benchmarks/results/verdict_calibration.csv`` (:func:`dape_core.report.calibration.main`; ``--help`` lists its
-options)."""
+``benchmarks/results/verdict_calibration.csv`` by :func:`~dape_core.report.calibration.main` (``--help``: options)."""
 
 import sys
 

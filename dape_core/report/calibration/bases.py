@@ -1,4 +1,4 @@
-"""The interval bases (paired, unpaired, one run's statistic, the seeds' own spread; with and without per-window data)."""
+"""The interval bases: paired, unpaired, one run's statistic, own spread; with and without per-window data."""
 
 from __future__ import annotations
 
@@ -38,8 +38,7 @@ def unpaired_trial(rng, n, main_sd, inter_sd, windows, shift, tail=False):
 
 
 def level_trial(rng, n, main_sd, inter_sd, windows, shift, tail=False):
-    """Decided? One run's own statistic (an explosion, a ΔP) against its true value: n seeds of method 1, σ from
-    its setting's R × n table (seed and interaction mean squares), or borrowed from a 7 × 2 table with one seed."""
+    """Decided? A run's own statistic (an explosion, a ΔP) against its true value: method 1's n seeds, σ as unpaired."""
     gamma = rng.normal(0.0, NOISE_SD, W)
     losses = grid(rng, n, main_sd, inter_sd, gamma, shift)
     units = [_rows((losses[1, s] - gamma)[:, None], windows) for s in range(n)]

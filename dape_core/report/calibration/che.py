@@ -1,4 +1,4 @@
-"""The CHE rule through che_beats_kerple on simulated summaries of the permutation-variant tasks, per task and as the claim's majority."""
+"""The CHE rule (che_beats_kerple) on simulated permutation-variant task summaries, per task and as a majority."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What every rule's simulation shares: the grid of seed statistics (seed main effect, method × seed interaction, windows), its pooled noise, per-cell random streams, worker processes and the row of a rule."""
+"""What every rule's simulation shares: the seed-statistics grid, its pooled noise, cell streams, workers, rule rows."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ REGIMES = {  # (seed main effect SD, interaction SD)
 }
 
 
-#: Holm's strictest divisor: the first step of the step-down across the claims reads each at 1 − 0.05/18
-#: (:mod:`dape_core.report.holm`), so a rule must hold at that level too (0.28 %)
+#: Holm's strictest divisor: the step-down's first step reads each claim at 1 − 0.05/18 (0.28 %), so a rule must hold
+#: there too (:mod:`dape_core.report.holm`)
 HOLM_DIVISOR = 18
 #: the fewest null trials a cell is read on at 1 − 0.05/18 (SE 0.037 % at 0.28 %)
 TAIL_TRIALS = 20000
@@ -86,9 +86,8 @@ def each_cell(row_of, cells: list, jobs: int) -> list[dict]:
 
 
 def decided(iv, side: int = 1, confirm: float = 0.0, refute: float = 0.0) -> tuple[bool, bool]:
-    """(decided at 95 %, decided at 1 − 0.05/:data:`HOLM_DIVISOR`): :func:`~dape_core.report.intervals.decide` on the
-    interval and on it widened to Holm's strictest level (:func:`~dape_core.report.intervals.simultaneous`, the
-    widening :func:`~dape_core.report.intervals.family_level` applies)."""
+    """(decided at 95 %, at 1 − 0.05/:data:`HOLM_DIVISOR`): ``decide`` on the interval and on it widened to Holm's
+    strictest level (:func:`~dape_core.report.intervals.simultaneous`, as ``family_level`` widens)."""
     rule = dict(side=side, confirm=confirm, refute=refute)
     return decide(iv, **rule) != UNDECIDED, decide(simultaneous(iv, HOLM_DIVISOR), **rule) != UNDECIDED
 

@@ -18,10 +18,9 @@ DESIGN_MAX_SEEDS = 8  # design.max_seeds's default
 
 def design_trial(rng, pilot_n: int, factor: float, law: str) -> tuple[bool, bool]:
     """(run, decided) of the design stage on two identical methods paired by seed (method 1 ``factor`` × noisier,
-    interactions of ``law``): a pilot of ``pilot_n`` seeds sized for fresh seeds
-    (:func:`dape_core.report.intervals.seeds_to_decide` with ``fresh``), chosen by
-    :func:`dape_core.report.design.choose` (at most :data:`DESIGN_MAX_SEEDS`), then a fresh sample of that many
-    seeds read alone with the pair's own spread — the claims' functions, not copies."""
+    interactions of ``law``): a pilot of ``pilot_n`` seeds sizes fresh seeds (``seeds_to_decide(…, fresh=True)``),
+    :func:`dape_core.report.design.choose` takes them (at most :data:`DESIGN_MAX_SEEDS`), and a fresh sample of that
+    many is read alone on the pair's own spread: the claims' functions, not copies."""
     from dape_core.report import design
     from dape_core.report.intervals import seeds_to_decide
 
@@ -45,14 +44,14 @@ PARTIAL_CHECKS = 2  # a claim of two checks, each its own pair of runs (the data
 
 
 def design_partial_trial(rng, pilot_n: int, factor: float, law: str) -> tuple[bool, bool]:
-    """(run, decided) of the design stage on a claim of :data:`PARTIAL_CHECKS` checks, each two identical methods of
-    its own runs: the pilot's checks read jointly (:func:`dape_core.report.claim_context.jointly`'s sizing, REFUTED
-    at 1 − 0.05/m), the route of :func:`dape_core.report.claim_costs.decide_route` (REFUTED through the cheapest
-    check heading there: fresh seeds on its runs alone; CONFIRMED when every check heads there: on all, each
-    check sized at the claim's power, :func:`~dape_core.report.claim_costs.claim_power`, its runs at its own n), the
-    design's choice, then the fresh seeds read as `dape report claims` reads them with a design: REFUTED on the
-    checks reached at the pilot's level (``min_comparisons``), CONFIRMED only with every check reached and
-    CONFIRMED (:func:`dape_core.report.design.annotate`)."""
+    """(run, decided) of the design stage on a claim of :data:`PARTIAL_CHECKS` checks, each two identical methods of its
+    own runs: the pilot's checks read jointly (:func:`~dape_core.report.claim_context.jointly`'s sizing, REFUTED at
+    1 − 0.05/m); the route of :func:`~dape_core.report.claim_costs.decide_route` (REFUTED: fresh seeds on the runs of
+    the cheapest check heading there; CONFIRMED when every check heads there: on all, each check sized at the claim's
+    power, :func:`~dape_core.report.claim_costs.claim_power`, its runs at its own n); the design's choice; then the
+    fresh seeds read as `dape report claims` reads a design's (:func:`~dape_core.report.design.annotate`): REFUTED on
+    the checks reached at the pilot's level (``min_comparisons``), CONFIRMED only with every check reached and
+    CONFIRMED."""
     from dape_core.report import design
     from dape_core.report.claim_costs import decide_route
     from dape_core.report.intervals import seeds_to_decide
@@ -108,8 +107,7 @@ def design_cell(task: tuple) -> dict:
 
 
 def design_rows(trials: int, seed: int, jobs: int = 1) -> list[dict]:
-    """The design stage under equal noise, one method at 2× and 3× the others' interaction SD, and t₃ tails, for
-    pilots of 2, 3 and 4 seeds."""
+    """The design stage under equal noise, one method at 2× and 3×, and t₃ tails, for pilots of 2, 3 and 4 seeds."""
     labels = ("equal noise", *HETEROGENEITY)
     return each_cell(design_cell, [(label, n, trials, seed, partial) for partial in (False, True) for label in labels
                                    for n in DESIGN_PILOT_SEEDS], jobs)

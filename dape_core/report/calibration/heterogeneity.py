@@ -1,4 +1,5 @@
-"""The paired comparison when methods differ in noise (2×, 3×, t₃ interactions) and the leakage claim through its own check, beside the σ of another kind it used to borrow."""
+"""Comparisons when methods differ in noise (2×, 3×, t₃ interactions), and the leakage claim through its own check
+beside the σ of another kind it borrowed before."""
 
 from __future__ import annotations
 
@@ -35,9 +36,8 @@ HETERO_RULES = {  # rule → seed counts it meets
 
 
 def hetero_grid(rng, n_seeds: int, factor: float, law: str) -> np.ndarray:
-    """Per-seed statistics [R, n_seeds] of one setting (no per-window data; the windows' SE as noise): a seed main
-    effect, a method × seed interaction whose SD is ``factor`` × the others' for method 1 (law normal, or t with 3
-    df scaled to the same SD), and the mean's window noise."""
+    """Per-seed statistics [R, n_seeds] of one setting (no per-window data): seed main effect + method × seed
+    interaction (method 1's SD ``factor`` × the others'; normal, or t₃ scaled to the same SD) + window noise."""
     main_sd, inter_sd = REGIMES["seed noise dominates"]
     draws = rng.standard_t(3, (R, n_seeds)) / math.sqrt(3) if law == "t3" else rng.normal(0.0, 1.0, (R, n_seeds))
     scale = np.full(R, inter_sd)
@@ -47,9 +47,8 @@ def hetero_grid(rng, n_seeds: int, factor: float, law: str) -> np.ndarray:
 
 
 def side_noise(rule: str, grid: np.ndarray, n: int, rng, factor: float, law: str, name: str):
-    """The σ a run or an unpaired side of ``grid`` (n seeds) reads under ``rule``: its own spread (None), its
-    setting's pooled within-run σ (with one seed, a 7 × 2 grid's of the same noise), or the claims' rule
-    (:func:`~dape_core.report.claim_context.own_or_borrowed`: own spread, with one seed that pooled σ as a plan)."""
+    """The σ a run or unpaired side of ``grid`` (n seeds) reads under ``rule``: own spread (None), its setting's pooled
+    within-run σ (one seed: a same-noise 7 × 2 grid's), or the claims' rule (``own_or_borrowed``)."""
     from dape_core.report.claim_context import own_or_borrowed
 
     if rule.endswith("own spread"):
@@ -59,9 +58,8 @@ def side_noise(rule: str, grid: np.ndarray, n: int, rng, factor: float, law: str
 
 
 def hetero_trial(rng, rule: str, n: int, factor: float, law: str, tail: bool = False):
-    """Decided? Methods 0 and 1 (identical in mean, 1 noisier or heavy-tailed) paired by seed at n seeds, with the
-    σ of ``rule`` (:data:`HETERO_RULES`), through :func:`dape_core.report.intervals.interval` (``tail``: (at 95 %,
-    at 1 − 0.05/18))."""
+    """Decided? Methods 0 and 1 (equal means; 1 noisier or heavy-tailed) at n seeds with the σ of ``rule``
+    (:data:`HETERO_RULES`); ``tail``: (at 95 %, at 1 − 0.05/18)."""
     iv = _hetero_interval(rng, rule, n, factor, law)
     return decided(iv) if tail else decide(iv, side=1, confirm=0.0, refute=0.0) != UNDECIDED
 
@@ -105,17 +103,17 @@ def hetero_cell(task: tuple) -> dict:
             **tail_columns(int(null[:, 1].sum()), trials)}
 
 
-LEAK_FACTOR = 2.3  # a no-tril run's method × seed SD over a tril run's, as the design-stage default's pilot measured (0.0581 / 0.0248)
+LEAK_FACTOR = 2.3  # no-tril over tril runs' method × seed SD, as the design-stage pilot measured (docs/verdicts.md)
 
 
 LEAK_SEEDS = (1, 2, 3, 4)
 
 
 def leakage_table(rng, n: int, shift: float = 0.0) -> pd.DataFrame:
-    """lm_results.csv rows of the leakage ablation (role leakage, ×1): DAPE1x3-Kerple and DAPE1x3-ALiBi with tril and
-    without, n seeds; a run's log perplexity = level + seed effect (shared by a seed's runs) + run × seed effect
-    (``LEAK_FACTOR`` × larger without tril), the no-tril runs moved by ``shift``; with one seed also a tril-only
-    grid of 7 runs × 2 seeds (the default's case, whose σ is of another kind)."""
+    """lm_results.csv rows of the leakage ablation (role leakage, ×1): DAPE1x3-Kerple and DAPE1x3-ALiBi with and without
+    tril, n seeds; log perplexity = level + seed effect (shared by a seed's runs) + run × seed effect (``LEAK_FACTOR`` ×
+    larger without tril), no-tril runs moved by ``shift``; with one seed also a tril-only 7 runs × 2 seeds grid (the
+    default's case, a σ of another kind)."""
     rows = []
     inter = KERNEL_REGIMES["run noise dominates"][0]
 
@@ -162,7 +160,7 @@ def leakage_cell(task: tuple) -> dict:
 
 
 def another_kind_cell(task: tuple) -> dict:
-    """The rule a leakage comparison had with one seed: σ borrowed from a tril-only 7 × 2 grid, for twins whose
+    """The rule before for a leakage comparison with one seed: σ borrowed from a tril-only 7 × 2 grid, for twins whose
     no-tril side has ``LEAK_FACTOR`` × the interaction SD (through :func:`dape_core.report.intervals.interval`)."""
     trials, seed = task
     rng = cell_rng(seed, "heterogeneous", "another kind")
@@ -181,9 +179,8 @@ def another_kind_cell(task: tuple) -> dict:
 
 
 def hetero_rows(trials: int, seed: int, jobs: int = 1, leakage_trials: int = 1000) -> list[dict]:
-    """The paired comparison under unequal method noise and heavy tails: the pooled σ the paired basis uses, the
-    pair's own spread, and the same pair's spread borrowed from a grid (for one seed); the leakage claim through
-    its own check, and the σ of another kind it used to borrow."""
+    """The unequal-noise rows: the paired comparison (pooled σ, own spread, a borrowed spread at one seed) under unequal
+    method noise and heavy tails, the leakage claim through its own check, and σ of another kind (the rule before)."""
     cells = [(rule, label, n, trials, seed) for rule, counts in HETERO_RULES.items() for label in HETEROGENEITY
              for n in counts]
     leak = [(n, leakage_trials, seed) for n in LEAK_SEEDS] if leakage_trials else []

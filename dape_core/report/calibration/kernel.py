@@ -1,4 +1,4 @@
-"""The informational kernel-size rule through its own check (kernel_not_largest) on simulated sweeps of identical kernels."""
+"""The informational kernel-size rule, its own check (kernel_not_largest), on simulated sweeps of identical kernels."""
 
 from __future__ import annotations
 
@@ -24,11 +24,10 @@ KERNEL_METHODS = {k: "DAPE-Kerple" if k == 1 else f"DAPE1x{k}-Kerple" for k in K
 
 def sweep_table(rng, role: str, runs: dict, n: int, run_sd: float, length_sd: float, moved, shift: float,
                 multiples) -> pd.DataFrame:
-    """Rows of lm_results.csv of one simulated setting (role ``role``, 600 steps, T 32) with the runs ``runs``
-    (method → kernel size) at the ``multiples``, n seeds: a run's log perplexity at a length = level + seed effect
-    (shared by the runs of a seed: one batch stream) + run × seed effect + run × seed × length noise, the methods
-    ``moved(method)`` better by ``shift``; with one seed also the grid its seed noise is borrowed from (7 runs × 2
-    seeds at 1200 steps, role central, the same noise)."""
+    """Rows of lm_results.csv of one simulated setting (role ``role``, 600 steps, T 32): the runs ``runs`` (method →
+    kernel size) at the ``multiples``, n seeds; log perplexity = level + seed effect (shared by a seed's runs: one batch
+    stream) + run × seed effect + run × seed × length noise, methods ``moved(method)`` better by ``shift``; with one
+    seed also the grid its seed noise is borrowed from (7 runs × 2 seeds, 1200 steps, role central, same noise)."""
     level = {m: math.log(10.0) + 0.2 * math.log2(m) for m in multiples}
     rows = []
 
@@ -50,8 +49,7 @@ def sweep_table(rng, role: str, runs: dict, n: int, run_sd: float, length_sd: fl
 
 
 def kernel_table(rng, n: int, run_sd: float, length_sd: float, shift: float = 0.0) -> pd.DataFrame:
-    """The kernel sweep (DAPE-Kerple with kernels 1, 3, 5, 7; role kernel_sweep) at ×1 … ×16 (:func:`sweep_table`),
-    kernel 3 moved by ``shift``."""
+    """The kernel sweep (DAPE-Kerple kernels 1, 3, 5, 7; role kernel_sweep) at ×1 … ×16, kernel 3 moved by ``shift``."""
     return sweep_table(rng, "kernel_sweep", {method: k for k, method in KERNEL_METHODS.items()}, n, run_sd,
                        length_sd, lambda method: method == KERNEL_METHODS[3], shift, KERNEL_MULTIPLES)
 

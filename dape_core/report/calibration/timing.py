@@ -1,25 +1,18 @@
-"""The timing rule: the rise of ms(A) / ms(B) between two sizes of two identical methods, as the timing claim reads
-it (:mod:`dape_core.report.timing_check`), with and without an effect of the job a worker runs in.
-
-A worker's log time in round r of block b of job j, for size s and method m, is
+"""The timing rule: the rise of ms(A) / ms(B) between two sizes of two identical methods, as the timing claim reads it
+(:mod:`dape_core.report.timing_check`), with and without an effect of the job a worker runs in. A worker's log time in
+round r of block b of job j, for size s and method m, is
 
     log ms = job[j, s, m] + process[j, b, s, m] + round[j, b, r] + noise[j, b, s, m, r] (+ log 2 or 3, an outlier)
 
-with the round effect shared by the workers timed in that round, each worker's process effect drawn once per
-block (fresh processes), and the job effect drawn once per job for each size × method (what changes between jobs
-— another moment, another placement of the job on the machine — and does not cancel in the ratio, the
-conservative case). Two designs:
+with the round effect shared by that round's workers, each worker's process effect drawn once per block (fresh
+processes), and the job effect once per job for each size × method (another moment or placement on the machine: it
+does not cancel in the ratio, the conservative case). Two designs, each read at 95 % and at Holm's strictest level over
+the 18 claims, 1 − 0.05/18 (:func:`dape_core.report.intervals.family_level`), on the same trials:
 
 - *replicate jobs* (the workflow's): every block times both sizes and both methods, interleaved; ``jobs`` jobs of
-  ``blocks`` blocks; read by :func:`~dape_core.report.timing_check.rise_interval` over the jobs' rises
-  (:func:`~dape_core.report.timing_check.job_ratios`, :func:`~dape_core.report.timing_check.job_rises`);
-- *one job per size* (the design before): each size in a job of its own, ``blocks`` blocks each, read by Welch's
-  t over the blocks (:func:`welch_over_blocks`, the rule before): the job effect is shared by all of a size's
-  blocks, which Welch's t does not see.
-
-Each cell is read at 95 % and at Holm's strictest level over the 18 claims, 1 − 0.05/18
-(:func:`dape_core.report.intervals.family_level`), on the same trials.
-"""
+  ``blocks`` blocks, read by :func:`~dape_core.report.timing_check.rise_interval` over the jobs' rises;
+- *one job per size* (the design before): ``blocks`` blocks a size, Welch's t over them (:func:`welch_over_blocks`),
+  blind to the job effect that a size's blocks share."""
 
 from __future__ import annotations
 
@@ -31,18 +24,15 @@ from dape_core.report.timing_check import job_ratios, job_rises, rise_interval
 
 from .common import _rate, cell_rng
 
-#: rounds per block in the simulation: config.yaml's and configs/paper.yaml's 5, the fewest a shipped configuration
-#: times (a block's ratio of medians over more rounds is only quieter)
+#: rounds per block: the fewest a shipped configuration times (config.yaml's, configs/paper.yaml's); more are quieter
 TIMING_ROUNDS_PER_BLOCK = 5
 #: the claims Holm's step-down runs over: its strictest level is 1 − 0.05 / FAMILY_CLAIMS
 FAMILY_CLAIMS = 18
 
-#: (shared round effect SD, each worker's SD, share of outliers, their factor, each worker's process effect SD —
-#: one draw per block of fresh worker processes —, its distribution), all on the log scale. "as measured": the
-#: default run's timing on a 2-core CPU (reports/timing_repeats.csv) — the round effect's SD 0.16–0.32, each
-#: method's SD about it 0.13–0.27, 5–20 % of rounds above 1.5 × the method's median — and
-#: benchmarks/results/timing_protocol.csv: a method's median moves between worker processes by 0.1–0.2 on the log
-#: scale, more than its rounds say
+#: (round effect SD, each worker's SD, share of outliers, their factor, each worker's process effect SD — drawn per
+#: block of fresh processes —, its law), log scale. As measured: the default run's timing on a 2-core CPU
+#: (reports/timing_repeats.csv: round SD 0.16–0.32, a method's SD about it 0.13–0.27, 5–20 % of rounds above 1.5 × its
+#: median) and benchmarks/results/timing_protocol.csv (a median moves 0.1–0.2 between processes, more than rounds say)
 AS_MEASURED = (0.25, 0.2, 0.15, 2.0, 0.15, "normal")
 PROCESS = {
     "as measured on 2 CPU cores: round SD 0.25, method SD 0.2, 15 % outliers × 2, process SD 0.15": AS_MEASURED,
@@ -50,10 +40,9 @@ PROCESS = {
         (0.25, 0.2, 0.15, 2.0, 0.1, "t3"),
     "interleaved rounds, 5 % outliers × 3, process SD 0.02": (0.05, 0.04, 0.05, 3.0, 0.02, "normal"),
 }
-#: the job effect's SD per size × method on the log scale: none; "as measured across runs": four clean-clone runs
-#: of the design before gave rises of +0.068, +0.237, +0.154 and +0.173 (an SD of 0.070 against their own SEs of
-#: 0.03–0.05), a job-to-job SD of the rise of about 0.056, which at ratios 0.56–0.80 is an SD of about 0.04 of each
-#: size × method's log time; and 2.5× that
+#: the job effect's SD per size × method on the log scale: none; 0.04 "as measured across runs" (the job-to-job SD of
+#: the rise that four clean-clone runs of the design before gave, docs/verdicts.md and reports/history.md, at ratios
+#: 0.56–0.80 an SD of about 0.04 of each size × method's log time); and 2.5× that
 JOB_SDS = {"no job effect": 0.0, "job effect SD 0.04 (as measured across runs)": 0.04, "job effect SD 0.1": 0.1}
 #: the regimes of the replicate-job rows: every process regime without and with the measured job effect, the
 #: measured process regime with the larger one, and t₃-tailed job effects
@@ -100,9 +89,8 @@ def as_table(ms: np.ndarray) -> pd.DataFrame:
 
 
 def replicate_rise(ms: np.ndarray):
-    """The interval the claim reads on one trial of the replicate-job design (ms[job, block, size, method, round]):
-    the jobs' rises by :func:`~dape_core.report.timing_check.job_ratios` on its rows, t over jobs
-    (``rise_interval``)."""
+    """The interval the claim reads on one trial of the replicate-job design (ms[job, block, size, method, round]): t
+    over the jobs' rises (:func:`~dape_core.report.timing_check.job_ratios`, ``rise_interval``)."""
     table = as_table(ms)
     ratios = [job_ratios(table[table["size"] == s]) for s in (0, ms.shape[2] - 1)]
     return rise_interval(job_rises(*ratios), "timing")

@@ -17,8 +17,7 @@ WELCH_SEEDS = ((2, 2), (2, 3), (2, 8), (2, 22), (3, 3), (3, 4), (3, 8), (3, 16),
 WELCH_RATIOS = (1 / 3, 1 / 2, 1.0, 2.0, 3.0, 10.0)
 WELCH_RULES = {"Welch (ν = min of the sides', the rule; exact)": welch,
                "Welch–Satterthwaite ν (the rule before; exact)": None}
-#: Gauss–Legendre nodes per side of the integral over the two sample variances (doubling them moves no rate by
-#: more than 1e-7: tests/test_verdict_calibration.py)
+#: Gauss–Legendre nodes per side (doubling them moves no rate by more than 1e-7: tests/test_verdict_calibration.py)
 NODES = 200
 
 
@@ -33,11 +32,11 @@ def _quantile_nodes(k: int) -> tuple[np.ndarray, np.ndarray]:
 
 def welch_rate(n_few: int, n_many: int, ratio: float, divisor: float = 1.0, rule=welch, nodes: int = NODES) -> float:
     """P(0 ∉ the interval of mean_B − mean_A) for two normal samples of equal mean, n_few seeds at SD ``ratio`` and
-    n_many at SD 1, each σ its own sample SD (ν = n − 1), read at 1 − 0.05/``divisor``: the sample variances are
+    n_many at SD 1, each σ its own sample SD (ν = n − 1), read at 1 − 0.05/``divisor``. The sample variances are
     independent of the means (Cochran's theorem), so given them the difference is N(0, τ²) and the rate is
-    E[2 Φ(−t_ν · SE / τ)] over s² = σ² χ²_{n−1}/(n − 1) on each side — a double integral, by Gauss–Legendre
-    quadrature on the χ² quantiles. ν from ``rule`` (:func:`~dape_core.report.intervals.welch`, called on the
-    sides' σ; None: :func:`~dape_core.report.intervals.satterthwaite`, per pair of variances)."""
+    E[2 Φ(−t_ν · SE / τ)] over s² = σ² χ²_{n−1}/(n − 1) on each side: a double integral, by Gauss–Legendre quadrature
+    on the χ² quantiles. ν from ``rule`` (:func:`~dape_core.report.intervals.welch` on the sides' σ; None:
+    :func:`~dape_core.report.intervals.satterthwaite` per pair of variances)."""
     df_few, df_many = n_few - 1, n_many - 1
     u, w = _quantile_nodes(nodes)
     x_few, x_many = stats.chi2.ppf(u, df_few) / df_few, stats.chi2.ppf(u, df_many) / df_many
