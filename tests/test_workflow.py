@@ -47,6 +47,22 @@ def test_a_configuration_giving_a_key_twice_stops_the_dag_naming_the_key_and_bot
 
 
 @pytest.mark.slow
+def test_without_a_configfile_the_working_directorys_config_yaml_is_the_one_checked(tmp_path):
+    """Snakemake reads the Snakefile's config.yaml from the working directory (--directory), so the repeated-key check
+    reads that file too, not the checkout's."""
+    text = CONFIGS["default"].read_text(encoding="utf-8")
+    line = text.index("estimate: ")
+    repeated = text[line:text.index("\n", line) + 1]
+    (tmp_path / "config.yaml").write_text(text + repeated, encoding="utf-8")
+    first, second = text[:line].count("\n") + 1, text.count("\n") + 1
+    result = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory",
+                             str(tmp_path), "-n", "--cores", "1"], capture_output=True, text=True, timeout=300)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert f"config.yaml: the key 'estimate' is given twice in one mapping, on lines {first} and {second}" in out, out
+
+
+@pytest.mark.slow
 def test_a_missing_extra_stops_the_dag_in_one_line_with_the_install_command(tmp_path):
     """The smoke configuration's fine-tune family where transformers cannot be imported (a sitecustomize makes
     importlib find no such module, as without the package): the one line names the family and the install."""

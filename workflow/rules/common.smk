@@ -39,8 +39,8 @@ os.environ.setdefault("DAPE_CORE_SRC", str(Path(workflow.basedir).resolve()))
 
 try:  # a configuration the plan refuses stops the parse in one line (Snakemake would print its stack)
     # Snakemake's own loader keeps a repeated key's last value: the configuration files are read once more,
-    # refusing one
-    grid.check_yaml_files(workflow.overwrite_configfiles or [Path(workflow.basedir) / "config.yaml"])
+    # refusing one (the Snakefile's config.yaml is the working directory's, as Snakemake reads it)
+    grid.check_yaml_files(workflow.overwrite_configfiles or ["config.yaml"])
     PLAN = grid.build_plan(config)
     # every size the plan can check (memory; evaluation windows in a corpus already tokenized) before any job runs
     grid.check_sizes(PLAN)
