@@ -223,7 +223,8 @@ def _attend_rows(q, k, v, row_offset, *, encoding, processor, positions, causal,
         mask = allowed if bias is None else bias
         if bias is not None and allowed is not None:
             mask = bias[..., :keys_kept].masked_fill(~allowed, float("-inf"))
-        return F.scaled_dot_product_attention(q, k[:, :, :keys_kept], v[:, :, :keys_kept], attn_mask=mask, dropout_p=dropout_p)
+        return F.scaled_dot_product_attention(q, k[:, :, :keys_kept], v[:, :, :keys_kept], attn_mask=mask,
+                                              dropout_p=dropout_p)
 
     scores = torch.matmul(q, k_read.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # A = q·kᵀ/√d
     bias = encoding.bias(q, k_read, scores, q_pos, k_pos) if encoding.has_bias else None  # B
@@ -246,7 +247,8 @@ class SelfAttention(nn.Module):
     def __init__(self, d_model: int, n_head: int, *, causal: bool, dropout: float = 0.0):
         super().__init__()
         if d_model % n_head:
-            raise ValueError(f"d_model: {d_model} is not divisible by n_head {n_head}; allowed values: multiples of n_head")
+            raise ValueError(f"d_model: {d_model} is not divisible by n_head {n_head}; "
+                             "allowed values: multiples of n_head")
         self.n_head = n_head
         self.head_dim = d_model // n_head
         self.causal = causal

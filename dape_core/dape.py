@@ -49,7 +49,8 @@ class ScoreProcessor(nn.Module):
         in_channels = 2 * n_head if bias_channels else n_head
         width = settings.dape_width
         if self.processor == "dape_v1":
-            self.mlp = nn.Sequential(nn.Linear(in_channels, width), nn.LeakyReLU(NEGATIVE_SLOPE), nn.Linear(width, n_head))
+            self.mlp = nn.Sequential(nn.Linear(in_channels, width), nn.LeakyReLU(NEGATIVE_SLOPE),
+                                     nn.Linear(width, n_head))
         else:
             self.conv1 = nn.Conv2d(in_channels, width, kernel_size=(1, self.kernel_size))
             self.conv2 = nn.Conv2d(width, n_head, kernel_size=(1, self.kernel_size))

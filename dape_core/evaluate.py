@@ -109,7 +109,8 @@ def evaluate_windows(
     require_resamples("bootstrap", n_boot)
     delta_p_window = delta_p_window or train_len
     if delta_p_window > train_len:
-        raise ConfigError(f"delta_p_window: {delta_p_window} is not allowed; allowed values: 1 … train_len ({train_len})")
+        raise ConfigError(f"delta_p_window: {delta_p_window} is not allowed; "
+                          f"allowed values: 1 … train_len ({train_len})")
     lengths = split.document_lengths
     anchors = require_windows(lengths, max(eval_lens), window, max_windows, min_scored_tokens, seed)
     longest = max(eval_lens)

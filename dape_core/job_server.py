@@ -91,7 +91,8 @@ def socket_path(value: str | None = None) -> Path | None:
     if value != "auto":
         return Path(value)
     where = f"{PACKAGE}\0{sys.executable}"
-    return Path(tempfile.gettempdir()) / f"dape-jobs-{os.getuid()}-{hashlib.sha256(where.encode()).hexdigest()[:12]}.sock"
+    return (Path(tempfile.gettempdir())
+            / f"dape-jobs-{os.getuid()}-{hashlib.sha256(where.encode()).hexdigest()[:12]}.sock")
 
 
 # ------------------------------------------------------------------------------------------------ messages

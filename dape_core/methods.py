@@ -36,7 +36,8 @@ def parse_method(label: str, field: str = "method") -> dict:
     match = _PATTERN.match(str(label).strip())
     encoding = by_name.get(match.group("encoding").lower()) if match else None
     if encoding is None:
-        raise ConfigError(f"{field}: {label!r} is not allowed; allowed values: {', '.join(f.display for f in ENCODING_FACTS.values())}, "
+        raise ConfigError(f"{field}: {label!r} is not allowed; allowed values: "
+                          f"{', '.join(f.display for f in ENCODING_FACTS.values())}, "
                           "DAPE-<encoding> (DAPE V1) or DAPE1x<k>-<encoding> (DAPE V2, k odd)")
     tril = match.group("notril") is None
     if not str(label).strip().lower().startswith("dape"):

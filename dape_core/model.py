@@ -70,7 +70,8 @@ class _Stack(nn.Module):
             return build_encoding(cfg.encoding, cfg.n_head, head_dim, causal=causal, train_len=cfg.train_len)
 
         first = make_encoding()
-        self.encodings = nn.ModuleList([first] if shared else [first] + [make_encoding() for _ in range(cfg.n_layer - 1)])
+        self.encodings = nn.ModuleList([first] if shared
+                                       else [first] + [make_encoding() for _ in range(cfg.n_layer - 1)])
         self.processors = nn.ModuleList()
         for _ in range(cfg.n_layer):
             settings = cfg.attention_settings()
@@ -80,7 +81,8 @@ class _Stack(nn.Module):
             self.processors.append(proc if proc is not None else nn.Identity())
         self.has_processor = cfg.processor != "none"
         self.blocks = nn.ModuleList(
-            Block(cfg.d_model, cfg.n_head, cfg.d_ff, causal=causal, dropout=cfg.dropout, pre_norm=pre_norm, activation=activation)
+            Block(cfg.d_model, cfg.n_head, cfg.d_ff, causal=causal, dropout=cfg.dropout, pre_norm=pre_norm,
+                  activation=activation)
             for _ in range(cfg.n_layer)
         )
 
@@ -111,7 +113,8 @@ class GPT(nn.Module):
             self.head.weight = self.embed.weight
 
     def forward(
-        self, idx: torch.Tensor, targets: torch.Tensor | None = None, *, fast_path: bool = True, last: int | None = None,
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None, *, fast_path: bool = True,
+        last: int | None = None,
         positions: torch.Tensor | None = None,
     ):
         """Logits [batch, T, vocab] for token ids [batch, T] (only the ``last`` positions if given), with ``targets``

@@ -110,7 +110,8 @@ def token_file_findings(results: Path) -> tuple[int, list[Finding]]:
         recorded += [(f"{split}.docs.npy", s.get("docs_sha256")) for split, s in meta["splits"].items()
                      if isinstance(s, dict)]
         tokenizer = meta.get("tokenizer") if isinstance(meta.get("tokenizer"), dict) else {}
-        recorded += [("token_bytes.npy", tokenizer.get("token_bytes_sha256")), ("tokenizer.json", tokenizer.get("sha256"))]
+        recorded += [("token_bytes.npy", tokenizer.get("token_bytes_sha256")),
+                     ("tokenizer.json", tokenizer.get("sha256"))]
         for name, wanted in recorded:
             path = meta_path.with_name(name)
             if not wanted:

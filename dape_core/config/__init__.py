@@ -15,9 +15,9 @@ from dape_core.config.flops import training_flops
 from dape_core.config.grids import expand_family, family_grids
 from dape_core.config.names import (che_cell_name, configuration_name, finetune_run_name, lm_run_name, plan_path,
                                     reports_dir, timing_job_name, timing_run_name)
-from dape_core.config.options import (CliOptions, JobSpec, attention_map_options, che_options, corpus_options, eval_options,
-                                      finetune_options, group, spec_digest, timing_job_options, timing_options,
-                                      train_options)
+from dape_core.config.options import (CliOptions, JobSpec, attention_map_options, che_options, corpus_options,
+                                      eval_options, finetune_options, group, spec_digest, timing_job_options,
+                                      timing_options, train_options)
 from dape_core.config.plan import LM_STAGES, RULES, STAGES, Plan, write_report_spec
 from dape_core.config.provenance import (attention_file, attention_map_spec, che_file, che_spec, corpus_spec, eval_spec,
                                          expected_spec, lm_file, planned_results, planned_spec, timing_file,

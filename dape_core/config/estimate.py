@@ -75,7 +75,9 @@ def estimate(plan) -> dict:
     finetunes = finetune_estimate(plan, rate)
     jobs = {"tokenize": len(plan.datasets), "train_lm": len(plan.train_jobs()),
             "finetune_lm": len(plan.finetune_jobs()), "evaluate_lm": len(plan.lm_jobs()),
-            "attention_maps": len(plan.attention_jobs()), "time_lm": sum(int(job["settings"]["replicates"]) for job in plan.timing_jobs.values()), "che": len(plan.che_jobs())}
+            "attention_maps": len(plan.attention_jobs()),
+            "time_lm": sum(int(job["settings"]["replicates"]) for job in plan.timing_jobs.values()),
+            "che": len(plan.che_jobs())}
     return {"jobs": jobs, "train_flops": flops, "lm_gpu_hours": hours, "flop_gpu_hours": flop_hours, **finetunes,
             "gpu_hours": hours + finetunes["finetune_gpu_hours"], "gpu_tflops": assumptions["gpu_tflops"],
             "utilisation": assumptions["utilisation"], "calibration": note, "calibrated": rows is not None,

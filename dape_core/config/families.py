@@ -209,7 +209,8 @@ def _apply_run_overrides(plan: Plan, overrides: dict) -> None:
         require_choice("run_overrides", name, runs)
         where, is_lm = f"run_overrides.{name}", name in plan.lm_runs
         run = plan.lm_runs[name] if is_lm else plan.finetune_runs[name]
-        keys, name_keys = (_lm_settings(), LM_NAME_SETTINGS) if is_lm else (_finetune_settings(), FINETUNE_NAME_SETTINGS)
+        keys, name_keys = ((_lm_settings(), LM_NAME_SETTINGS) if is_lm
+                           else (_finetune_settings(), FINETUNE_NAME_SETTINGS))
         for key in update:
             require_choice(where, key, [k for k in keys if k not in name_keys])
         settings = dict(run["settings"], **update, eval=run["eval"])

@@ -216,7 +216,8 @@ def pilot_reference_minutes(plan, cores: int) -> float:
     for name, run in plan.lm_runs.items():
         if name in prices:
             p = prices[name]
-            total += len(run["seeds"]) * (p["train"] + p["evaluate"]) + len(run["attention_seeds"]) * p.get("attention", 0)
+            total += (len(run["seeds"]) * (p["train"] + p["evaluate"])
+                      + len(run["attention_seeds"]) * p.get("attention", 0))
     for name, cell in plan.che_cells.items():
         total += len(cell["seeds"]) * prices.get(name, {}).get("che", 0.0)
     return total / cores / 60

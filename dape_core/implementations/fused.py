@@ -282,7 +282,8 @@ class _FusedDape(torch.autograd.Function):
         scratch = torch.empty(nprog * (2 * hp + dp) * bm * wide, device=q.device, dtype=torch.float32)
         _launch(kt.dape_forward_kernel, nprog,
                 q, k, v, out, lse, *_bias_arguments(bias, plan.form, batch, q),
-                *_weight_arguments(w1a, w1b, b1, w2, b2), scratch, 1.0 / math.sqrt(head_dim), plan.row_offset, batch, n_rows, n_keys, heads, head_dim, nprog,
+                *_weight_arguments(w1a, w1b, b1, w2, b2), scratch, 1.0 / math.sqrt(head_dim), plan.row_offset, batch,
+                n_rows, n_keys, heads, head_dim, nprog,
                 **meta)
         ctx.save_for_backward(q, k, v, out, lse, bias, w1a, w1b, b1, w2, b2)
         ctx.plan = plan

@@ -250,7 +250,8 @@ CLAIMS: tuple[Claim, ...] = (
           "the layer-mean sink mass of DAPE1x3 to DAPE (geometric mean over sequences and seeds), paired by seed "
           "and sequence, a t-interval over seeds on the spread of the pair's own per-seed differences (ν = n − 1): "
           f"CONFIRMED when ≥ {SINK_RATIO:g}, REFUTED when < 1; one seed gives no interval (UNDECIDED; the σ pooled "
-          "over the DAPE1x3 / DAPE pairs with several seeds at that length sizes the seeds it needs).", sink_check.sink_stronger, needs=("sink",),
+          "over the DAPE1x3 / DAPE pairs with several seeds at that length sizes the seeds it needs).",
+          sink_check.sink_stronger, needs=("sink",),
           thresholds=dict(ratio=SINK_RATIO)),
     Claim("dape1x3_beats_dape_larger_models", "§4.3, Table 3",
           "DAPE1x3-Kerple outperforms DAPE-Kerple at larger model sizes too.",

@@ -42,7 +42,8 @@ HOW_TO_READ = (
     "of fresh worker processes (a job's rise the mean over its blocks of a ratio of medians of interleaved rounds: "
     "what changes between jobs is shared by all of a job's blocks), on the device it names. The column "
     "on the paper's numbers gives point verdicts (one printed number per cell: the interval is the point). A "
-    "diverged run has perplexity +∞: it decides its comparison. Lengths are multiples of the training length (×1 = the training length); core claims are marked ★. Marks: "
+    "diverged run has perplexity +∞: it decides its comparison. Lengths are multiples of the training length "
+    "(×1 = the training length); core claims are marked ★. Marks: "
     "✓ CONFIRMED, ✗ REFUTED, ? UNDECIDED.")
 
 
@@ -65,7 +66,8 @@ POWER_RULE = (
     "Chow, Shao & Wang, Sample Size Calculations in Clinical Research, §3.1, with t quantiles on the seed noise's "
     "ν; for a paired comparison ν = n − 1, its own pair's spread), σ the SD of one seed's statistic (a paired "
     "comparison, a run or an unpaired side with one seed, which has no spread of its own, is sized with its "
-    "setting's σ pooled over the methods: a plan, not a verdict), δ the distance from the estimate to the threshold it lies beyond — "
+    "setting's σ pooled over the methods: a plan, not a verdict), δ the distance from the estimate to the threshold "
+    "it lies beyond — "
     "CONFIRMED's margin, or REFUTED's on the other side. An estimate between the two thresholds is decided by no "
     f"number of seeds (\"none\"); more than {MAX_SEEDS} is written \"> {MAX_SEEDS}\"; \"unknown\" without a "
     "seed-noise estimate. A claim is decided REFUTED by its cheapest check heading there, or CONFIRMED when every "
@@ -73,7 +75,8 @@ POWER_RULE = (
     "a training and an evaluation job (a CHE cell: one job) — in training CPU-hours as this run measured them "
     "(train_wall_s × train_threads) and GPU-hours, the larger of the FLOP time (flops_per_token × tokens / "
     "(gpu_tflops × utilisation)) and the dispatch time (operator calls per step × the per-call host cost measured "
-    "on this CPU, dape_core/config/measured/dispatch_cost.csv), as `python -m dape_core.config` prints them; the column "
+    "on this CPU, dape_core/config/measured/dispatch_cost.csv), as `python -m dape_core.config` prints them; the "
+    "column "
     "bound says which decides.")
 
 

@@ -209,7 +209,8 @@ def choose(pilot: pd.DataFrame, prices: dict[str, dict[str, float]], settings: D
             "minutes": round(spent / settings.cores / 60, 2), "chosen": chosen,
             "left": sorted(left, key=lambda c: list(pilot["claim_id"]).index(c["claim_id"])), "own_run": own_run,
             "fresh": fresh, "fresh_maps": fresh_maps,
-            "prices_cpu_s": {u: {kind: round(v, 2) for kind, v in sorted(p.items())} for u, p in sorted(prices.items())},
+            "prices_cpu_s": {u: {kind: round(v, 2) for kind, v in sorted(p.items())}
+                             for u, p in sorted(prices.items())},
             "pilot": {r["claim_id"]: r["verdict"] for r in pilot.to_dict("records")},
             "pilot_checks": {r["claim_id"]: check_descriptions(r.get("numbers")) for r in pilot.to_dict("records")},
             "pilot_intervals": {r["claim_id"]: int(r.get("judged_intervals") or 0) for r in pilot.to_dict("records")}}

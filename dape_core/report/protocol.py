@@ -77,7 +77,8 @@ def fresh_results(design: dict, results: str | Path) -> list[str]:
     present = []
     for unit, seeds in sorted(design["fresh"].items()):
         for seed in seeds:
-            for path in (results / "lm" / unit / f"seed{seed}" / "eval.csv", results / "che" / unit / f"seed{seed}.csv"):
+            for path in (results / "lm" / unit / f"seed{seed}" / "eval.csv",
+                         results / "che" / unit / f"seed{seed}.csv"):
                 if path.exists():
                     present.append(str(path))
     return present

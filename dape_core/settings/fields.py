@@ -93,7 +93,8 @@ def add_arguments(parser: argparse.ArgumentParser, cls, *, exclude: Iterable[str
         allowed = f.metadata.get("choices")
         text = f.metadata.get("help", "")
         if allowed is not None:
-            text = f"{text} (one of: {', '.join(map(str, allowed))})" if text else f"one of: {', '.join(map(str, allowed))}"
+            text = (f"{text} (one of: {', '.join(map(str, allowed))})" if text
+                    else f"one of: {', '.join(map(str, allowed))}")
         kwargs: dict[str, Any] = {"help": text or None, "default": field_defaults.get(f.name)}
         if element is bool:
             kwargs["action"] = argparse.BooleanOptionalAction

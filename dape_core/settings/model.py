@@ -88,10 +88,12 @@ def resolve_shape(cfg) -> None:
         cfg.d_model = cfg.d_model or d_model
     for field in ("n_layer", "n_head", "d_model"):
         if getattr(cfg, field) is None:
-            raise ConfigError(f"{field}: missing; allowed values: a positive integer, or a size preset: {', '.join(SIZE_PRESETS)}")
+            raise ConfigError(f"{field}: missing; allowed values: a positive integer, or a size preset: "
+                              f"{', '.join(SIZE_PRESETS)}")
         require_positive(field, getattr(cfg, field))
     if cfg.d_model % cfg.n_head:
-        raise ConfigError(f"d_model: {cfg.d_model} is not divisible by n_head {cfg.n_head}; allowed values: multiples of n_head")
+        raise ConfigError(f"d_model: {cfg.d_model} is not divisible by n_head {cfg.n_head}; "
+                          "allowed values: multiples of n_head")
     cfg.d_ff = cfg.d_ff or 4 * cfg.d_model
 
 

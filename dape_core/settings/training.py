@@ -46,7 +46,8 @@ class TrainSettings:
     micro_batch_size: int | None = setting(None, help="the most sequences one process runs through the model at "
                                                       "once: each micro-batch runs in equal pieces of this size "
                                                       "(a divisor of its share), the same gradient in less memory; "
-                                                      "unset with --gpu-mem-gb (the workflow passes resources.train_lm.gpu_mem_gb): "
+                                                      "unset with --gpu-mem-gb (the workflow passes "
+                                                      "resources.train_lm.gpu_mem_gb): "
                                                       "the memory model's largest that fits")
     compile: bool = setting(False, help="train the model under torch.compile(fullgraph=True): one graph per shape, "
                                         "the same numbers to fp32 rounding; evaluation stays eager")

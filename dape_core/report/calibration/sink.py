@@ -60,7 +60,8 @@ def sink_rows(trials: int, rng, seeds=(1, 2, 3, 5), power: bool = True) -> list[
     (:data:`SINK_HETEROGENEITY`, null trials only)."""
     rows = []
     regimes = [(regime, inter_sd, 1.0) for regime, inter_sd in SINK_REGIMES.items()]
-    regimes += [(regime, SINK_REGIMES["interaction dominates"], factor) for regime, factor in SINK_HETEROGENEITY.items()]
+    regimes += [(regime, SINK_REGIMES["interaction dominates"], factor)
+                for regime, factor in SINK_HETEROGENEITY.items()]
     for regime, inter_sd, factor in regimes:
         unit = math.sqrt(2 * inter_sd ** 2 + 2 * SINK_SE ** 2)  # SD of one seed's paired difference
         for n in seeds:
