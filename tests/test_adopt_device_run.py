@@ -7,20 +7,18 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_benchmarks import DEVICE_ROWS, DEVICE_TIMES, write_device_run
+
+from benchmarks import adopt_device_run, memory_fit
+
+from dape_core import measured
+from dape_core.settings.attention import COMPILED_OPTIONS_OFF, measured_compiled_options
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-from test_benchmarks import DEVICE_ROWS, DEVICE_TIMES, write_device_run  # noqa: E402
-
-from benchmarks import adopt_device_run, memory_fit  # noqa: E402
-
-from dape_core import measured  # noqa: E402
-from dape_core.settings.attention import COMPILED_OPTIONS_OFF, measured_compiled_options  # noqa: E402
 
 DEVICE = "NVIDIA H200"
 TRITON_C4_TF32 = "feature_map=triton causal_chunks=4 tf32_scores=True"
