@@ -48,8 +48,8 @@ rule robustness_run:
         shell(f"{sys.executable} -m dape_core.workflow_lock -- {nested} > {{log}} 2>&1")
         # a run of its own, which logs its own estimate
         shell(
-            f"env -u {ESTIMATE_LOGGED} {sys.executable} -m snakemake {nested} --cores {{threads}} --rerun-incomplete --keep-going"
-            " reports/claims.csv reports/claims.md >> {log} 2>&1"
+            f"env -u {ESTIMATE_LOGGED} {sys.executable} -m snakemake {nested} --cores {{threads}} --rerun-incomplete"
+            " --keep-going reports/claims.csv reports/claims.md >> {log} 2>&1"
         )
 
 
