@@ -41,10 +41,9 @@ EVAL = Kind("evaluation table (dape evaluate --out)", "evaluate_lm", commands=("
             columns=("eval_len", "status", "ppl"),
             numeric=("eval_len", "ppl", "loss"), filled=("eval_len", "status", "method", "config_hash", "data_dir"),
             filled_when_ok=("ppl", "loss"))
+_WINDOW_COLUMNS = ("eval_len", "document", "anchor", "tokens", "loss", "loss_dp", "loss_local")  # all numbers, filled
 WINDOWS = Kind("per-window losses (dape evaluate --windows-out)", "evaluate_lm", commands=("dape evaluate",),
-               columns=("eval_len", "document", "anchor", "tokens", "loss", "loss_dp", "loss_local"),
-               numeric=("eval_len", "document", "anchor", "tokens", "loss", "loss_dp", "loss_local"),
-               filled=("eval_len", "document", "anchor", "tokens", "loss", "loss_dp", "loss_local"))
+               columns=_WINDOW_COLUMNS, numeric=_WINDOW_COLUMNS, filled=_WINDOW_COLUMNS)
 SINK = Kind("attention-sink table (dape evaluate --sink-out)", "attention_maps", commands=("dape evaluate",),
             columns=("method", "eval_len", "layer", "sequence", "sink_mass"),
             numeric=("eval_len", "layer", "sequence", "sink_mass"), filled=("method", "eval_len", "layer", "sink_mass"))
@@ -60,8 +59,7 @@ REPEATS = Kind("timing repeats (dape time --repeats-out)", "time_lm", commands=(
 CHE = Kind("CHE results (dape che --out)", "che", commands=("dape che",),
            columns=("task", "accuracy"),
            numeric=("seed", "accuracy", "n_samples"), filled=("task", "method", "seed", "accuracy", "row_type"))
-SUMMARY = Kind("training summary (dape train)", "train_lm", keys=("status",),
-                  commands=("dape train", "dape finetune"))
+SUMMARY = Kind("training summary (dape train)", "train_lm", keys=("status",), commands=("dape train", "dape finetune"))
 PLAN = Kind("report spec (rule write_plan)", "write_plan", keys=("families", "lm_runs", "lm_members"))
 SHIFT = Kind("robustness shift summary (rule robustness_config)", "robustness_config",
              keys=("shift", "seeds", "data_seeds", "train_lens"))
@@ -96,15 +94,12 @@ def report_table(path: str | Path) -> Kind:
     return REPORT_TABLES.get(name, Kind(f"table {name}", "all"))
 
 
-def redo(path: str | Path, rule: str) -> str:
-    """The command that remakes one output of the DAG (with the run's own --configfile and --cores)."""
-    return f"snakemake --forcerun {path} (rule {rule}; add this run's --configfile and --cores)"
-
-
 def fail(path: str | Path, problem: str, rule: str | None = None) -> ArtefactError:
-    """The one line for a file that cannot be used: the file, what is wrong and, for a DAG output, how to redo it."""
-    tail = f"; redo it: {redo(path, rule)}" if rule else ""
-    return ArtefactError(f"{path}: {problem}{tail}")
+    """The one line for a file that cannot be used: the file, what is wrong and, for a DAG output, the command that
+    remakes it (with the run's own --configfile and --cores)."""
+    if rule:
+        problem += f"; redo it: snakemake --forcerun {path} (rule {rule}; add this run's --configfile and --cores)"
+    return ArtefactError(f"{path}: {problem}")
 
 
 def verify_hash(path: str | Path, rule: str | None = None, *, spec: str | None = None,
@@ -123,19 +118,18 @@ def verify_hash(path: str | Path, rule: str | None = None, *, spec: str | None =
         seal = io.read_seal(record)
     except (OSError, UnicodeDecodeError, IndexError, ValueError):
         raise fail(record, "not a sha256 record (expected `<hex>  <name>`)", rule) from None
-    wanted, owner = seal.digest, seal.identity
     try:
         found = io.file_sha256(path)
     except OSError as err:
         raise fail(path, f"cannot be read ({err.strerror})", rule) from None
-    if found != wanted:
+    if found != seal.digest:
         raise fail(path, f"its content does not match the sha256 its job recorded in {record.name} (cut, garbled "
                          "or overwritten since it was written)", rule)
-    if owner is None:
+    if seal.identity is None:
         raise fail(path, f"its seal ({record.name}) names no file: {io.OLDER_SEAL}, which `dape seal` upgrades once",
                    rule)
-    if not io.names_file(owner, path):
-        raise fail(path, f"its seal was written for {owner}: a copy of another file, not the one its job wrote "
+    if not io.names_file(seal.identity, path):
+        raise fail(path, f"its seal was written for {seal.identity}: a copy of another file, not the one its job wrote "
                          "here", rule)
     if commands and seal.command is not None and seal.command not in commands:
         raise fail(path, f"written by `{seal.command}`, where this file is `{'` or `'.join(commands)}`'s: not the "

@@ -29,7 +29,7 @@ from torch import nn
 from dape_core.dape import ScoreProcessor
 from dape_core.encodings import PositionalEncoding
 from dape_core.implementations import path_options
-from dape_core.implementations.fast import MIN_CHUNK_ROWS, auto_chunk_rows
+from dape_core.implementations.fast import MIN_CHUNK_ROWS, auto_chunk_rows, by_row_chunks, key_range
 from dape_core.implementations.precision import autocast_dtype
 from dape_core.implementations.registry import AttentionImpl, attention_path
 
@@ -120,8 +120,8 @@ def _attend_rotated(q, k, v, row_offset, *, path: AttentionImpl, encoding, proce
     rows = dict(encoding=encoding, processor=processor, positions=positions, dropout_p=dropout_p)
     if key_mask is not None:
         chunk = query_chunk_size or auto_chunk_rows(q.shape[0], q.shape[1], n_keys)
-        return _by_row_chunks(lambda r0, r1: _attend_rows_masked(q[:, :, r0:r1], k, v, row_offset + r0,
-                                                                 key_mask[..., r0:r1, :], **rows), n, chunk)
+        return by_row_chunks(lambda r0, r1: _attend_rows(q[:, :, r0:r1], k, v, row_offset + r0, causal=True,
+                                                          key_mask=key_mask[..., r0:r1, :], **rows), n, chunk)
     if processor is not None and path.attend is not None:
         given = dict(dropout_p=dropout_p, chunk=query_chunk_size, dape_dtype=dape_dtype,
                      recompute_scores=recompute_scores)
@@ -137,7 +137,7 @@ def _attend_rotated(q, k, v, row_offset, *, path: AttentionImpl, encoding, proce
             chunk = accelerator_chunk_rows(q.shape[0], q.shape[1], n, _compute_itemsize(q))
         else:  # the CPU's: chunks within a core's caches, each reading only the keys its rows reach
             chunk = auto_chunk_rows(q.shape[0], q.shape[1], n)
-    return _by_row_chunks(lambda r0, r1: _attend_rows(q[:, :, r0:r1], k, v, row_offset + r0, causal=causal,
+    return by_row_chunks(lambda r0, r1: _attend_rows(q[:, :, r0:r1], k, v, row_offset + r0, causal=causal,
                                                       fast_path=fast_path, **rows), n, chunk or n)
 
 
@@ -145,42 +145,6 @@ def removes_past_keys(key_mask: torch.Tensor, row_offset: int, n_keys: int) -> b
     """Whether ``key_mask`` [.., Tq, Tk] forbids a key at or left of its query row (row r at key row_offset + r)."""
     past = _causal_allowed(row_offset, row_offset + key_mask.shape[-2], n_keys, key_mask.device)
     return bool((past & ~key_mask).any())
-
-
-def _by_row_chunks(attend_rows, n: int, chunk: int) -> torch.Tensor:
-    """``attend_rows(r0, r1)`` for chunks of query rows, largest chunk first, concatenated in order."""
-    starts = range(0, n, chunk)
-    chunks = {r0: attend_rows(r0, min(n, r0 + chunk)) for r0 in _longest_first(starts)}
-    return chunks[0] if len(chunks) == 1 else torch.cat([chunks[r0] for r0 in starts], dim=2)
-
-
-def _attend_rows_masked(q, k, v, row_offset, key_mask, *, encoding, processor, positions, dropout_p):
-    """The plain path (eq. 5) for query rows ``row_offset …`` under a host's ``key_mask`` [.., rows, Tk]. A row whose
-    keys are all masked (a padding token's) attends to all its keys instead: a finite placeholder no unmasked row
-    reads (its key is masked wherever it appears)."""
-    rows_end = row_offset + q.shape[2]
-    keys_read, keys_kept = _key_range(processor, True, rows_end, k.shape[2])
-    k_read, mask = k[:, :, :keys_read], key_mask[..., :keys_read]
-    past = _causal_allowed(row_offset, rows_end, keys_read, q.device)  # [rows, keys]: keys ≤ row
-    scores = torch.matmul(q, k_read.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # A = q·kᵀ/√d
-    bias = None
-    if encoding.has_bias:
-        bias = encoding.bias(q, k_read, scores, positions[row_offset:rows_end], positions[:keys_read])  # B
-    if processor is not None:
-        scores = processor(scores, bias, row_offset, key_mask=mask | ~past)  # future keys stay tril's
-    elif bias is not None:
-        scores = scores + bias
-    allowed = mask[..., :keys_kept] & past[:, :keys_kept]
-    allowed = allowed | ~allowed.any(-1, keepdim=True)
-    probs = torch.softmax(scores[..., :keys_kept].masked_fill(~allowed, float("-inf")), dim=-1)
-    if dropout_p > 0:
-        probs = F.dropout(probs, p=dropout_p)
-    return torch.matmul(probs, v[:, :, :keys_kept])
-
-
-def _longest_first(starts: range) -> list[int]:
-    """Chunks in reverse order: each chunk's temporaries are no larger than the last's, so the allocator reuses them."""
-    return list(reversed(starts))
 
 
 def accelerator_chunk_rows(batch: int, heads: int, n: int, itemsize: int = 4,
@@ -195,24 +159,21 @@ def _compute_itemsize(q: torch.Tensor) -> int:
     return (autocast_dtype(q.device.type) or q.dtype).itemsize
 
 
-def _key_range(processor, causal, rows_end, n):
-    """(keys read, keys kept): the processor reads up to its halo right of the last row, the mask keeps ≤ row."""
-    if not causal:
-        return n, n
-    halo = processor.needed_halo() if processor is not None else 0
-    return min(n, rows_end + halo), rows_end
-
-
 def _causal_allowed(row_offset, rows_end, keys_kept, device):
     row_index = torch.arange(row_offset, rows_end, device=device)[:, None]
     return torch.arange(keys_kept, device=device)[None, :] <= row_index
 
 
-def _attend_rows(q, k, v, row_offset, *, encoding, processor, positions, causal, dropout_p, fast_path):
-    """Attention output for query rows ``row_offset … row_offset + len(q) − 1`` against the keys they can reach."""
+def _attend_rows(q, k, v, row_offset, *, encoding, processor, positions, causal, dropout_p, fast_path=False,
+                 key_mask=None):
+    """Attention output for query rows ``row_offset … row_offset + len(q) − 1`` against the keys they can reach. Under
+    a host's ``key_mask`` [.., rows, Tk] (causal, the plain path) a row whose keys are all masked (a padding token's)
+    attends to all its keys instead: a finite placeholder no unmasked row reads (its key is masked wherever it
+    appears)."""
     rows_end = row_offset + q.shape[2]
     q_pos = positions[row_offset:rows_end]
-    keys_read, keys_kept = _key_range(processor, causal, rows_end, k.shape[2])
+    halo = processor.needed_halo() if processor is not None else 0
+    keys_read, keys_kept = key_range(halo, causal, rows_end, k.shape[2])
     k_read, k_pos = k[:, :, :keys_read], positions[:keys_read]
     allowed = _causal_allowed(row_offset, rows_end, keys_kept, q.device) if causal else None
 
@@ -228,11 +189,17 @@ def _attend_rows(q, k, v, row_offset, *, encoding, processor, positions, causal,
 
     scores = torch.matmul(q, k_read.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # A = q·kᵀ/√d
     bias = encoding.bias(q, k_read, scores, q_pos, k_pos) if encoding.has_bias else None  # B
-    if processor is not None:
+    if processor is not None and key_mask is not None:  # future keys stay tril's
+        past = _causal_allowed(row_offset, rows_end, keys_read, q.device)
+        scores = processor(scores, bias, row_offset, key_mask=key_mask[..., :keys_read] | ~past)
+    elif processor is not None:
         scores = processor(scores, bias, row_offset)  # A + B + f(tril([A; B]))
     elif bias is not None:
         scores = scores + bias
     scores = scores[..., :keys_kept]
+    if key_mask is not None:
+        allowed = key_mask[..., :keys_kept] & allowed
+        allowed = allowed | ~allowed.any(-1, keepdim=True)
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))
     probs = torch.softmax(scores, dim=-1)
@@ -259,13 +226,6 @@ class SelfAttention(nn.Module):
     def forward(self, x, *, encoding, processor, positions, path: AttentionPath = AttentionPath()):
         b, t, c = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.n_head, self.head_dim).permute(2, 0, 3, 1, 4)
-        y = attend(
-            q, k, v,
-            encoding=encoding,
-            processor=processor,
-            positions=positions,
-            causal=self.causal,
-            dropout_p=self.dropout if self.training else 0.0,
-            **path.options(),
-        )
+        y = attend(q, k, v, encoding=encoding, processor=processor, positions=positions, causal=self.causal,
+                   dropout_p=self.dropout if self.training else 0.0, **path.options())
         return self.out(y.transpose(1, 2).reshape(b, t, c))

@@ -80,7 +80,6 @@ def layer_rows(model: GPT, tokens: torch.Tensor, min_query: int = 16) -> list[di
     return out
 
 
-@torch.no_grad()
 def layer_sinks(model: GPT, tokens: torch.Tensor, min_query: int = 16) -> list[float]:
     """Per layer: ``sink_mass`` of a [1, T] sequence alone (one layer's maps on the device at a time)."""
     return [sink_mass(parts["probs"][0], min_query) for parts in _layers(model, tokens)]

@@ -19,7 +19,6 @@ import re
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
@@ -161,9 +160,6 @@ class ShardedCheckpoints(Checkpoints):
 
         self.read_errors = (Exception, CheckpointException)
 
-    def step_dir(self, step: int) -> Path:
-        return self.directory / f"step-{step:08d}"
-
     def _complete(self) -> list[tuple[int, Path]]:
         """(step, directory) of the complete checkpoints (renamed, with their marker), newest first."""
         if not self.directory.is_dir():
@@ -195,7 +191,7 @@ class ShardedCheckpoints(Checkpoints):
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
-        final = self.step_dir(step)
+        final = self.directory / f"step-{step:08d}"
         tmp = final.with_name(final.name + ".tmp")
         if self.dist.rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)  # left by a job killed while saving
@@ -215,9 +211,8 @@ class ShardedCheckpoints(Checkpoints):
     def _prune(self, keep: Path) -> None:
         """Keep ``keep`` and the newest complete checkpoint before it; remove older ones, later ones (an abandoned
         run's) and unfinished ``.tmp`` directories."""
-        kept = {keep}
         older = [path for step, path in self._complete() if path != keep and path.name < keep.name]
-        kept.update(older[: KEEP - 1])
+        kept = {keep, *older[: KEEP - 1]}
         for path in self.directory.iterdir():
             if path.is_dir() and path not in kept and (_STEP_DIR.match(path.name) or path.name.endswith(".tmp")):
                 shutil.rmtree(path, ignore_errors=True)
@@ -240,5 +235,4 @@ def read_step(path: str | Path) -> int:
     path = Path(path)
     if path.is_dir():
         return int(json.loads((path / MARKER).read_text())["step"])
-    state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=False)
-    return int(state["step"])
+    return int(torch.load(path, map_location="cpu", weights_only=False)["step"])

@@ -77,15 +77,10 @@ class ScoreProcessor(nn.Module):
         """Key columns right of j that one convolution reads at j: k//2 with ``same`` padding, else 0."""
         return self.kernel_size - 1 - self.left_padding
 
-    @property
-    def right_halo(self) -> int:
-        """Key columns right of j that the output at j reads through both convolutions: 2·(k//2) with ``same``."""
-        return 2 * self.reach
-
     def needed_halo(self) -> int:
         """Key columns right of the last query row a causal output needs: one reach with tril (the inputs there are
-        zero, only Conv1's output is read), both reaches without."""
-        return self.reach if self.tril else self.right_halo
+        zero, only Conv1's output is read), both convolutions' reaches without (2·(k//2) with ``same``)."""
+        return self.reach if self.tril else 2 * self.reach
 
     def _pad(self, x: torch.Tensor) -> torch.Tensor:
         return F.pad(x, (self.left_padding, self.reach))
@@ -110,7 +105,7 @@ class ScoreProcessor(nn.Module):
         if self.bias_channels:
             if bias is None:
                 raise ValueError("this processor was built for an encoding with a bias, but got none")
-            bias = bias.expand(batch, -1, -1, -1) if bias.dim() == 4 else bias.unsqueeze(0).expand(batch, -1, -1, -1)
+            bias = bias.expand(batch, -1, -1, -1)  # [H, Tq, Tk] or [batch or 1, H, Tq, Tk]
             x = torch.cat([scores, bias], dim=1)
             base = scores + bias
         else:
@@ -122,7 +117,6 @@ class ScoreProcessor(nn.Module):
         if key_mask is not None:
             x = x * key_mask.to(x.dtype)
         return base + self.feature_map(x, key_mask)
-
 
 
 def build_processor(n_head: int, settings: AttentionSettings, *, bias_channels: bool = True,

@@ -15,9 +15,6 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from dape_core.settings.training import DISTRIBUTED  # noqa: F401 (the modes, importable from here)
-
-
 
 class Distributed:
     """The process group of a training job and the model wrapping of its mode (``none``, ``ddp`` or ``fsdp``)."""
@@ -31,8 +28,7 @@ class Distributed:
         self.device = torch.device("cpu")
         self.mesh = None
         if self.enabled:
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
-            torch.distributed.init_process_group(backend)
+            torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
             if torch.cuda.is_available():
                 self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
                 torch.cuda.set_device(self.device)

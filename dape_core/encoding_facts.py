@@ -62,6 +62,7 @@ ENCODING_FACTS: dict[str, EncodingFacts] = {
     "xl": EncodingFacts("XL", has_bias=True, parameters=lambda h, d, causal: (h * d) ** 2 + 2 * h * d),
 }
 
+
 def facts(encoding: str) -> EncodingFacts:
     """The facts of ``encoding`` (the error names the field and the allowed values)."""
     require_choice("encoding", encoding, ENCODING_FACTS)

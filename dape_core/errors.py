@@ -18,9 +18,7 @@ def require_choice(field: str, value: Any, allowed: Iterable[Any]) -> Any:
 
 def require_positive(field: str, value: Any, *, integer: bool = True) -> Any:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-    if integer and ok:
-        ok = float(value).is_integer()
-    if not ok:
+    if not ok or (integer and not float(value).is_integer()):
         kind = "a positive integer" if integer else "a positive number"
         raise ConfigError(f"{field}: {value!r} is not allowed; allowed values: {kind}")
     return value

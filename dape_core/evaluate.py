@@ -40,7 +40,7 @@ from dape_core.windows import eval_batch, more_anchors, require_windows, window_
 
 def choose_device() -> torch.device:
     """The device of the evaluation, chosen once: CUDA when present, else the CPU."""
-    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def device_name(device: torch.device) -> str:
@@ -70,8 +70,7 @@ def bootstrap_ppl(nll_per_window: np.ndarray, n_boot: int, seed: int) -> tuple[f
     require_resamples("bootstrap", n_boot)
     if len(nll_per_window) < 2 or n_boot == 0:
         return float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(nll_per_window), size=(n_boot, len(nll_per_window)))
+    idx = np.random.default_rng(seed).integers(0, len(nll_per_window), size=(n_boot, len(nll_per_window)))
     ppl = np.exp(nll_per_window[idx].mean(axis=1))
     return float(np.percentile(ppl, 2.5)), float(np.percentile(ppl, 97.5))
 
@@ -104,7 +103,8 @@ def evaluate_windows(
     eval_lens = sorted(set(int(x) for x in eval_lens))
     for x in eval_lens:
         require_positive("eval_lens", x)
-    require_max_position(model.cfg, max(eval_lens), "eval_lens")
+    longest = max(eval_lens)
+    require_max_position(model.cfg, longest, "eval_lens")
     require_positive("window", window)
     require_resamples("bootstrap", n_boot)
     delta_p_window = delta_p_window or train_len
@@ -112,8 +112,7 @@ def evaluate_windows(
         raise ConfigError(f"delta_p_window: {delta_p_window} is not allowed; "
                           f"allowed values: 1 … train_len ({train_len})")
     lengths = split.document_lengths
-    anchors = require_windows(lengths, max(eval_lens), window, max_windows, min_scored_tokens, seed)
-    longest = max(eval_lens)
+    anchors = require_windows(lengths, longest, window, max_windows, min_scored_tokens, seed)
     within = anchors
     if max_windows_within is not None and max_windows is not None and any(n <= train_len for n in eval_lens):
         within = more_anchors(lengths, longest, window, anchors, max_windows_within, seed)
@@ -124,11 +123,12 @@ def evaluate_windows(
         return (seqs, np.array([d for d, _ in chosen], dtype=np.int64),
                 np.array([e for _, e in chosen], dtype=np.int64))
 
-    every_length, at_most_train_len = sequences(anchors), sequences(within) if within is not anchors else None
+    every_length = sequences(anchors)
+    at_most_train_len = sequences(within) if within is not anchors else every_length
     token_bytes = np.asarray(split.token_bytes)
     rows, windows = [], []
     for n in eval_lens:
-        seqs, documents, ends = at_most_train_len if at_most_train_len is not None and n <= train_len else every_length
+        seqs, documents, ends = at_most_train_len if n <= train_len else every_length
         w, wdp = min(window, n), min(delta_p_window, n)
         last = max(w, wdp)
         x, y = seqs[:, -n - 1 : -1], seqs[:, -n:]
@@ -179,6 +179,7 @@ def run(args) -> int:
     from dape_core.attention_maps import layer_rows, layer_sinks, sink_frame, sink_sequences, write_heatmaps
     from dape_core.data import load_split
     from dape_core.model_file import load_model
+    from dape_core.provenance import git_commit
 
     ev = fields.from_args(EvalSettings, args)
     hf_directory = Path(args.checkpoint).is_dir()
@@ -202,17 +203,14 @@ def run(args) -> int:
     model.to(device)
     model.cfg.query_chunk_size = ev.query_chunk_size
     mc, ts = ckpt["model_config"], ckpt["train_settings"]
-    settings = {
-        "method": ckpt["method"], "encoding": mc["encoding"], "processor": mc["processor"],
-        "kernel_size": mc["kernel_size"], "dape_width": mc["dape_width"], "tril": mc["tril"], "padding": mc["padding"],
-        "size": mc["size"], "n_layer": mc["n_layer"], "d_model": mc["d_model"], "train_len": ts["train_len"],
-        "seed": ts["seed"], "lr": ts["lr"], "steps": ts["steps"], "batch_size": ts["batch_size"],
-        "config_hash": ckpt["config_hash"],
-    }
-    from dape_core.provenance import git_commit
-
+    settings = {"method": ckpt["method"],
+                **{key: mc[key] for key in ("encoding", "processor", "kernel_size", "dape_width", "tril", "padding",
+                                            "size", "n_layer", "d_model")},
+                **{key: ts[key] for key in ("train_len", "seed", "lr", "steps", "batch_size")},
+                "config_hash": ckpt["config_hash"]}
     split = load_split(args.data_dir, "val")
-    if ckpt["status"] == "diverged":
+    diverged = ckpt["status"] == "diverged"
+    if diverged:
         frame = pd.DataFrame({"eval_len": sorted(set(ev.eval_lens)), "status": "diverged"})
         for col in ("loss", "ppl", "ppl_ci_low", "ppl_ci_high", "bpb", "ppl_dp", "ppl_local", "delta_p"):
             frame[col] = float("nan")
@@ -224,7 +222,7 @@ def run(args) -> int:
             max_windows_within=ev.max_windows_within, batch_size=ev.batch_size, seed=ev.seed, n_boot=ev.bootstrap)
     for key, value in settings.items():
         frame[key] = value
-    frame["eval_device"] = device_name(device)
+    frame["eval_device"] = eval_device = device_name(device)
     frame["git_commit"] = git_commit()
     frame["data_dir"] = str(args.data_dir)
     io.write_csv(args.out, frame, seal=True)
@@ -242,19 +240,18 @@ def run(args) -> int:
         def tokens(document: int, start: int) -> torch.Tensor:
             return torch.from_numpy(np.asarray(split.document(document)[start : start + n], dtype=np.int64))[None]
 
-        diverged = ckpt["status"] == "diverged"
         layers = [] if diverged else layer_rows(model, tokens(*sequences[0]))  # sequence 0: sink and heat-maps
         if args.sink_out:
-            frames = [sink_frame(layers, method=ckpt["method"], eval_len=n, device=device_name(device),
-                                 sequence=0, document=sequences[0][0], start=sequences[0][1])]
-            for index, (document, start) in enumerate(sequences[1:] if not diverged else [], start=1):
-                masses = layer_sinks(model, tokens(document, start))  # one sequence, one layer's maps at a time
-                frames.append(sink_frame(masses, method=ckpt["method"], eval_len=n, device=device_name(device),
+            frames = []
+            for index, (document, start) in enumerate(sequences[:1] if diverged else sequences):
+                # sequence 0's are `layers`; each other sequence's are taken one layer's maps at a time
+                masses = layers if index == 0 else layer_sinks(model, tokens(document, start))
+                frames.append(sink_frame(masses, method=ckpt["method"], eval_len=n, device=eval_device,
                                          sequence=index, document=document, start=start))
             sink = pd.concat(frames, ignore_index=True)
             for key in ("encoding", "processor", "kernel_size", "train_len", "seed"):
                 sink[key] = settings[key]
             io.write_csv(args.sink_out, sink, seal=True)
         if args.heatmap_out:
-            write_heatmaps(args.heatmap_out, layers, method=ckpt["method"], device=device_name(device))
+            write_heatmaps(args.heatmap_out, layers, method=ckpt["method"], device=eval_device)
     return 0

@@ -26,9 +26,7 @@ def remove_orphan_seals(*folders: str | Path) -> list[Path]:
 def failed_job_errors(snakemake_logs) -> list[str]:
     """``<job log>: <error>`` for each ``dape <command>: error: …`` line of the jobs the run's log file(s)
     ``snakemake_logs`` (``onerror``'s ``log``) report failed in "Error in rule" blocks; empty when none can be read."""
-    if snakemake_logs is None:
-        return []
-    paths = [snakemake_logs] if isinstance(snakemake_logs, (str, Path)) else list(snakemake_logs)
+    paths = [snakemake_logs] if isinstance(snakemake_logs, (str, Path)) else list(snakemake_logs or ())
     text = ""
     for path in paths:
         try:

@@ -34,12 +34,11 @@ from dape_core.checkpoints import checkpoints_for
 from dape_core.io import file_sha256
 from dape_core.distributed import Distributed
 from dape_core.errors import ConfigError
+from dape_core.model_folder import MODEL_FOLDER
 from dape_core.settings.finetune import (BASE_CONFIG_VALUES, NOT_FINETUNE_OPTIONS, FinetuneSettings,
                                          check_steps, is_finetuned)
 from dape_core.provenance import config_hash
 from dape_core.train import NOT_HASHED, TrainSettings, fit, optimizer_for
-
-MODEL_DIR = "model"
 
 
 def parse_base_config(text: str | None) -> dict | None:
@@ -190,7 +189,7 @@ def finetune(
 
     def save(status: str, summary: dict) -> None:
         saved = {**record, "status": status, "base": base}
-        save_causal_lm(model, out_dir / MODEL_DIR,
+        save_causal_lm(model, out_dir / MODEL_FOLDER,
                        files={"tokenizer.json": tokenizer, RUN_RECORD: json.dumps(saved, indent=2, default=str)})
 
     return fit(model, optimizer, settings, train_split.tokens, loss_of, save=save, describe=describe,

@@ -156,12 +156,12 @@ def read_seal(record: str | Path) -> Seal:
 def seal_text(path: str | Path, digest: str) -> str:
     """The seal of ``path`` whose content has sha256 ``digest``: ``<digest>  <name>`` and ``file: <identity>``; in a
     stamped job (:func:`stamp_job`) also ``by:``, ``spec:`` and its ``input:`` lines."""
-    lines = [f"{digest}  {Path(path).name}", f"{IDENTITY}{identity_of(path)}"]
+    own = identity_of(path)
+    lines = [f"{digest}  {Path(path).name}", f"{IDENTITY}{own}"]
     if _JOB["command"] is not None:
         lines.append(f"{COMMAND}{_JOB['command']}")
         if _JOB["spec"] is not None:
             lines.append(f"{SPEC}{_JOB['spec']}")
-        own = identity_of(path)
         lines += [f"{INPUT}{identity} {sha} {spec or NO_SPEC}"
                   for identity, (sha, spec) in sorted(_JOB["inputs"].items()) if identity != own]
     return "\n".join(lines) + "\n"
@@ -175,7 +175,6 @@ def hash_path(path: str | Path) -> Path:
 
 def seal_file(path: str | Path) -> Path:
     """Seal an existing file (``<file>.sha256``), as a job seals what it writes."""
-    path = Path(path)
     record = hash_path(path)
     with atomic_path(record) as written:
         written.write_text(seal_text(path, file_sha256(path)), encoding="utf-8")
@@ -211,7 +210,7 @@ def write_json(path: str | Path, data: Any, seal: bool = False) -> None:
 def write_bytes(path: str | Path, data: bytes) -> str:
     """Bytes, atomically; returns their sha256 (the token files record theirs in meta.json)."""
     with atomic_path(path) as tmp:
-        Path(tmp).write_bytes(data)
+        tmp.write_bytes(data)
     return hashlib.sha256(data).hexdigest()
 
 

@@ -46,8 +46,6 @@ IMPORT_ENV = ("TRITON_INTERPRET", "PYTHONHASHSEED", "PYTHONPATH")
 LIMITS = ("RLIMIT_FSIZE", "RLIMIT_AS", "RLIMIT_DATA", "RLIMIT_CPU", "RLIMIT_CORE")
 HEADER = struct.Struct("!I")
 MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux
-
-
 PACKAGE = str(Path(__file__).resolve().parent)
 
 

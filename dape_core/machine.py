@@ -20,5 +20,5 @@ def cpu_model() -> str:
                 if line.startswith("model name"):
                     return line.split(":", 1)[1].strip()
     except OSError:  # no /proc/cpuinfo (not Linux): the platform's own name below
-        return platform.processor() or platform.machine()
+        pass
     return platform.processor() or platform.machine()

@@ -27,6 +27,7 @@ else recomputes them; recomputation never changes the gradients (``tests/test_ac
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -129,9 +130,8 @@ def _count_saved(cfg, micro_batch: int, precision: str, attention_kernel: str, o
         storages[storage._cdata] = storage.nbytes()
         return tensor
 
-    kernel = _EfficientSDPA() if attention_kernel == "efficient" else _nothing()
-    autocast = _meta_autocast(precision)
-    with saved_tensors_hooks(pack, lambda tensor: tensor), kernel, autocast, options_on_meta(options):
+    kernel = _EfficientSDPA() if attention_kernel == "efficient" else contextlib.nullcontext()
+    with saved_tensors_hooks(pack, lambda tensor: tensor), kernel, _meta_autocast(precision), options_on_meta(options):
         model(idx, idx)
     parameters = {p.untyped_storage()._cdata for p in model.parameters()}
     return sum(size for key, size in storages.items() if key not in parameters)  # weights are in the states
@@ -152,14 +152,6 @@ def job_path_options(cfg, precision: str) -> dict:
 
     on = cfg.processor != "none" and training_path(cfg.attention_impl) == "compiled" and precision == "bf16"
     return dict(implementations.CUDA_COMPILED_OPTIONS) if on else {}
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 class _meta_autocast(TorchFunctionMode):
@@ -276,10 +268,6 @@ def training_memory(cfg, micro_batch: int, *, precision: str = "fp32", shards: i
     return TrainingMemory(micro_batch, states, saved, transient, reserve)
 
 
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def shards_of(processes: int, distributed: str) -> int:
     """How many ways the training states are split: the processes under FSDP (it shards all four), else one."""
     return processes if processes > 1 and distributed == "fsdp" else 1
@@ -296,7 +284,7 @@ def micro_batch_for(cfg, per_device: int, gpu_mem_gb: float, *, precision: str =
         if kept.peak <= gpu_mem_gb * 1e9:
             return dataclasses.replace(kept, recompute_scores=False)
         cfg = dataclasses.replace(cfg, recompute_scores=True)
-    for micro in sorted(divisors(per_device), reverse=True):
+    for micro in [d for d in range(per_device, 0, -1) if per_device % d == 0]:  # its divisors, largest first
         memory = training_memory(cfg, micro, precision=precision, shards=shards)
         if memory.peak <= gpu_mem_gb * 1e9:
             return dataclasses.replace(memory, recompute_scores=cfg.recompute_scores)

@@ -19,14 +19,13 @@ _PATTERN = re.compile(r"^(?:dape(?:1[x×](?P<k>\d+))?-)?(?P<encoding>[a-z0-9]+)(
 
 def method_label(encoding: str, processor: str = "none", kernel_size: int = 1, tril: bool = True) -> str:
     """The paper's name of a method: "Kerple", "DAPE-Kerple" (V1), "DAPE1x3-Kerple" (V2, k = 3)."""
-    name = display_name(encoding)
-    if processor == "dape_v1":
-        name = f"DAPE-{name}"
-    elif processor == "dape_v2":
-        name = f"DAPE1x{kernel_size}-{name}"
-    if processor != "none" and not tril:
-        name += NO_TRIL
-    return name
+    name = _with_processor(display_name(encoding), processor, kernel_size)
+    return name + (NO_TRIL if processor != "none" and not tril else "")
+
+
+def _with_processor(name: str, processor: str, kernel_size: int) -> str:
+    """``name`` with the processor's prefix: "DAPE-" (V1), "DAPE1x<k>-" (V2), none without a processor."""
+    return {"dape_v1": f"DAPE-{name}", "dape_v2": f"DAPE1x{kernel_size}-{name}"}.get(processor, name)
 
 
 def parse_method(label: str, field: str = "method") -> dict:
@@ -63,11 +62,7 @@ def hf_method_label(model_type: str, encoding: str = "nope", processor: str = "n
     name = HF_MODEL_NAMES.get(model_type, str(model_type))
     if processor != "none" and encoding != "nope":
         name += f"+{display_name(encoding)}"
-    if processor == "dape_v1":
-        name = f"DAPE-{name}"
-    elif processor == "dape_v2":
-        name = f"DAPE1x{kernel_size}-{name}"
-    name += FINETUNED if finetuned else BASE
+    name = _with_processor(name, processor, kernel_size) + (FINETUNED if finetuned else BASE)
     return name + (NO_TRIL if processor != "none" and not tril else "")
 
 

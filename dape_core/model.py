@@ -18,11 +18,10 @@ from torch.utils.checkpoint import checkpoint
 
 from dape_core.attention import AttentionPath, SelfAttention
 from dape_core.dape import build_processor
-from dape_core.encoding_facts import facts
 from dape_core.encodings import build_encoding
 from dape_core.implementations import resolve_attention_impl
-from dape_core.model_arithmetic import decoder_flops_per_token, gpt_flops_per_token
-from dape_core.settings.model import SIZE_PRESETS, EncoderConfig, GPTConfig, layer_sizes, resolve_shape
+from dape_core.model_arithmetic import encoding_instances, gpt_flops_per_token
+from dape_core.settings.model import SIZE_PRESETS, EncoderConfig, GPTConfig, layer_sizes
 
 TORCH_DTYPES = {"float32": None, "bfloat16": torch.bfloat16}  # dape_dtype → DAPE's GEMMs (None: the scores')
 
@@ -62,23 +61,15 @@ class _Stack(nn.Module):
     def __init__(self, cfg, *, causal: bool, pre_norm: bool, activation):
         super().__init__()
         head_dim = cfg.d_model // cfg.n_head
-        shared = cfg.encoding_shared
-        if shared is None:
-            shared = facts(cfg.encoding).shared_by_default
-
-        def make_encoding():
-            return build_encoding(cfg.encoding, cfg.n_head, head_dim, causal=causal, train_len=cfg.train_len)
-
-        first = make_encoding()
-        self.encodings = nn.ModuleList([first] if shared
-                                       else [first] + [make_encoding() for _ in range(cfg.n_layer - 1)])
-        self.processors = nn.ModuleList()
-        for _ in range(cfg.n_layer):
-            settings = cfg.attention_settings()
-            if not causal:  # the encoder sees every key: nothing to hide from the processor
-                settings = dataclasses.replace(settings, tril=False)
-            proc = build_processor(cfg.n_head, settings, bias_channels=first.has_bias)
-            self.processors.append(proc if proc is not None else nn.Identity())
+        self.encodings = nn.ModuleList(
+            build_encoding(cfg.encoding, cfg.n_head, head_dim, causal=causal, train_len=cfg.train_len)
+            for _ in range(encoding_instances(cfg.encoding, cfg.n_layer, cfg.encoding_shared)))
+        settings = cfg.attention_settings()
+        if not causal:  # the encoder sees every key: nothing to hide from the processor
+            settings = dataclasses.replace(settings, tril=False)
+        processors = (build_processor(cfg.n_head, settings, bias_channels=self.encodings[0].has_bias)
+                      for _ in range(cfg.n_layer))
+        self.processors = nn.ModuleList(proc if proc is not None else nn.Identity() for proc in processors)
         self.has_processor = cfg.processor != "none"
         self.blocks = nn.ModuleList(
             Block(cfg.d_model, cfg.n_head, cfg.d_ff, causal=causal, dropout=cfg.dropout, pre_norm=pre_norm,
@@ -112,11 +103,8 @@ class GPT(nn.Module):
         if cfg.tie_embeddings:
             self.head.weight = self.embed.weight
 
-    def forward(
-        self, idx: torch.Tensor, targets: torch.Tensor | None = None, *, fast_path: bool = True,
-        last: int | None = None,
-        positions: torch.Tensor | None = None,
-    ):
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, *, fast_path: bool = True,
+                last: int | None = None, positions: torch.Tensor | None = None):
         """Logits [batch, T, vocab] for token ids [batch, T] (only the ``last`` positions if given), with ``targets``
         also the mean cross-entropy; ``fast_path=False``: the plain reference path."""
         # positions [T]: 0 … T−1 unless given (randomized encodings draw theirs with dape_core.positions)
@@ -188,10 +176,6 @@ def _init_weights(module: nn.Module) -> None:
             nn.init.zeros_(module.bias)
 
 
-def config_dict(cfg) -> dict:
-    return dataclasses.asdict(cfg)
-
-
-__all__ = ["GPT", "Encoder", "Block", "TORCH_DTYPES", "config_dict",
-           # declared in dape_core.settings.model / dape_core.model_arithmetic, importable from here too
-           "GPTConfig", "EncoderConfig", "SIZE_PRESETS", "resolve_shape", "decoder_flops_per_token"]
+__all__ = ["GPT", "Encoder", "Block", "TORCH_DTYPES",
+           # declared in dape_core.settings.model, importable from here too
+           "GPTConfig", "EncoderConfig", "SIZE_PRESETS"]

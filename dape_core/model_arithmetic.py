@@ -64,8 +64,7 @@ def decoder_flops_per_token(*, non_embedding: int, vocab_size: int, d_model: int
     dape = 0.0
     if processor != "none":
         channels = 2 * n_head if bias_channels else n_head
-        k = kernel_size
-        dape = 6 * n_layer * seq_len * (channels * dape_width * k + dape_width * n_head * k)
+        dape = 6 * n_layer * seq_len * (channels * dape_width * kernel_size + dape_width * n_head * kernel_size)
     return float(dense + attention + dape)
 
 

@@ -30,9 +30,8 @@ TOKEN_FILES = ("token_bytes.npy", "tokenizer.json")
 
 def _covered_by_meta(path: Path) -> bool:
     """A token file whose sha256 its folder's meta.json records."""
-    if not (path.parent / "meta.json").is_file():
-        return False
-    return path.name in TOKEN_FILES or path.name.endswith((".bin", ".docs.npy"))
+    token_file = path.name in TOKEN_FILES or path.name.endswith((".bin", ".docs.npy"))
+    return token_file and (path.parent / "meta.json").is_file()
 
 
 def model_directories(folder: str | Path) -> list[Path]:

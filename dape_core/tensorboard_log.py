@@ -14,16 +14,6 @@ from pathlib import Path
 
 import torch
 
-TAGS = {
-    "loss": "train/loss",
-    "lr": "train/lr",
-    "grad_norm": "train/grad_norm",
-    "tokens_per_s": "train/tokens_per_s",
-    "rss_mb": "memory/rss_mb",
-    "cuda_max_allocated_mb": "memory/cuda_max_allocated_mb",
-}
-
-
 def memory_mb(device: torch.device) -> tuple[str, float]:
     """(name, MiB): the peak CUDA memory allocated on a GPU, the process's resident set size on a CPU."""
     if device.type == "cuda":
@@ -50,18 +40,18 @@ class TrainingLog:
         """The values of one optimiser step (``grad_norm``: ``clip_grad_norm_``'s total norm before clipping)."""
         if self.writer is None:
             return
-        self.writer.add_scalar(TAGS["loss"], loss, step)
-        self.writer.add_scalar(TAGS["lr"], lr, step)
+        self.writer.add_scalar("train/loss", loss, step)
+        self.writer.add_scalar("train/lr", lr, step)
         if grad_norm is not None:
-            self.writer.add_scalar(TAGS["grad_norm"], grad_norm, step)
+            self.writer.add_scalar("train/grad_norm", grad_norm, step)
 
     def window(self, step: int, *, tokens_per_s: float, device: torch.device) -> None:
         """Throughput over the steps since the previous call, and memory now."""
         if self.writer is None:
             return
-        self.writer.add_scalar(TAGS["tokens_per_s"], tokens_per_s, step)
+        self.writer.add_scalar("train/tokens_per_s", tokens_per_s, step)
         name, value = memory_mb(device)
-        self.writer.add_scalar(TAGS[name], value, step)
+        self.writer.add_scalar(f"memory/{name}", value, step)
 
     def flush(self) -> None:
         """Events so far to disk (before a checkpoint, so a killed job loses none that its resume keeps)."""

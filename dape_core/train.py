@@ -39,6 +39,7 @@ from dape_core.provenance import config_hash, provenance
 from dape_core.settings.training import NOT_HASHED, NOT_TRAIN_OPTIONS, TrainSettings, require_training_steps
 from dape_core.tensorboard_log import TrainingLog
 
+
 def learning_rate(step: int, s: TrainSettings) -> float:
     """Linear warm-up, then cosine decay from lr to min_lr_ratio·lr at the last step."""
     warmup = int(s.warmup_ratio * s.steps)
@@ -61,23 +62,19 @@ def micro_batch_pieces(per_rank: int, micro_batch_size: int | None) -> list[tupl
 
 def batch_starts(step: int, micro: int, seed: int, n_tokens: int, length: int, batch_size: int) -> np.ndarray:
     """Start offsets of the training windows of one micro-batch: a function of (seed, step, micro) only."""
-    rng = np.random.default_rng([seed, step, micro])
-    return rng.integers(0, n_tokens - length - 1, size=batch_size)
+    return np.random.default_rng([seed, step, micro]).integers(0, n_tokens - length - 1, size=batch_size)
 
 
 def get_batch(tokens: np.ndarray, starts: np.ndarray, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-    rows = np.stack([np.asarray(tokens[s : s + length + 1], dtype=np.int64) for s in starts])
-    data = torch.from_numpy(rows)
+    data = torch.from_numpy(np.stack([np.asarray(tokens[s : s + length + 1], dtype=np.int64) for s in starts]))
     return data[:, :-1], data[:, 1:]
 
 
 def optimizer_for(model: torch.nn.Module, s: TrainSettings) -> torch.optim.Optimizer:
     """AdamW; weight decay on matrices (linear and conv weights, embeddings), none on biases, norms and scalars."""
-    decay, no_decay = [], []
-    for param in model.parameters():
-        if param.requires_grad:
-            (decay if param.dim() >= 2 else no_decay).append(param)
-    groups = [{"params": decay, "weight_decay": s.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    params = [param for param in model.parameters() if param.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": s.weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=s.lr, betas=(s.beta1, s.beta2))
 
 
@@ -140,10 +137,8 @@ def fit(
     wrapped = model if wrapped is None else wrapped
     per_rank = settings.batch_size // dist.world
     pieces = micro_batch_pieces(per_rank, settings.micro_batch_size)
-    step, history = 0, []
     restored = checkpoints.load(model, optimizer, config_hash)
-    if restored is not None:
-        step, history = restored["step"], restored["history"]
+    step, history = (0, []) if restored is None else (restored["step"], restored["history"])
     log = TrainingLog(out_dir / "tensorboard", first_step=step + 1, enabled=dist.rank == 0)
     autocast = torch.autocast(dist.device.type, dtype=torch.bfloat16, enabled=settings.precision == "bf16")
     bar = None
@@ -249,17 +244,21 @@ def train(
     dist = Distributed(settings.distributed)
     out_dir, checkpoint_dir = Path(out_dir), Path(checkpoint_dir or Path(out_dir) / "checkpoints")
     train_split = load_split(data_dir, "train")
-    vocab = int(train_split.meta["tokenizer"]["vocab_size"])
-    if model_config.vocab_size != vocab:
-        model_config = dataclasses.replace(model_config, vocab_size=vocab)
-    model_config = dataclasses.replace(model_config, train_len=settings.train_len)
+    model_config = dataclasses.replace(model_config, vocab_size=int(train_split.meta["tokenizer"]["vocab_size"]),
+                                       train_len=settings.train_len)
     if len(train_split.tokens) < settings.train_len + 2:
         raise ConfigError(f"train_len: {settings.train_len} exceeds the training split "
                           f"({len(train_split.tokens)} tokens)")
     if settings.batch_size % dist.world:
         raise ConfigError(f"batch_size: {settings.batch_size} is not divisible by the {dist.world} processes")
-    if gpu_mem_gb is not None and settings.micro_batch_size is None:
-        memory = fitting_micro_batch(model_config, settings, dist.world, gpu_mem_gb)
+    if gpu_mem_gb is not None and settings.micro_batch_size is None:  # ConfigError when one sequence does not fit
+        from dape_core.memory import micro_batch_for, shards_of
+
+        per_rank = settings.batch_size // dist.world
+        memory = micro_batch_for(model_config, per_rank, gpu_mem_gb, precision=settings.precision,
+                                 shards=shards_of(dist.world, settings.distributed))
+        print(f"micro-batch on one GPU ({gpu_mem_gb:g} GB): {per_rank} sequences per process → {memory.describe()}",
+              flush=True)
         settings = dataclasses.replace(settings, micro_batch_size=memory.micro_batch)
         if memory.recompute_scores is not None:  # the memory model's choice (not hashed: the same gradients)
             model_config = dataclasses.replace(model_config, recompute_scores=memory.recompute_scores)
@@ -323,19 +322,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu-mem-gb", type=float, default=None,
                    help="one GPU's memory (resources.train_lm.gpu_mem_gb): without --micro-batch-size, each process "
                         "runs its share of a micro-batch in the largest pieces that fit it (the memory model)")
-
-
-def fitting_micro_batch(model_config: GPTConfig, settings: TrainSettings, processes: int, gpu_mem_gb: float):
-    """The memory model's micro-batch of one process (sharded states under fsdp) and ``recompute_scores`` choice
-    (:class:`~dape_core.memory.TrainingMemory`), printed with its modelled peak; ConfigError when one sequence does
-    not fit ``gpu_mem_gb``."""
-    from dape_core.memory import micro_batch_for, shards_of
-
-    memory = micro_batch_for(model_config, settings.batch_size // processes, gpu_mem_gb, precision=settings.precision,
-                             shards=shards_of(processes, settings.distributed))
-    print(f"micro-batch on one GPU ({gpu_mem_gb:g} GB): {settings.batch_size // processes} sequences per process → "
-          f"{memory.describe()}", flush=True)
-    return memory
 
 
 def run(args) -> int:

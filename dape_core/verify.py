@@ -140,19 +140,15 @@ def set_aside(results: Path, findings: list[Finding], stamp: str) -> Path:
     """Moves each finding's file (and its seal) to ``<results>/.damaged/<stamp>/`` at its relative path, with a
     NOTE.txt line each; returns that folder."""
     folder = results / DAMAGED / stamp
-    with_seals = []
     for finding in findings:
-        with_seals.append(finding.path)
-        if io.hash_path(finding.path).exists() and finding.path.suffix != io.HASH_SUFFIX:
-            with_seals.append(io.hash_path(finding.path))
-    for path in with_seals:
-        if path.exists():
-            target = folder / _relative(results, path)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(path), str(target))
-    note = folder / "NOTE.txt"
+        seal = () if finding.path.suffix == io.HASH_SUFFIX else (io.hash_path(finding.path),)
+        for path in (finding.path, *seal):
+            if path.exists():
+                target = folder / _relative(results, path)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(path), str(target))
     folder.mkdir(parents=True, exist_ok=True)
-    with open(note, "a", encoding="utf-8") as handle:
+    with open(folder / "NOTE.txt", "a", encoding="utf-8") as handle:
         for finding in findings:
             handle.write(f"{_relative(results, finding.path)}: {finding.problem}\n")
     return folder
@@ -245,9 +241,7 @@ def job_of(file: str) -> str:
     """The job a result file comes from: a language model's folder (``results/lm/<run>/seed<k>``, or
     ``…/attention/L<n>``), else the file without its suffixes (a CHE seed, a timing job, a tokenization)."""
     path = Path(file)
-    if "lm" in path.parts:
-        return path.parent.as_posix()
-    return (path.parent / path.name.split(".")[0]).as_posix()
+    return (path.parent if "lm" in path.parts else path.parent / path.name.split(".")[0]).as_posix()
 
 
 def designed_plan(plan, reports: Path):

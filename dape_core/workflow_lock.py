@@ -31,10 +31,6 @@ class SnakemakeProcess:
     pid: int
     argv: tuple[str, ...]
 
-    @property
-    def command(self) -> str:
-        return " ".join(self.argv)
-
 
 def lock_files(directory: str | Path) -> list[Path]:
     """The lock files of Snakemake's file persistence in ``directory``."""
@@ -67,11 +63,6 @@ def runs_snakemake(argv: list[str] | tuple[str, ...]) -> bool:
     return False
 
 
-def _read_argv(pid: int) -> tuple[str, ...]:
-    raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    return tuple(part.decode(errors="replace") for part in raw.split(b"\0") if part)
-
-
 def works_in(argv: tuple[str, ...], cwd: Path, directory: Path) -> bool:
     """Whether a snakemake process with this command line and working directory runs in ``directory``; Snakemake
     changes into its ``--directory`` after start-up, so a relative one matches ``cwd/DIR`` or ``cwd`` itself."""
@@ -92,7 +83,8 @@ def snakemake_processes(directory: str | Path) -> list[SnakemakeProcess]:
             continue
         pid = int(entry.name)
         try:
-            argv = _read_argv(pid)
+            raw = (entry / "cmdline").read_bytes()
+            argv = tuple(part.decode(errors="replace") for part in raw.split(b"\0") if part)
             if not runs_snakemake(argv):
                 continue
             cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
@@ -110,7 +102,7 @@ def check(directory: str | Path, snakemake_args: list[str]) -> int:
     alive = snakemake_processes(directory)
     if alive:
         for p in alive:
-            print(f"Snakemake process {p.pid} is running in {directory}: {p.command}", file=sys.stderr)
+            print(f"Snakemake process {p.pid} is running in {directory}: {' '.join(p.argv)}", file=sys.stderr)
         print(f"{directory} is locked by a running Snakemake: wait for it to end or stop it first", file=sys.stderr)
         return 1
     unlock = [sys.executable, "-m", "snakemake", *snakemake_args, "--unlock"]

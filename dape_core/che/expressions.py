@@ -26,8 +26,7 @@ class ExpressionSymbols:
 # Values of expressions in one unknown x are linear forms c + k·x (mod 5), coded as c + 5·k in 0 … 24; the
 # operations are lookup tables over codes (-1 marks x·x, which has no linear form).
 _ADD, _SUB, _MUL = 0, 1, 2
-_CONST, _COEF = np.meshgrid(np.arange(MODULUS), np.arange(MODULUS), indexing="xy")
-_CODES_C, _CODES_K = _CONST.ravel(), _COEF.ravel()  # code = c + 5·k
+_CODES_C, _CODES_K = np.arange(MODULUS**2) % MODULUS, np.arange(MODULUS**2) // MODULUS  # code = c + 5·k
 _C1, _C2 = _CODES_C[:, None], _CODES_C[None, :]
 _K1, _K2 = _CODES_K[:, None], _CODES_K[None, :]
 _OPERATION_TABLE = np.stack(
@@ -73,13 +72,10 @@ def evaluate_bracket_expressions(tokens: np.ndarray, symbols: ExpressionSymbols)
 
     unit_class = np.zeros((batch, length), dtype=np.int64)
     unit_class[tokens < MODULUS] = _D
-    if symbols.unknown is not None:
-        unit_class[tokens == symbols.unknown] = _D
-    unit_class[tokens == symbols.minus] = _M
-    unit_class[is_open] = _G
-    unit_class[tokens == symbols.plus] = _P
-    if symbols.times is not None:
-        unit_class[tokens == symbols.times] = _P
+    for symbol, kind in ((symbols.unknown, _D), (symbols.minus, _M), (symbols.open, _G), (symbols.plus, _P),
+                         (symbols.times, _P)):
+        if symbol is not None:
+            unit_class[tokens == symbol] = kind
     bad |= ((unit_class == 0) & ~is_close).any(axis=1)
 
     # The group of a unit at level l is the nearest "(" before it at level l - 1 (-1: the whole row).

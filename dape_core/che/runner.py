@@ -41,18 +41,16 @@ CELL_COLUMNS = ["task", "encoding", "processor", "kernel_size", "dape_width", "m
 
 def draw_positions(rng: np.random.Generator, length: int, settings: CHESettings) -> torch.Tensor | None:
     """Sorted positions from [0, max_position) by the shared sampler (Ruoss et al., 2023), or None (0…T−1)."""
-    if not settings.randomized_positions:
-        return None
-    return sorted_random_positions(rng, length, settings.max_position)
+    return sorted_random_positions(rng, length, settings.max_position) if settings.randomized_positions else None
 
 
-def output_logits(model: Encoder, task: Task, inputs: np.ndarray, n_outputs: int, positions, device) -> torch.Tensor:
-    """Logits [B, n_outputs, output_size] at the query tokens appended after ``inputs``."""
+def output_logits(model: Encoder, task: Task, inputs: np.ndarray, n_outputs: int, settings: CHESettings,
+                  rng: np.random.Generator, device) -> torch.Tensor:
+    """Logits [B, n_outputs, output_size] at the query tokens appended after ``inputs`` (positions: draw_positions)."""
+    positions = draw_positions(rng, inputs.shape[1] + n_outputs, settings)
     queries = np.full((inputs.shape[0], n_outputs), task.input_size, dtype=np.int64)
     tokens = torch.from_numpy(np.concatenate([inputs, queries], axis=1)).to(device)
-    if positions is not None:
-        positions = positions.to(device)
-    return model(tokens, positions)[:, -n_outputs:]
+    return model(tokens, None if positions is None else positions.to(device))[:, -n_outputs:]
 
 
 def per_sample_accuracy(logits: torch.Tensor, targets: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
@@ -70,8 +68,7 @@ def train(settings: CHESettings, model: Encoder, rng: np.random.Generator, devic
     for _ in range(settings.steps):
         length = int(rng.integers(1, settings.train_max_len + 1))
         inputs, targets, _ = task.sample(settings.batch_size, length, rng)
-        positions = draw_positions(rng, inputs.shape[1] + targets.shape[1], settings)
-        logits = output_logits(model, task, inputs, targets.shape[1], positions, device)
+        logits = output_logits(model, task, inputs, targets.shape[1], settings, rng, device)
         loss = F.cross_entropy(logits.flatten(0, 1), torch.from_numpy(targets).to(device).flatten())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -91,11 +88,9 @@ def evaluate_length(settings: CHESettings, model: Encoder, length: int, rng: np.
     accuracies = []
     for first in range(0, settings.eval_samples, batch_size):
         inputs, targets, masks = task.sample(min(batch_size, settings.eval_samples - first), length, rng)
-        positions = draw_positions(rng, inputs.shape[1] + targets.shape[1], settings)
-        logits = output_logits(model, task, inputs, targets.shape[1], positions, device)
-        accuracies.append(
-            per_sample_accuracy(logits, torch.from_numpy(targets).to(device), torch.from_numpy(masks).to(device)).cpu()
-        )
+        logits = output_logits(model, task, inputs, targets.shape[1], settings, rng, device)
+        accuracies.append(per_sample_accuracy(logits, torch.from_numpy(targets).to(device),
+                                              torch.from_numpy(masks).to(device)).cpu())
     return float(torch.cat(accuracies).mean())
 
 
@@ -141,9 +136,8 @@ def aggregate_cells(df: pd.DataFrame, aggregation: str = "max") -> pd.DataFrame:
     seeds × learning rates; ``n_runs`` counts the runs reduced."""
     require_choice("aggregation", aggregation, AGGREGATIONS)
     summary = df[df["row_type"] == "summary"]
-    cells = summary.groupby(CELL_COLUMNS, as_index=False, sort=True).agg(
-        accuracy=("accuracy", aggregation), n_runs=("accuracy", "size")
-    )
+    cells = summary.groupby(CELL_COLUMNS, as_index=False, sort=True).agg(accuracy=("accuracy", aggregation),
+                                                                         n_runs=("accuracy", "size"))
     cells["aggregation"] = aggregation
     return cells
 

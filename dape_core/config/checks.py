@@ -10,6 +10,13 @@ from pathlib import Path
 from typing import Callable
 
 from dape_core.errors import ConfigError, require_choice
+from dape_core.settings import field_names
+from dape_core.settings.che import CHESettings
+from dape_core.settings.evaluation import EvalSettings
+from dape_core.settings.finetune import FinetuneSettings, check_steps
+from dape_core.settings.model import GPTConfig, require_max_position
+from dape_core.settings.timing import TimingSettings
+from dape_core.settings.training import TrainSettings, require_training_steps
 
 
 def checked(where: str, build: Callable):
@@ -54,18 +61,12 @@ def dataset_inputs(s: dict) -> list[str]:
 
 # ----------------------------------------------------------------------------------------------- runs
 def _only(settings: dict, cls) -> dict:
-    from dape_core.settings import field_names
-
     names = field_names(cls)
     return {k: v for k, v in settings.items() if k in names}
 
 
 def check_lm_run(s: dict, where: str, datasets: dict, *, extrapolates: bool) -> None:
     """One LM run: its model, training and evaluation dataclasses accept it, and the cross-field rules hold."""
-    from dape_core.settings.evaluation import EvalSettings
-    from dape_core.settings.model import GPTConfig, require_max_position
-    from dape_core.settings.training import TrainSettings, require_training_steps
-
     require_choice(f"{where}.dataset", s["dataset"], datasets)
     model = checked(where, lambda: GPTConfig(**_only(s, GPTConfig)))
     checked(where, lambda: require_training_steps(TrainSettings(**_only(s, TrainSettings))))
@@ -78,10 +79,6 @@ def check_lm_run(s: dict, where: str, datasets: dict, *, extrapolates: bool) -> 
 def check_finetune_run(s: dict, where: str, datasets: dict, *, extrapolates: bool) -> None:
     """One fine-tune run: its model (an existing base directory, or a fresh configuration), training and evaluation
     dataclasses accept it, and the evaluation's cross-field rules hold."""
-    from dape_core.settings.evaluation import EvalSettings
-    from dape_core.settings.finetune import FinetuneSettings, check_steps
-    from dape_core.settings.training import TrainSettings
-
     require_choice(f"{where}.dataset", s["dataset"], datasets)
     model = _only(s, FinetuneSettings)
     if s["base_run"] is not None:
@@ -92,8 +89,7 @@ def check_finetune_run(s: dict, where: str, datasets: dict, *, extrapolates: boo
     model_settings = checked(where, lambda: FinetuneSettings(**model))
     train_settings = checked(where, lambda: TrainSettings(**_only(s, TrainSettings)))
     checked(where, lambda: check_steps(model_settings, train_settings))
-    ev = s["eval"]
-    checked(f"{where}.eval", lambda: EvalSettings(**_only(ev, EvalSettings)))
+    checked(f"{where}.eval", lambda: EvalSettings(**_only(s["eval"], EvalSettings)))
     _check_eval_lengths(s, where, extrapolates)
 
 
@@ -124,8 +120,6 @@ def check_train_processes(plan) -> None:
 
 def check_timing_run(s: dict, where: str) -> None:
     """One timing run: TimingSettings accepts it; exactly one of batch_size and equal_tokens (dividing every length)."""
-    from dape_core.settings.timing import TimingSettings
-
     if (s["batch_size"] is None) == (s["equal_tokens"] is None):
         raise ConfigError(f"{where}.batch_size / equal_tokens: give exactly one (the other null); allowed values: "
                           "a positive batch_size, or equal_tokens divisible by every seq_len")
@@ -140,7 +134,6 @@ def check_timing_run(s: dict, where: str) -> None:
 def check_che_run(s: dict, where: str) -> None:
     """One CHE cell: CHESettings accepts it (task, attention settings, shape and protocol)."""
     from dape_core.che.tasks import check_positions
-    from dape_core.settings.che import CHESettings
 
     checked(where, lambda: check_positions(CHESettings(**_only(s, CHESettings))))
 

@@ -195,7 +195,6 @@ def measured_per_call_cost(path: Path | None = None) -> PerCallCost:
 
 @lru_cache(maxsize=None)
 def _measured_per_call_cost(path: Path) -> PerCallCost:
-    path = Path(path)
     rows = [row for row in _read_csv(path, DISPATCH_COST_COLUMNS, DISPATCH_COST_COMMAND) if row["case"] == COST_CASE]
     try:
         microseconds = float(rows[0]["median_us_per_call"]) if rows else math.nan

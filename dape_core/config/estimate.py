@@ -18,11 +18,12 @@ from dape_core.config import dispatch
 from dape_core.config.calibration import FLOPS, MEASURED, SCALED, calibration_key, load_calibration, throughput
 from dape_core.config.flops import (finetune_flops_per_token, finetune_model, finetune_shape, flops_per_token,
                                     run_vocab, training_tokens, transformers_available)
+from dape_core.methods import hf_method_label, method_label
 from dape_core.settings.finetune import is_finetuned
 
 # re-exported: the benchmarks and tests import these from here (defined in calibration and flops)
 from dape_core.config.calibration import CALIBRATION_COLUMNS, CALIBRATION_KEY  # noqa: F401
-from dape_core.config.flops import finetune_flops, run_shape, training_flops  # noqa: F401
+from dape_core.config.flops import finetune_flops, training_flops  # noqa: F401
 
 NO_TRANSFORMERS = "fine-tune jobs not counted: transformers not installed (pip install -e '.[hf]')"
 
@@ -32,8 +33,6 @@ def estimate(plan) -> dict:
     ``gpu_hours``: ``lm_gpu_hours`` + ``finetune_gpu_hours``; ``flop_gpu_hours``: the LM jobs' FLOP time alone;
     ``bounds``: jobs per deciding bound; ``family_hours``: family → {gpu_hours, bounds} (a shared job counts in each
     family); ``finetune_note``: why fine-tunes were left out (None: counted)."""
-    from dape_core.methods import method_label
-
     assumptions = plan.config["estimate"]
     rate = assumptions["gpu_tflops"] * 1e12 * assumptions["utilisation"]
     rows, note = load_calibration(assumptions)
@@ -114,8 +113,6 @@ def pieces_uncounted(plan) -> int:
 def finetune_estimate(plan, rate: float) -> dict:
     """FLOPs and GPU-hours of the ``dape finetune`` jobs at ``rate`` FLOP/s (the FLOP estimate), one entry per
     fine-tune shape; nothing counted, with ``finetune_note`` saying so, when transformers cannot be imported."""
-    from dape_core.methods import hf_method_label
-
     out = {"finetune_flops": 0.0, "finetune_gpu_hours": 0.0, "finetune_shapes": [], "finetune_note": None}
     jobs = plan.finetune_jobs()
     if not jobs:
@@ -155,9 +152,8 @@ def _hours(value: float) -> str:
 
 def bound_text(bounds: dict) -> str:
     """Which bound decided how many jobs, e.g. ``dispatch for 180 jobs, flops for 20``."""
-    parts = [f"{bound} for {n} job{'s' if n != 1 else ''}" for bound, n in sorted(bounds.items(), key=lambda x: -x[1])
-             if n]
-    return ", ".join(parts) or "no jobs"
+    return ", ".join(f"{bound} for {n} job{'s' if n != 1 else ''}"
+                     for bound, n in sorted(bounds.items(), key=lambda x: -x[1]) if n) or "no jobs"
 
 
 def estimate_line(plan, e: dict | None = None) -> str:

@@ -22,28 +22,26 @@ from pathlib import Path
 from dape_core.config.checks import (check_che_run, check_dataset, check_finetune_run, check_lm_run, check_timing_run,
                                      check_train_processes)
 from dape_core.config.grids import expand_family, family_grids, merge_settings, plain_copy
-from dape_core.config.names import (FINETUNE_NAME_SETTINGS, LM_NAME_SETTINGS, che_cell_name, lm_run_name,
-                                    timing_job_name, timing_run_name)
+from dape_core.config.names import (FINETUNE_NAME_SETTINGS, LM_NAME_SETTINGS, che_cell_name, finetune_run_name,
+                                    lm_run_name, timing_job_name, timing_run_name)
+from dape_core.config.options import group
 from dape_core.config.plan import EVALUATED_STAGES, LM_STAGES, Plan
 from dape_core.config.schema import SCHEMA_PATH, validate_schema
 from dape_core.errors import ConfigError, require_choice
+from dape_core.settings import AttentionSettings, field_names
 from dape_core.settings.che import CHESettings
 from dape_core.settings.finetune import FinetuneSettings
 from dape_core.settings.model import GPTConfig
-from dape_core.settings.timing import TimingSettings
+from dape_core.settings.timing import TIMED_SHAPE, TimingSettings
 
 
 def _lm_settings() -> tuple[str, ...]:
     """The settings of an LM run that its training job reads (plus its dataset and tag)."""
-    from dape_core.config.options import group
-
     return ("dataset", "tag", *group("attention"), *group("shape"), *group("training"))
 
 
 def _finetune_settings() -> tuple[str, ...]:
     """The settings a fine-tune run's job reads, its dataset, tag and ``base_run`` (the run it starts from, or None)."""
-    from dape_core.config.options import group
-
     return ("dataset", "tag", "base_run", *group("finetune_model"), *group("finetune_training"))
 
 
@@ -64,18 +62,16 @@ def build_plan(config: dict, *, check_schema: bool = True, schema_path: str | Pa
         where = f"families.{family}"
         _check_family_keys(family, spec)
         grids = family_grids(spec)
-        meta = {k: v for k, v in spec.items() if k not in ("set", "axes", "grids", "seeds")}
-        meta["axes"] = list(dict.fromkeys(axis for grid in grids for axis in grid["axes"]))
-        meta["seeds"] = sorted({seed for grid in grids for seed in grid["seeds"]})
-        meta["runs"] = []
-        plan.families[family] = meta
+        plan.families[family] = {**{k: v for k, v in spec.items() if k not in ("set", "axes", "grids", "seeds")},
+                                 "axes": list(dict.fromkeys(axis for grid in grids for axis in grid["axes"])),
+                                 "seeds": sorted({seed for grid in grids for seed in grid["seeds"]}), "runs": []}
         if stage == "finetune":
             _add_finetune_family(plan, family, spec, grids, where)
             continue
         for i, grid in enumerate(grids):
             grid_where = where if len(grids) == 1 else f"{where}.grids[{i}]"
             grid_spec = dict(spec, **grid)
-            for settings in expand_family(grid_spec, defaults[_defaults_key(stage)], grid_where):
+            for settings in expand_family(grid_spec, defaults["lm" if stage in LM_STAGES else stage], grid_where):
                 if stage in LM_STAGES:
                     _add_lm(plan, family, grid_spec, settings, grid_where)
                 elif stage == "timing":
@@ -106,10 +102,6 @@ def _check_design(plan: Plan) -> None:
     if plan.finetune_runs:
         raise ConfigError("design: not allowed with a finetune family; allowed values: null (a fine-tune family's "
                           "seeds are its own), or a configuration without finetune families")
-
-
-def _defaults_key(stage: str) -> str:
-    return "lm" if stage in LM_STAGES else stage
 
 
 def finetune_defaults(defaults: dict) -> dict:
@@ -155,16 +147,12 @@ def _add_lm(plan: Plan, family: str, spec: dict, settings: dict, where: str) -> 
         plan.leakage_pairs.setdefault(family, []).append(
             {"run": lm_run_name(settings, defaults), "twin": lm_run_name(twin, defaults)})
     for run_settings in runs:
-        name = lm_run_name(run_settings, defaults)
-        _register_lm(plan, family, spec, name, run_settings)
-
-
-def _register_lm(plan: Plan, family: str, spec: dict, name: str, settings: dict) -> None:
-    fields = {"settings": {k: settings[k] for k in _lm_settings()}, "eval": dict(settings["eval"]),
-              "attention_settings": dict(settings["attention"])}
-    run = _register_evaluated(plan, plan.lm_runs, family, spec, name, fields, new={"attention_seeds": []})
-    if spec["attention_maps"]:
-        run["attention_seeds"] = sorted(set(run["attention_seeds"]) | set(spec["seeds"]))
+        fields = {"settings": {k: run_settings[k] for k in _lm_settings()}, "eval": dict(run_settings["eval"]),
+                  "attention_settings": dict(run_settings["attention"])}
+        run = _register_evaluated(plan, plan.lm_runs, family, spec, lm_run_name(run_settings, defaults), fields,
+                                  new={"attention_seeds": []})
+        if spec["attention_maps"]:
+            run["attention_seeds"] = sorted(set(run["attention_seeds"]) | set(spec["seeds"]))
 
 
 def _register_evaluated(plan: Plan, table: dict, family: str, spec: dict, name: str, fields: dict, *,
@@ -241,8 +229,6 @@ def _add_finetune_family(plan: Plan, family: str, spec: dict, grids: list[dict],
 
 def _add_finetune(plan: Plan, family: str, spec: dict, settings: dict, where: str, *, base_run: str | None) -> str:
     """Check one fine-tune run and register it (shared by families as LM runs are); returns its name."""
-    from dape_core.config.names import finetune_run_name
-
     defaults = finetune_defaults(plan.config["defaults"])
     settings = normalise_evaluated(settings, defaults, FinetuneSettings)  # unpatched without one: its path too
     if base_run is not None:  # its job starts from the base run's model/ of the same seed
@@ -280,9 +266,6 @@ def timing_jobs(timing_runs: dict[str, dict], defaults: dict) -> dict[str, dict]
     cell compares, Table 7 App. H, §4.2) are timed in one job, interleaved in each block of workers. A job is named by
     its runs' shared settings and sizes (``forward-small-medium-B1``; ``-2``, ``-3``, … for groups differing elsewhere,
     in configuration order); the DAG runs it ``replicates`` times (time_lm) and merges them (merge_timing)."""
-    from dape_core.config.options import TIMED_SHAPE
-    from dape_core.settings import AttentionSettings, field_names
-
     per_method = {*field_names(AttentionSettings), *TIMED_SHAPE}
     groups: dict[str, dict] = {}
     for run, settings in timing_runs.items():
@@ -290,17 +273,17 @@ def timing_jobs(timing_runs: dict[str, dict], defaults: dict) -> dict[str, dict]
         groups.setdefault(json.dumps(shared, sort_keys=True, default=str), {"settings": shared, "runs": []})[
             "runs"].append(run)
     jobs: dict[str, dict] = {}
-    for group in groups.values():
-        runs = [timing_runs[run] for run in group["runs"]]
+    for job in groups.values():
+        runs = [timing_runs[run] for run in job["runs"]]
         depths = {s["n_layer"] for s in runs}
-        named = dict(group["settings"], size="-".join(dict.fromkeys(s["size"] for s in runs)),
+        named = dict(job["settings"], size="-".join(dict.fromkeys(s["size"] for s in runs)),
                      n_layer=depths.pop() if len(depths) == 1 else defaults["n_layer"])
         base = timing_job_name(named, defaults)
         name, n = base, 1
         while name in jobs:
             n += 1
             name = f"{base}-{n}"
-        jobs[name] = group
+        jobs[name] = job
     return jobs
 
 

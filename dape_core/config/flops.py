@@ -16,18 +16,16 @@ from pathlib import Path
 from dape_core.encoding_facts import facts
 from dape_core.errors import ConfigError
 from dape_core.model_arithmetic import decoder_flops_per_token, gpt_flops_per_token
+from dape_core.settings import AttentionSettings, field_names
 from dape_core.settings.finetune import SUPPORTED_MODEL_TYPES
+from dape_core.settings.model import GPTConfig
 
 
 def run_shape(settings: dict, vocab_size: int):
     """The run's decoder settings with the shape resolved from its size (n_layer, n_head, d_model, d_ff)."""
-    from dape_core.settings import field_names
-    from dape_core.settings.model import GPTConfig
-
-    model = {k: settings[k] for k in field_names(GPTConfig) if k in settings}
-    model.update(vocab_size=vocab_size)
-    model.pop("train_len", None)  # the length enters the count as the FLOPs' argument
-    return GPTConfig(**model)
+    # the length enters the count as the FLOPs' argument
+    model = {k: settings[k] for k in field_names(GPTConfig) if k in settings and k not in ("vocab_size", "train_len")}
+    return GPTConfig(**model, vocab_size=vocab_size)
 
 
 def flops_per_token(settings: dict, vocab_size: int, seq_len: int) -> float:
@@ -55,8 +53,6 @@ def finetune_model(plan, name: str) -> tuple[dict, dict]:
     """A fine-tune run's model as its job builds it: (``model_type`` with the transformers configuration fields and
     ``vocab_size``; the attention settings of the first processor met from the run down its ``base_run`` chain to a
     base directory's ``config.json``, else the run's own, processor none)."""
-    from dape_core.settings import AttentionSettings, field_names
-
     attention = None
     chain = [name]
     settings = plan.finetune_runs[name]["settings"]

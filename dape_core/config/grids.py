@@ -40,10 +40,10 @@ def expand_family(spec: dict, defaults: dict, where: str) -> list[dict]:
         entries = []
         for i, value in enumerate(values):
             field_name = f"{where}.axes.{axis}[{i}]"
-            if axis == "method":
-                entries.append(_method_entry(value, field_name) if not isinstance(value, dict) else value)
-            elif isinstance(value, dict):
+            if isinstance(value, dict):
                 entries.append(value)
+            elif axis == "method":  # the label's settings, tril only where the label says "(no tril)"
+                entries.append({k: v for k, v in parse_method(value, field=field_name).items() if k != "tril" or not v})
             elif axis in allowed:
                 entries.append({axis: value})
             else:
@@ -91,11 +91,3 @@ def plain_copy(value):
     if isinstance(value, list):
         return [plain_copy(item) for item in value]
     return value
-
-
-def _method_entry(label: str, where: str) -> dict:
-    """A ``method`` axis entry: the label's settings (tril only when the label says "(no tril)")."""
-    entry = parse_method(label, field=where)
-    if entry["tril"]:
-        del entry["tril"]
-    return entry

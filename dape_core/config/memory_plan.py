@@ -42,6 +42,3 @@ def micro_batch_lines(plan) -> list[str]:
         lines.append(f"  micro-batch on one GPU ({gpu_mem_gb:g} GB): {size} {method} T{length} {precision}, "
                      f"{share} sequences per GPU → {described} — {len(runs)} run(s)")
     return lines
-
-
-__all__ = ["fit_micro_batches", "micro_batch_lines"]

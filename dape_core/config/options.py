@@ -14,10 +14,18 @@ from __future__ import annotations
 
 import json
 import shlex
+from functools import lru_cache
 from typing import Any, Iterable
 
 from dape_core.io import spec_digest  # noqa: F401  (re-exported: one definition, in the seals' module)
-from dape_core.settings.timing import TIMED_SHAPE  # the settings a timing job's methods may differ in
+from dape_core.settings import AttentionSettings, field_names
+from dape_core.settings.che import NOT_CHE_OPTIONS, CHESettings
+from dape_core.settings.corpus import TokenizeSettings
+from dape_core.settings.evaluation import EvalSettings
+from dape_core.settings.finetune import NOT_FINETUNE_OPTIONS, FinetuneSettings
+from dape_core.settings.model import GPTConfig
+from dape_core.settings.timing import TIMED_SHAPE, TimingSettings
+from dape_core.settings.training import NOT_TRAIN_OPTIONS, TrainSettings
 
 # Job-level options that a rule passes itself (wildcards, resources, paths), never from a run's settings.
 JOB_OPTIONS = ("seed", "threads", "distributed", "micro_batch_size")
@@ -92,17 +100,9 @@ def select(values: dict, names: Iterable[str]) -> CliOptions:
 
 
 # ----------------------------------------------------------------------------------------------- groups
-def _groups():
+@lru_cache(maxsize=None)
+def _groups() -> dict[str, tuple[str, ...]]:
     """Field names of every group, read off the (torch-free) settings dataclasses."""
-    from dape_core.settings.corpus import TokenizeSettings
-    from dape_core.settings import AttentionSettings, field_names
-    from dape_core.settings.che import NOT_CHE_OPTIONS, CHESettings
-    from dape_core.settings.evaluation import EvalSettings
-    from dape_core.settings.finetune import NOT_FINETUNE_OPTIONS, FinetuneSettings
-    from dape_core.settings.model import GPTConfig
-    from dape_core.settings.timing import TimingSettings
-    from dape_core.settings.training import NOT_TRAIN_OPTIONS, TrainSettings
-
     attention = field_names(AttentionSettings)
     return {
         "attention": attention,
@@ -123,21 +123,14 @@ def _groups():
     }
 
 
-_GROUPS: dict[str, tuple[str, ...]] = {}
-
-
 def group(name: str) -> tuple[str, ...]:
     """The settings of one group, in the order they are passed."""
-    if not _GROUPS:
-        _GROUPS.update(_groups())
-    return _GROUPS[name]
+    return _groups()[name]
 
 
 def corpus_options(settings: dict) -> CliOptions:
-    s = dict(settings)
-    if s["tokenizer"] != "bpe":
-        s["vocab_size"] = None
-    return select(s, group("corpus"))
+    vocab_size = settings["vocab_size"] if settings["tokenizer"] == "bpe" else None
+    return select({**settings, "vocab_size": vocab_size}, group("corpus"))
 
 
 def train_options(settings: dict) -> dict[str, CliOptions]:
@@ -152,9 +145,8 @@ def eval_options(evaluation: dict) -> CliOptions:
 def attention_map_options(evaluation: dict, attention: dict, heatmap_len: int) -> CliOptions:
     """An attention-map job's side evaluation: a few windows at the heat-map length, sink (on ``sink_sequences``
     sequences, App. K) and maps there; the attention block names no run and enters no training hash."""
-    values = {**evaluation, "eval_lens": [heatmap_len], "min_scored_tokens": 1,
-              "max_windows": attention["max_windows"], "max_windows_within": None, "batch_size": 1,
-              "heatmap_len": heatmap_len,
+    values = {**evaluation, "eval_lens": [heatmap_len], "min_scored_tokens": 1, "max_windows": attention["max_windows"],
+              "max_windows_within": None, "batch_size": 1, "heatmap_len": heatmap_len,
               "sink_sequences": attention["sink_sequences"]}
     return select(values, (*group("evaluation"), *ATTENTION_MAP_OPTIONS))
 

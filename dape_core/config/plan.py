@@ -8,6 +8,7 @@ import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dape_core import io
 from dape_core.errors import ConfigError
 
 STAGES = ("lm", "leakage", "timing", "che", "finetune")
@@ -131,13 +132,12 @@ class Plan:
         """Family → jobs of each kind it lists (a job shared by families counts in each)."""
         counts: dict[str, dict[str, int]] = {}
         for name, fam in self.families.items():
+            pairs = {(m["run"], m["seed"]) for m in self.lm_members if m["family"] == name}  # LM and fine-tune jobs
             if fam["stage"] in LM_STAGES:
-                pairs = {(m["run"], m["seed"]) for m in self.lm_members if m["family"] == name}
                 attention = sum(len(self.lm_runs[run]["attention_settings"]["heatmap_lens"]) for run, _ in pairs
                                 ) if fam["attention_maps"] else 0
                 counts[name] = {"train_lm": len(pairs), "evaluate_lm": len(pairs), "attention_maps": attention}
             elif fam["stage"] == "finetune":
-                pairs = {(m["run"], m["seed"]) for m in self.lm_members if m["family"] == name}
                 counts[name] = {"finetune_lm": len(pairs), "evaluate_lm": len(pairs)}
             elif fam["stage"] == "timing":
                 runs = {m["run"] for m in self.timing_members if m["family"] == name}
@@ -150,8 +150,6 @@ class Plan:
 
 def write_report_spec(path: str | Path, spec: dict, log: str | Path | None = None) -> None:
     """Write the report spec (``Plan.report_spec``) atomically; one summary line goes to ``log``."""
-    from dape_core import io
-
     io.write_json(path, spec, seal=True)
     if log is not None:
         io.write_text(log, f"{len(spec['families'])} families, {len(spec['lm_runs'])} LM runs → {path}\n")

@@ -8,7 +8,11 @@ constraints (``minimum: 1``, ``minItems``, …)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
+import importlib
 import json
+import types
+import typing
 from functools import lru_cache
 from pathlib import Path
 
@@ -17,8 +21,6 @@ import yaml
 from dape_core.errors import ConfigError
 
 SCHEMA_PATH = Path(__file__).resolve().parent / "config.schema.yaml"  # package data
-
-
 # libyaml's loader where PyYAML has it: yaml.safe_load's documents, several times faster (read at every workflow parse)
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -80,16 +82,12 @@ JSON_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean", d
 
 
 def _dataclass(spec: str):
-    import importlib
-
     module, name = spec.split(":")[:2]
     return getattr(importlib.import_module(module), name)
 
 
 def declared_fields(spec: str) -> dict:
     """Field name → dataclass field of a :data:`SETTINGS_BLOCKS` entry (only the listed ones with ":a,b")."""
-    import dataclasses
-
     fields = {f.name: f for f in dataclasses.fields(_dataclass(spec))}
     listed = spec.split(":")[2].split(",") if spec.count(":") == 2 else None
     return {name: f for name, f in fields.items() if listed is None or name in listed}
@@ -97,9 +95,6 @@ def declared_fields(spec: str) -> dict:
 
 def json_type(annotation) -> dict:
     """A field annotation's JSON type: ``int`` → integer, ``int | None`` → [integer, null], ``list[int]`` → array."""
-    import types
-    import typing
-
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin in (typing.Union, types.UnionType):
         kinds = [json_type(a)["type"] for a in args]
@@ -109,26 +104,15 @@ def json_type(annotation) -> dict:
     return {"type": JSON_TYPES[annotation]}
 
 
-def _json_value(value):
-    return list(value) if isinstance(value, tuple) else value
-
-
 def setting_entry(field, annotation, constraints: dict, *, required: bool = False) -> dict:
     """One property: the dataclass field's type (or its allowed values), default and help, then the YAML entry's
     constraints on top (an ``items`` mapping merged key by key)."""
-    import dataclasses
+    from dape_core.settings.fields import field_default
 
-    entry: dict = {}
     allowed = field.metadata.get("choices")
-    if allowed is not None:
-        entry["enum"] = list(allowed)
-    else:
-        entry.update(json_type(annotation))
-    if not required:
-        if field.default is not dataclasses.MISSING:
-            entry["default"] = _json_value(field.default)
-        elif field.default_factory is not dataclasses.MISSING:
-            entry["default"] = _json_value(field.default_factory())
+    entry = {"enum": list(allowed)} if allowed is not None else json_type(annotation)
+    if not required and (default := field_default(field)) is not dataclasses.MISSING:
+        entry["default"] = list(default) if isinstance(default, tuple) else default
     if field.metadata.get("help"):
         entry["description"] = field.metadata["help"]
     for key, value in constraints.items():
@@ -138,8 +122,6 @@ def setting_entry(field, annotation, constraints: dict, *, required: bool = Fals
 
 def full_schema(schema: dict) -> dict:
     """The schema with every dataclass-declared setting completed from its dataclass (see the module docstring)."""
-    import typing
-
     schema = copy.deepcopy(schema)
     for block, specs in SETTINGS_BLOCKS.items():
         node = schema["$defs"][block]

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from dape_core import io
+from dape_core.config.families import build_plan
 from dape_core.config.schema import validate_schema
 from dape_core.errors import ConfigError
 
@@ -46,14 +47,8 @@ def _scale(value: Any, factor: float, where: str) -> Any:
 def _scale_lengths(node: Any, factor: float, where: str) -> Any:
     """Every length setting in a (nested) mapping × factor (module docstring)."""
     if isinstance(node, dict):
-        out = {}
-        for key, value in node.items():
-            here = f"{where}.{key}"
-            if key in SCALAR_LENGTHS or key in LIST_LENGTHS:
-                out[key] = _scale(value, factor, here)
-            else:
-                out[key] = _scale_lengths(value, factor, here)
-        return out
+        return {key: _scale(value, factor, f"{where}.{key}") if key in (*SCALAR_LENGTHS, *LIST_LENGTHS)
+                else _scale_lengths(value, factor, f"{where}.{key}") for key, value in node.items()}
     if isinstance(node, list):
         return [_scale_lengths(v, factor, f"{where}[{i}]") for i, v in enumerate(node)]
     return node
@@ -68,12 +63,11 @@ def _absolute(value: Any, base: Path) -> Any:
 
 def shifted_config(config: dict, base: str | Path = ".") -> dict:
     """The shifted configuration of ``config`` (validated, defaults filled in; the original is not modified)."""
-    config = validate_schema(copy.deepcopy(config))
-    shift = config["robustness"]
+    out = validate_schema(copy.deepcopy(config))
+    shift = out["robustness"]
     factor, seeds, data = shift["train_len_scale"], shift["seed_shift"], shift["data_seed_shift"]
-    out = copy.deepcopy(config)
     base = Path(base)
-    for name, dataset in out["datasets"].items():
+    for dataset in out["datasets"].values():
         dataset["seed"] = int(dataset.get("seed", 0)) + data
         for key in list(dataset):
             dataset[key] = _absolute(dataset[key], base)
@@ -99,7 +93,7 @@ def shifted_config(config: dict, base: str | Path = ".") -> dict:
 
 def _scale_axes(family: dict, factor: float, where: str) -> dict:
     """An axis named after a length setting lists its values: scale them (``axes: {train_len: [32, 64]}``)."""
-    for i, grid in enumerate([family, *(family.get("grids") or [])]):
+    for grid in [family, *(family.get("grids") or [])]:
         axes = grid.get("axes") or {}
         for key in SCALAR_LENGTHS:
             if isinstance(axes.get(key), list) and all(isinstance(v, (int, float)) for v in axes[key]):
@@ -109,8 +103,6 @@ def _scale_axes(family: dict, factor: float, where: str) -> dict:
 
 def shift_summary(config: dict, shifted: dict) -> dict:
     """What changed, for the robustness report (before → after): shift, family and dataset seeds, training lengths."""
-    from dape_core.config.families import build_plan
-
     def lengths(cfg):
         return sorted({run["settings"]["train_len"] for run in build_plan(cfg).lm_runs.values()})
 

@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from dape_core import io
+from dape_core.config.flops import run_vocab
+from dape_core.config.provenance import corpus_spec
 from dape_core.errors import ConfigError
 from dape_core.model_arithmetic import CPU_RESERVE_BYTES, loss_bytes
 from dape_core.windows import eval_batch, require_windows
@@ -27,8 +29,6 @@ GIB = 2**30
 
 def check_sizes(plan, results: str | Path = "results") -> None:
     """The module docstring's checks of every run; a ConfigError names the first that cannot fit."""
-    from dape_core.config.flops import run_vocab
-
     splits: dict[str, np.ndarray | None] = {}
     for name, run in {**plan.lm_runs, **plan.finetune_runs}.items():
         where = f"families.{run['families'][0]}"
@@ -70,8 +70,6 @@ def _check_memory(field: str, length: int, batch: int, vocab: int, job: dict, ru
 def validation_lengths(plan, data: Path) -> np.ndarray | None:
     """Token counts of a dataset's validation documents under ``data`` (``results/data/<dataset>``) if tokenized with
     the plan's settings (meta.json's seal) and ``val.docs.npy`` matches meta.json's sha256, else None."""
-    from dape_core.config.provenance import corpus_spec
-
     meta_path, offsets_path = data / "meta.json", data / "val.docs.npy"
     try:
         seal = io.read_seal(io.hash_path(meta_path))

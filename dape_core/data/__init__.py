@@ -32,13 +32,10 @@ from typing import Any
 import numpy as np
 
 from dape_core.data.corpora import (  # noqa: F401 (the stage's names, importable from dape_core.data)
-    BATCH_DOCUMENTS, EXCLUDED_DIR_NAMES, TEST_DIR_NAMES, HubUnavailableError, builtin_documents, corpus_sha256,
-    iter_texts, load_corpus, module_docstrings, pydoc_topics, split_documents, stdlib_source_files)
-from dape_core.settings.corpus import (  # noqa: F401
-    DATASET_VALUES, SOURCES, TOKENIZER_FILE_VALUES, TOKENIZERS, TokenizeSettings, local_builder)
-from dape_core.data.token_files import (  # noqa: F401
-    META_FORMAT, SPLITS, TokenSplit, length_histogram, load_split, load_tokenizer, read_meta, verify_token_file,
-    write_split)
+    HubUnavailableError, builtin_documents, corpus_sha256, iter_texts, load_corpus, module_docstrings, split_documents,
+    stdlib_source_files)
+from dape_core.settings.corpus import SOURCES, TOKENIZERS, TokenizeSettings  # noqa: F401
+from dape_core.data.token_files import META_FORMAT, SPLITS, load_split, load_tokenizer, write_split  # noqa: F401
 from dape_core.data.tokenizer import (  # noqa: F401
     EOT, byte_level_alphabet, load_tokenizer_file, token_byte_lengths, token_dtype, train_bpe)
 from dape_core.io import file_sha256, write_bytes, write_npy, write_text
@@ -59,8 +56,7 @@ def tokenize_corpus(settings: TokenizeSettings) -> dict[str, Any]:
     (out_dir / "meta.json").unlink(missing_ok=True)  # a directory without meta.json is never mistaken for complete
 
     corpus, description = load_corpus(settings)
-    description["documents"] = corpus.num_rows
-    description["corpus_sha256"] = corpus_sha256(corpus)
+    description.update(documents=corpus.num_rows, corpus_sha256=corpus_sha256(corpus))
     splits = split_documents(corpus.num_rows, settings.val_fraction, settings.seed, settings.max_docs)
 
     if settings.tokenizer == "bpe":

@@ -92,22 +92,17 @@ def builtin_documents(kind: str) -> tuple[tuple[str, ...], tuple[str, ...], dict
     """(names, texts, description) of a built-in corpus; empty documents are left out."""
     root = stdlib_dir()
     files = stdlib_source_files(root)
-    names, texts = [], []
-    if kind == "builtin-prose":
-        for topic, text in sorted(pydoc_topics(root).items()):
-            names.append(f"pydoc_data.topics:{topic}")
-            texts.append(text.strip())
+    topics = sorted(pydoc_topics(root).items()) if kind == "builtin-prose" else []
+    documents = [(f"pydoc_data.topics:{topic}", text.strip()) for topic, text in topics]  # (name, text)
     unreadable = 0
     for relative in files:
+        name = relative if kind == "builtin-code" else module_name(relative)
         try:
             source = read_python_source(root / relative)
-            text = source if kind == "builtin-code" else module_docstrings(source, module_name(relative))
+            documents.append((name, source if kind == "builtin-code" else module_docstrings(source, name)))
         except (SyntaxError, ValueError):  # undecodable or unparsable: counted in the metadata
             unreadable += 1
-            continue
-        names.append(relative if kind == "builtin-code" else module_name(relative))
-        texts.append(text)
-    kept = [(n, t) for n, t in zip(names, texts) if t.strip()]
+    kept = [(n, t) for n, t in documents if t.strip()]
     description = {
         "kind": kind,
         "python_version": platform.python_version(),
@@ -166,17 +161,13 @@ def text_dataset(ds, text_field: str, filter_field: str | None, filter_value: st
         raise ConfigError(f"text_field: {text_field!r} is not a text field (type {feature}); "
                           "allowed values: a string field")
 
-    if filter_field is None:
-        def keep(texts):
+    def keep(texts, values=None):
+        if values is None:  # no filter
             return [isinstance(t, str) and bool(t.strip()) for t in texts]
+        return [isinstance(t, str) and bool(t.strip()) and str(v) == filter_value for t, v in zip(texts, values)]
 
-        kept = flat.filter(keep, batched=True, input_columns=[text_field])
-    else:
-        def keep(texts, values):
-            return [isinstance(t, str) and bool(t.strip()) and str(v) == filter_value for t, v in zip(texts, values)]
-
-        kept = flat.filter(keep, batched=True, input_columns=[text_field, filter_field])
-    kept = kept.select_columns([text_field])
+    columns = [text_field] if filter_field is None else [text_field, filter_field]
+    kept = flat.filter(keep, batched=True, input_columns=columns).select_columns([text_field])
     return kept.rename_column(text_field, "text") if text_field != "text" else kept
 
 

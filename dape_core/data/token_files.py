@@ -41,11 +41,10 @@ def write_split(out_dir: Path, split: str, corpus, indices: np.ndarray, tokenize
     with atomic_path(out_dir / f"{split}.bin") as tmp, open(tmp, "wb") as handle:
         for texts in iter_texts(corpus, indices):
             for encoding in encode(texts, add_special_tokens=False):
-                ids = np.asarray(encoding.ids + [eot_id], dtype=dtype)
-                data = ids.tobytes()
+                data = np.asarray(encoding.ids + [eot_id], dtype=dtype).tobytes()
                 handle.write(data)
                 digest.update(data)
-                lengths.append(len(ids) - 1)
+                lengths.append(len(encoding.ids))
     lengths = np.asarray(lengths, dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths + 1)]).astype(np.int64)
     return {
@@ -93,22 +92,28 @@ class TokenSplit:
         return np.flatnonzero(self.document_lengths >= min_len)
 
 
+def _stale(path: Path, problem: str = "its content does not match the sha256 meta.json recorded for it (overwritten "
+           "or damaged since `dape tokenize` wrote it)") -> ArtefactError:
+    """A file of a token directory to rewrite: ``problem`` (default: not the recorded content), then how."""
+    return ArtefactError(f"{path}: {problem}; redo it: snakemake --forcerun {path.with_name('meta.json')} "
+                         "(rule tokenize)")
+
+
 def read_meta(data_dir: str | Path) -> dict[str, Any]:
     path = Path(data_dir) / "meta.json"
     if not path.is_file():
         raise ConfigError(f"data_dir: {str(data_dir)!r} has no meta.json; "
                           "allowed values: an --out-dir of `dape tokenize`")
-    redo = f"redo it: snakemake --forcerun {path} (rule tokenize)"
     from dape_core.artefacts import verify_hash  # (pandas, imported by artefacts, only where a split is loaded)
 
     verify_hash(path, rule="tokenize")  # the checks below still run behind the seal (a meta.json sealed as it was)
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ArtefactError(f"{path}: not valid JSON ({type(err).__name__}); {redo}") from None
+        raise _stale(path, f"not valid JSON ({type(err).__name__})") from None
     if not (isinstance(meta, dict) and isinstance(meta.get("tokenizer"), dict) and "dtype" in meta["tokenizer"]
             and isinstance(meta.get("splits"), dict) and all(split in meta["splits"] for split in SPLITS)):
-        raise ArtefactError(f"{path}: not the meta.json of `dape tokenize` (no tokenizer dtype or splits); {redo}")
+        raise _stale(path, "not the meta.json of `dape tokenize` (no tokenizer dtype or splits)")
     return meta
 
 
@@ -119,12 +124,9 @@ def verify_token_file(path: Path, wanted: str) -> None:
     try:
         digest = file_sha256(path)
     except OSError as err:
-        raise ArtefactError(f"{path}: cannot be read ({err.strerror}); redo it: snakemake --forcerun "
-                            f"{path.with_name('meta.json')} (rule tokenize)") from None
+        raise _stale(path, f"cannot be read ({err.strerror})") from None
     if digest != wanted:
-        raise ArtefactError(f"{path}: its content does not match the sha256 meta.json recorded for it (overwritten or "
-                            f"damaged since `dape tokenize` wrote it); redo it: snakemake --forcerun "
-                            f"{path.with_name('meta.json')} (rule tokenize)")
+        raise _stale(path)
 
 
 def load_split(data_dir: str | Path, split: str) -> TokenSplit:
@@ -154,12 +156,9 @@ def tokenizer_bytes(data_dir: str | Path) -> bytes:
     try:
         content = path.read_bytes()
     except OSError as err:
-        raise ArtefactError(f"{path}: cannot be read ({err.strerror}); redo it: snakemake --forcerun "
-                            f"{path.with_name('meta.json')} (rule tokenize)") from None
+        raise _stale(path, f"cannot be read ({err.strerror})") from None
     if wanted and hashlib.sha256(content).hexdigest() != wanted:
-        raise ArtefactError(f"{path}: its content does not match the sha256 meta.json recorded for it (overwritten or "
-                            f"damaged since `dape tokenize` wrote it); redo it: snakemake --forcerun "
-                            f"{path.with_name('meta.json')} (rule tokenize)")
+        raise _stale(path)
     return content
 
 

@@ -39,14 +39,8 @@ def load_tokenizer_file(path: str | Path):
 def byte_level_alphabet() -> dict[str, int]:
     """GPT-2's byte ↔ printable-character map, character → byte."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    chars = printable[:]
-    extra = 0
-    for byte in range(256):
-        if byte not in printable:
-            printable.append(byte)
-            chars.append(256 + extra)
-            extra += 1
-    return {chr(c): b for b, c in zip(printable, chars)}
+    others = [byte for byte in range(256) if byte not in printable]  # shown as chr(256), chr(257), …
+    return {**{chr(b): b for b in printable}, **{chr(256 + i): b for i, b in enumerate(others)}}
 
 
 def token_byte_lengths(tokenizer, source: str = "tokenizer") -> np.ndarray:

@@ -25,10 +25,9 @@ from dape_core.encodings.base import (ENCODINGS, GeometryCache, NoPE, Positional
 from dape_core.encodings.rotary import RandomizedRoPE, RoPE, YaRN  # isort: skip
 from dape_core.encodings.additive import FIRE, ALiBi, Kerple, T5Bias, alibi_slopes, t5_bucket  # isort: skip
 from dape_core.encodings.query_dependent import CoPE, TransformerXL, sinusoid  # isort: skip
-from dape_core.encoding_facts import display_name  # isort: skip
 
 __all__ = [
     "ENCODINGS", "PositionalEncoding", "register", "build_encoding", "relative_distance", "GeometryCache", "geometry",
     "NoPE", "RoPE", "YaRN", "RandomizedRoPE", "ALiBi", "Kerple", "FIRE", "T5Bias", "CoPE", "TransformerXL",
-    "alibi_slopes", "t5_bucket", "sinusoid", "display_name",
+    "alibi_slopes", "t5_bucket", "sinusoid",
 ]

@@ -77,10 +77,8 @@ class Kerple(PositionalEncoding):
         """r1, r2 ≥ 0.01 (the reference's clamp at every forward), in place only when needed, so a table shared by
         layers keeps its autograd version."""
         with torch.no_grad():
-            for param in (self.r1, self.r2):
-                if param.device.type == "meta":  # no values to clamp (a memory estimate's model)
-                    continue
-                if bool((param < self.min_value).any()):
+            for param in (self.r1, self.r2):  # none on meta: no values to clamp (a memory estimate's model)
+                if param.device.type != "meta" and bool((param < self.min_value).any()):
                     param.clamp_(min=self.min_value)
 
     def clamped_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -172,7 +170,6 @@ class T5Bias(PositionalEncoding):
 
     relative_bias = True
 
-
     def __init__(self, n_head, head_dim, *, t5_buckets: int = T5_BUCKETS, t5_max_distance: int = T5_MAX_DISTANCE, **kw):
         super().__init__(n_head, head_dim, **kw)
         self.num_buckets = t5_buckets
@@ -183,17 +180,9 @@ class T5Bias(PositionalEncoding):
         self.register_load_state_dict_pre_hook(_unscaled_legacy_t5_table)
 
     def bias(self, q, k, scores, q_pos, k_pos):
-        buckets = geometry.get(
-            ("t5_buckets", self.causal, self.num_buckets, self.max_distance),
-            q_pos,
-            k_pos,
-            lambda: t5_bucket(
-                relative_distance(q_pos, k_pos),
-                bidirectional=not self.causal,
-                num_buckets=self.num_buckets,
-                max_distance=self.max_distance,
-            ),
-        )
+        buckets = geometry.get(("t5_buckets", self.causal, self.num_buckets, self.max_distance), q_pos, k_pos,
+                               lambda: t5_bucket(relative_distance(q_pos, k_pos), bidirectional=not self.causal,
+                                                 num_buckets=self.num_buckets, max_distance=self.max_distance))
         return (self.table(buckets) * self.scale).permute(2, 0, 1).to(q.dtype)
 
 

@@ -99,9 +99,8 @@ class TransformerXL(PositionalEncoding):
 
     def bias(self, q, k, scores, q_pos, k_pos):
         index = geometry.get(("xl_index", self.causal), q_pos, k_pos, lambda: self._geometry(q_pos, k_pos)[0])
-        table = geometry.get(
-            ("xl_sinusoids", self.causal, self.rel_dim), q_pos, k_pos, lambda: self._geometry(q_pos, k_pos)[1]
-        )
+        table = geometry.get(("xl_sinusoids", self.causal, self.rel_dim), q_pos, k_pos,
+                             lambda: self._geometry(q_pos, k_pos)[1])
         r = self.w_r(table.to(q.dtype)).view(-1, self.n_head, self.head_dim)
         pos_term = torch.einsum("bhqd,nhd->bhqn", q + self.v[None, :, None, :].to(q.dtype), r)
         pos_term = pos_term.gather(-1, index.expand(q.shape[0], self.n_head, -1, -1))

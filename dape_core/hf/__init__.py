@@ -10,29 +10,11 @@ registry; requires the ``hf`` extra (``transformers``).
 
 from dape_core.hf.checkpoint import load_causal_lm, load_pretrained, save_causal_lm, save_pretrained
 from dape_core.hf.models import build_causal_lm
-from dape_core.hf.patch import (
-    ATTENTION_NAME,
-    ENCODINGS,
-    SUPPORTED_MODEL_TYPES,
-    add_processor,
-    dape_attention,
-    processors,
-    register_attention,
-    set_attention_impl,
-)
+from dape_core.hf.patch import (ATTENTION_NAME, ENCODINGS, SUPPORTED_MODEL_TYPES, add_processor, dape_attention,
+                                processors, register_attention, set_attention_impl)
 
 __all__ = [
-    "ATTENTION_NAME",
-    "ENCODINGS",
-    "SUPPORTED_MODEL_TYPES",
-    "add_processor",
-    "build_causal_lm",
-    "dape_attention",
-    "load_causal_lm",
-    "load_pretrained",
-    "processors",
-    "register_attention",
-    "save_causal_lm",
-    "save_pretrained",
+    "ATTENTION_NAME", "ENCODINGS", "SUPPORTED_MODEL_TYPES", "add_processor", "build_causal_lm", "dape_attention",
+    "load_causal_lm", "load_pretrained", "processors", "register_attention", "save_causal_lm", "save_pretrained",
     "set_attention_impl",
 ]

@@ -119,8 +119,7 @@ def load_pretrained(path: str | Path, *, dtype: torch.dtype | None = None) -> nn
     kwargs = {"dtype": dtype} if dtype is not None else {}
     model_class = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
     model = model_class.from_pretrained(None, config=config, state_dict=base_state, **kwargs)
-    settings = AttentionSettings(**{name: saved[name] for name in field_names(AttentionSettings)
-                                    if name in saved})
+    settings = AttentionSettings(**{name: saved[name] for name in field_names(AttentionSettings) if name in saved})
     add_processor(model, settings, train_len=saved.get("train_len"), zero_init_output=False)
     expected = {name for name in model.state_dict() if is_dape_key(name)}
     missing, unexpected = sorted(expected - dape_state.keys()), sorted(dape_state.keys() - expected)

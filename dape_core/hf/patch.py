@@ -76,13 +76,8 @@ def attention_layers(model: nn.Module) -> list[nn.Module]:
     return sorted(layers, key=lambda m: m.layer_idx)
 
 
-def add_processor(
-    model: nn.Module,
-    settings: AttentionSettings | dict[str, Any],
-    *,
-    train_len: int | None = None,
-    zero_init_output: bool = True,
-) -> nn.Module:
+def add_processor(model: nn.Module, settings: AttentionSettings | dict[str, Any], *, train_len: int | None = None,
+                  zero_init_output: bool = True) -> nn.Module:
     """Give every attention layer of ``model`` its DAPE processor (and encoding) and switch it to ``"dape"`` attention;
     returns ``model``, patched in place. ``settings``: :class:`~dape_core.settings.AttentionSettings` (or a dict of
     its fields), processor ``dape_v1``/``dape_v2``, encoding ``nope``/``alibi``/``kerple``/``fire``; ``train_len``:
@@ -115,16 +110,9 @@ def processors(model: nn.Module) -> list[ScoreProcessor]:
     return [getattr(m, PROCESSOR_MODULE) for m in attention_layers(model) if hasattr(m, PROCESSOR_MODULE)]
 
 
-def dape_attention(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float | None = None,
-    dropout: float = 0.0,
-    **kwargs,
-) -> tuple[torch.Tensor, None]:
+def dape_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                   attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
+                   **kwargs) -> tuple[torch.Tensor, None]:
     """transformers' attention-function signature: q [batch, H, Tq, d], k and v [batch, H_kv, Tk, d] (rotated,
     cache included) → ([batch, Tq, H, d], no weights), the scores through the project's pipeline (eq. 5)."""
     processor = getattr(module, PROCESSOR_MODULE, None)
@@ -134,7 +122,6 @@ def dape_attention(
     if not getattr(module, "is_causal", True) or kwargs.get("is_causal") is False:
         raise ConfigError("is_causal: False is not allowed; allowed values: True (DAPE in a causal decoder)")
     encoding = getattr(module, ENCODING_MODULE)
-    out_dtype = query.dtype
     dtype = torch.promote_types(torch.promote_types(query.dtype, torch.float32), next(processor.parameters()).dtype)
     groups = query.shape[1] // key.shape[1]
     q, k, v = query.to(dtype), key.to(dtype), value.to(dtype)
@@ -152,23 +139,16 @@ def dape_attention(
         raise ConfigError("padding: 'same' cannot decode with a KV cache (a cached step lacks the key right of the "
                           "query that Conv2 reads with same padding, so it differs from a full forward); allowed "
                           "values: causal (or generate with use_cache=False)")
-    impl = resolve_attention_impl(processor_setting(module, "attention_impl"), q.device,
-                                  (processor.n_head, head_dim, processor.dape_width))
-    dape_dtype = TORCH_DTYPES[processor_setting(module, "dape_dtype")]
-    position_ids = kwargs.get("position_ids")
-    common = dict(encoding=encoding, processor=processor, dropout_p=dropout, attention_impl=impl, dape_dtype=dape_dtype,
-                  query_chunk_size=getattr(module.config, CONFIG_KEY).get("query_chunk_size"))
+    saved = getattr(module.config, CONFIG_KEY)  # the patched model's settings (config.dape)
+    impl = resolve_attention_impl(saved["attention_impl"], q.device, (processor.n_head, head_dim, processor.dape_width))
+    common = dict(encoding=encoding, processor=processor, dropout_p=dropout, attention_impl=impl,
+                  dape_dtype=TORCH_DTYPES[saved["dape_dtype"]], query_chunk_size=saved.get("query_chunk_size"))
     outputs = []
-    for rows, positions in _position_groups(encoding, position_ids, q.shape[0], n_k, q.device):
+    for rows, positions in _position_groups(encoding, kwargs.get("position_ids"), q.shape[0], n_k, q.device):
         mask = key_mask if key_mask is None or key_mask.shape[0] == 1 else key_mask[rows]
         outputs.append((rows, attend_causal(q[rows], k[rows], v[rows], positions=positions, key_mask=mask, **common)))
     out = outputs[0][1] if len(outputs) == 1 else _in_batch_order(outputs, q.shape[0])
-    return out.transpose(1, 2).contiguous().to(out_dtype), None
-
-
-def processor_setting(module: nn.Module, name: str) -> Any:
-    """A setting of the patched model (``config.dape``) as seen from one of its attention modules."""
-    return getattr(module.config, CONFIG_KEY)[name]
+    return out.transpose(1, 2).contiguous().to(query.dtype), None
 
 
 def _key_mask(attention_mask: torch.Tensor | None, n_q: int, n_k: int) -> torch.Tensor | None:

@@ -51,15 +51,13 @@ def attend_fast(
     ``chunk`` rows (default :func:`auto_chunk_rows`), the processor by :func:`blocked_scores` (GEMMs in
     ``dape_dtype``). Returns [batch, H, Tq, d_head]."""
     n, n_keys, scale = q.shape[2], k.shape[2], 1.0 / math.sqrt(q.shape[-1])
-    chunk = chunk or auto_chunk_rows(q.shape[0], q.shape[1], n_keys)
     relative = encoding.relative_bias and n_keys > 1 and consecutive(positions)
     halo = processor.needed_halo()
-    outputs = {}
-    for r0 in reversed(range(0, n, chunk)):  # largest chunk first: later chunks reuse its memory
-        rows_end = min(n, r0 + chunk)
-        first, last = row_offset + r0, row_offset + rows_end
-        keys_read, keys_kept = (min(n_keys, last + halo), last) if causal else (n_keys, n_keys)
-        q_rows, k_read = q[:, :, r0:rows_end], k[:, :, :keys_read]
+
+    def attend_rows(r0, r1):
+        first, last = row_offset + r0, row_offset + r1
+        keys_read, keys_kept = key_range(halo, causal, last, n_keys)
+        q_rows, k_read = q[:, :, r0:r1], k[:, :, :keys_read]
         scores = torch.matmul(q_rows, k_read.transpose(-2, -1)).mul_(scale)  # A = q·kᵀ/√d
         bias = None
         if encoding.has_bias:
@@ -69,8 +67,23 @@ def attend_fast(
         probs = torch.softmax(scores, dim=-1)
         if dropout_p > 0:
             probs = F.dropout(probs, p=dropout_p)
-        outputs[r0] = torch.matmul(probs.to(v.dtype), v[:, :, :keys_kept])
-    return outputs[0] if len(outputs) == 1 else torch.cat([outputs[r0] for r0 in sorted(outputs)], dim=2)
+        return torch.matmul(probs.to(v.dtype), v[:, :, :keys_kept])
+
+    return by_row_chunks(attend_rows, n, chunk or auto_chunk_rows(q.shape[0], q.shape[1], n_keys))
+
+
+def by_row_chunks(attend_rows, n: int, chunk: int) -> torch.Tensor:
+    """``attend_rows(r0, r1)`` for chunks of ``chunk`` query rows, concatenated in order along dim 2; largest chunk
+    first, so later chunks reuse its memory."""
+    starts = range(0, n, chunk)
+    chunks = {r0: attend_rows(r0, min(n, r0 + chunk)) for r0 in reversed(starts)}
+    return chunks[0] if len(chunks) == 1 else torch.cat([chunks[r0] for r0 in starts], dim=2)
+
+
+def key_range(halo: int, causal: bool, rows_end: int, n_keys: int) -> tuple[int, int]:
+    """(keys read, keys kept) of the query rows before key ``rows_end``: under the causal mask up to ``halo`` keys
+    right of the last row read (the processor's) and the keys ≤ the last row kept; else every key."""
+    return (min(n_keys, rows_end + halo), rows_end) if causal else (n_keys, n_keys)
 
 
 def blocked_scores(
@@ -105,7 +118,7 @@ def blocked_scores(
         mode = "shared"  # Conv1's bias half once per block of rows, not once per batch element
     else:
         mode = "batched"
-        bias = bias.expand(batch, -1, -1, -1) if bias.dim() == 4 else bias.unsqueeze(0).expand(batch, -1, -1, -1)
+        bias = bias.expand(batch, -1, -1, -1)  # [H, Tq, Tk] or [batch or 1, H, Tq, Tk]
     w1, b1, w2, b2 = gemm_weights(processor)
     if mode in ("shared", "relative"):  # split W1's (tap, channel) columns into the score and the bias half
         w1 = w1.view(processor.dape_width, processor.kernel_size, 2, heads)

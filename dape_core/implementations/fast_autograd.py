@@ -100,7 +100,7 @@ class Blocks:
     """
 
     def __init__(self, plan: Plan, x, b, w1a, w1b, b1):
-        self.plan, self.x, self.b = plan, x, b
+        self.x, self.b = x, b
         self.batch, self.channels = x.shape[0], x.shape[1]
         cd = plan.compute_dtype
         self.itemsize = torch.finfo(cd).bits // 8
@@ -160,7 +160,7 @@ class RelativeBiasHalf:
         k, left, cd = plan.kernel_size, plan.left, plan.compute_dtype
         self.plan, self.n_rows, self.k, self.left = plan, n_rows, k, left
         heads, width = last_row.shape[0], w1b.shape[0]
-        self.last = last = plan.row_offset + n_rows - 1
+        last = plan.row_offset + n_rows - 1
         self.w1b = w1b.to(cd).view(width, k, heads)
         self.w1b_rev = self.w1b.flip(1).reshape(width, k * heads)
         # φ̃(e − k) at e = 0 … last + k: k zeros, then φ(0 … last)

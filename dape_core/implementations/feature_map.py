@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from dape_core.dape import ScoreProcessor
 from dape_core.errors import ConfigError
 from dape_core.implementations.fast import gemm_weights
-from dape_core.implementations.triton_support import DOT_DTYPES, MIN_DOT, dot_size, kernels_run_on
+from dape_core.implementations.triton_support import (DOT_DTYPES, MIN_DOT, dot_settings, dot_size, kernels_run_on,
+                                                       persistent_programs)
 
 
 @dataclass(frozen=True)
@@ -85,11 +86,6 @@ def feature_weights(processor: ScoreProcessor):
     return w1, F.pad(b1.float(), (0, dp - width)), w2, F.pad(b2.float(), (0, hp - heads))
 
 
-def feature_map_runs_on(device: torch.device | str) -> bool:
-    """Whether the kernels can run on ``device``: CUDA with Triton importable, or the CPU under Triton's interpreter."""
-    return kernels_run_on(device, _triton)
-
-
 def triton_feature_map(processor: ScoreProcessor, x: torch.Tensor, tiles: FeatureTiles | None = None, *,
                        first: int | None = None) -> torch.Tensor:
     """f of :func:`~dape_core.implementations.materialized.padded_feature_map` (eq. 5) on its first K key columns:
@@ -115,28 +111,19 @@ def check_input(x: torch.Tensor) -> None:
     if x.dtype not in DOT_DTYPES:
         names = ", ".join(str(d).removeprefix("torch.") for d in DOT_DTYPES)
         raise ConfigError(f"feature_map: triton does not take {x.dtype}; allowed dtypes: {names}")
-    if not feature_map_runs_on(x.device):
+    if not kernels_run_on(x.device, _triton):
         raise ConfigError(f"feature_map: triton runs on CUDA (or on a CPU under TRITON_INTERPRET=1), not on "
                           f"{x.device}; allowed here: conv")
 
 
 def _launch(device: torch.device, n_rows: int, n_keys: int, rows: int, keys: int, programs: int) -> int:
-    """Persistent programs: ``programs`` if set, else 4 per multiprocessor on CUDA, 8 elsewhere; at most the tiles."""
-    tiles = -(-n_rows // rows) * -(-n_keys // keys)
-    if not programs:
-        programs = 4 * torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
-    return max(1, min(tiles, programs))
+    """Persistent programs over the tiles (:func:`persistent_programs`)."""
+    return persistent_programs(device, -(-n_rows // rows) * -(-n_keys // keys), programs)
 
 
 def _causal_settings(first: int, map_rows: int) -> dict:
     """The kernels' causal arguments: FIRST, ROWS and CAUSAL (``first`` −1: no diagonal)."""
     return dict(FIRST=max(first, 0), ROWS=map_rows, CAUSAL=first >= 0)
-
-
-def _dot_settings(dtype: torch.dtype) -> dict:
-    tl = _triton().tl
-    dot = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}[dtype]
-    return dict(DOT=dot, PRECISION="ieee" if dtype == torch.float32 else "tf32")
 
 
 @torch.library.custom_op("dape::feature_map", mutates_args=())
@@ -155,7 +142,7 @@ def _feature_map(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.
     kt.feature_map_forward_kernel[(nprog,)](
         x, f, w1.contiguous(), b1.contiguous(), w2.contiguous(), b2.contiguous(), n_rows, n_keys, nprog,
         C=channels, H=heads, RB=rows, BJ=keys, CP=cp, DP=dp, HP=w2.shape[2], K=k, LEFT=left, num_warps=warps,
-        **_causal_settings(first, map_rows), **_dot_settings(x.dtype))
+        **_causal_settings(first, map_rows), **dot_settings(kt.tl, x.dtype))
     return f
 
 
@@ -180,7 +167,7 @@ def _feature_map_backward(grad: torch.Tensor, x: torch.Tensor, w1: torch.Tensor,
     w1, b1, w2 = w1.contiguous(), b1.contiguous(), w2.contiguous()
     nprog = _launch(x.device, n_rows, n_keys, rows, keys, programs)
     settings = dict(RB=rows, BJ=keys, CP=cp, DP=dp, K=k, LEFT=left, num_warps=warps,
-                    **_causal_settings(first, map_rows), **_dot_settings(x.dtype))
+                    **_causal_settings(first, map_rows), **dot_settings(kt.tl, x.dtype))
     d_pre = torch.empty((n_rows, n_keys, dp), device=x.device, dtype=x.dtype)
     part2 = torch.zeros((nprog, k * dp * hp + hp), device=x.device, dtype=torch.float32)
     kt.feature_map_backward_hidden_kernel[(nprog,)](

@@ -28,11 +28,9 @@ from dape_core.encodings import PositionalEncoding
 from dape_core.errors import ConfigError
 from dape_core.implementations.fast import gemm_weights
 from dape_core.implementations.precision import autocast_off
-from dape_core.implementations.triton_support import DOT_DTYPES, dot_size, kernels_run_on, pow2
+from dape_core.implementations.triton_support import (DOT_DTYPES, dot_settings, dot_size, kernels_run_on,
+                                                       persistent_programs, pow2)
 from dape_core.positions import consecutive
-
-BIAS_FORMS = ("none", "table", "tensor")
-
 
 @dataclass(frozen=True)
 class FusedTiles:
@@ -204,13 +202,6 @@ class _Plan:
     width_padded: int
     tiles: FusedTiles
 
-    def programs(self, device: torch.device, items: int) -> int:
-        if self.tiles.programs:
-            return max(1, min(items, self.tiles.programs))
-        if device.type == "cuda":
-            return max(1, min(items, 4 * torch.cuda.get_device_properties(device).multi_processor_count))
-        return max(1, min(items, 8))
-
 
 def _bias_arguments(bias: torch.Tensor | None, form: str, batch: int, placeholder: torch.Tensor):
     """(bias pointer, batch, head, row and key strides, table length) of the kernel's bias arguments; without a
@@ -238,14 +229,11 @@ def register_ceiling(warps: int) -> int:
 def _launch_settings(plan: _Plan, q: torch.Tensor, backward: bool = False):
     """The kernels' compile-time settings (constexprs and ``num_warps``) of the forward or the backward pass."""
     kt = _triton()
-    tl = kt.tl
-    dot = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}[q.dtype]
-    precision = "ieee" if q.dtype == torch.float32 else "tf32"
     warps = plan.tiles.backward_warps if backward else plan.tiles.warps
     bias_code = {"none": kt.BIAS_NONE, "table": kt.BIAS_TABLE, "tensor": kt.BIAS_FULL}[plan.form]
     return dict(HP=plan.heads_padded, DP=plan.width_padded, DHP=dot_size(q.shape[-1]), BM=plan.tiles.block_rows,
                 W=plan.tiles.wide_tile(plan.kernel_size, backward), K=plan.kernel_size, LEFT=plan.left,
-                TRIL=plan.tril, CAUSAL=plan.causal, BIAS=bias_code, DOT=dot, PRECISION=precision,
+                TRIL=plan.tril, CAUSAL=plan.causal, BIAS=bias_code, **dot_settings(kt.tl, q.dtype),
                 num_warps=warps, **({"maxnreg": register_ceiling(warps)} if plan.tiles.cap_registers else {}))
 
 
@@ -277,14 +265,12 @@ class _FusedDape(torch.autograd.Function):
         hp, dp, bm, wide = meta["HP"], meta["DP"], meta["BM"], meta["W"]
         out = torch.empty(q.shape, device=q.device, dtype=v.dtype)
         lse = torch.empty((batch, hp, n_rows), device=q.device, dtype=torch.float32)
-        items = batch * -(-n_rows // bm)
-        nprog = plan.programs(q.device, items)
+        nprog = persistent_programs(q.device, batch * -(-n_rows // bm), plan.tiles.programs)
         scratch = torch.empty(nprog * (2 * hp + dp) * bm * wide, device=q.device, dtype=torch.float32)
         _launch(kt.dape_forward_kernel, nprog,
                 q, k, v, out, lse, *_bias_arguments(bias, plan.form, batch, q),
                 *_weight_arguments(w1a, w1b, b1, w2, b2), scratch, 1.0 / math.sqrt(head_dim), plan.row_offset, batch,
-                n_rows, n_keys, heads, head_dim, nprog,
-                **meta)
+                n_rows, n_keys, heads, head_dim, nprog, **meta)
         ctx.save_for_backward(q, k, v, out, lse, bias, w1a, w1b, b1, w2, b2)
         ctx.plan = plan
         return out
@@ -310,14 +296,14 @@ class _FusedDape(torch.autograd.Function):
         grad_k = torch.empty_like(k)
         grad_v = torch.empty_like(v)
         stride = wide - 4 * (ks - 1)
-        nprog_kv = plan.programs(q.device, batch * -(-n_keys // stride))
+        nprog_kv = persistent_programs(q.device, batch * -(-n_keys // stride), plan.tiles.programs)
         scratch = torch.empty(nprog_kv * slab, device=q.device, dtype=torch.float32)
         _launch(kt.dape_backward_kv_kernel, nprog_kv,
                 q, k, v, grad_out, lse, delta, grad_k, grad_v, *bias_args, *weights, scratch,
                 scale, plan.row_offset, batch, n_rows, n_keys, heads, head_dim, nprog_kv, **meta)
 
         extent = pow2(bm + wide - 1)
-        nprog_q = plan.programs(q.device, batch * -(-n_rows // bm))
+        nprog_q = persistent_programs(q.device, batch * -(-n_rows // bm), plan.tiles.programs)
         scratch = torch.empty(nprog_q * (slab + hp * bm * extent), device=q.device, dtype=torch.float32)
         part_size = ks * hp * dp + hp + 2 * ks * dp * hp + dp
         partial = torch.zeros((nprog_q, part_size), device=q.device, dtype=torch.float32)

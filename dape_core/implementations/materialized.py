@@ -40,6 +40,7 @@ from torch.utils.checkpoint import checkpoint
 from dape_core.dape import NEGATIVE_SLOPE, ScoreProcessor
 from dape_core.encodings import PositionalEncoding
 from dape_core.errors import require_choice, require_positive
+from dape_core.implementations.fast import by_row_chunks, key_range
 from dape_core.implementations.precision import autocast_dtype, autocast_off, has_autocast
 from dape_core.implementations.score_product import score_product
 from dape_core.settings.attention import FEATURE_MAPS
@@ -111,26 +112,23 @@ def attend_materialized(
     score_dtype = torch.promote_types(q.dtype, torch.float32)  # fp32 scores under bf16 autocast (fp64 stays)
     chunk = chunk or chunk_rows(processor, q.shape[0], n_keys, feature_itemsize=feature_itemsize(q, dape_dtype))
     chunk = causal_chunk(chunk, n, causal=causal, causal_chunks=causal_chunks)
-    if recompute_scores is None:
-        recompute_scores = True
-    recompute_scores = recompute_scores and torch.is_grad_enabled()
-    outputs = {}
+    recompute_scores = (recompute_scores is None or recompute_scores) and torch.is_grad_enabled()
     tf32_scores = tf32_scores and {q.dtype, k.dtype} <= SIXTEEN_BIT  # where each product of A is exact in TF32
     q_s, k_s = q.to(score_dtype), k.to(score_dtype)
     options = dict(encoding=encoding, processor=processor, causal=causal, dropout_p=dropout_p,
                    feature_dtype=feature_dtype, feature_map=feature_map, tf32_scores=tf32_scores)
     halo = processor.needed_halo()
-    for r0 in reversed(range(0, n, chunk)):  # largest chunk first: later chunks reuse its memory
-        rows_end = min(n, r0 + chunk)
-        first, last = row_offset + r0, row_offset + rows_end
-        keys_read, keys_kept = (min(n_keys, last + halo), last) if causal else (n_keys, n_keys)
-        args = (q_s[:, :, r0:rows_end], k_s[:, :, :keys_read], v[:, :, :keys_kept])
+
+    def attend_rows(r0, r1):
+        first, last = row_offset + r0, row_offset + r1
+        keys_read, keys_kept = key_range(halo, causal, last, n_keys)
+        args = (q_s[:, :, r0:r1], k_s[:, :, :keys_read], v[:, :, :keys_kept])
         rows = dict(q_positions=positions[first:last], k_positions=positions[:keys_read], first=first, **options)
         if recompute_scores:  # (positions as keywords: the checkpoint keeps no reference of its own to them)
-            outputs[r0] = checkpoint(chunk_fn, *args, use_reentrant=False, **rows)
-        else:
-            outputs[r0] = chunk_fn(*args, **rows)
-    return outputs[0] if len(outputs) == 1 else torch.cat([outputs[r0] for r0 in sorted(outputs)], dim=2)
+            return checkpoint(chunk_fn, *args, use_reentrant=False, **rows)
+        return chunk_fn(*args, **rows)
+
+    return by_row_chunks(attend_rows, n, chunk)
 
 
 def feature_itemsize(q: torch.Tensor, dape_dtype: torch.dtype | None = None) -> int:

@@ -28,6 +28,20 @@ def interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def dot_settings(tl, dtype: torch.dtype) -> dict:
+    """The kernels' ``DOT`` (the products' operand dtype, of Triton's ``tl``) and ``PRECISION`` for ``dtype`` inputs."""
+    dot = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}[dtype]
+    return dict(DOT=dot, PRECISION="ieee" if dtype == torch.float32 else "tf32")
+
+
+def persistent_programs(device: torch.device, items: int, programs: int | None = None) -> int:
+    """Persistent programs over ``items`` work items: ``programs`` if set, else 4 per streaming multiprocessor on
+    CUDA, 8 elsewhere; at most the items, at least 1."""
+    if not programs:
+        programs = 4 * torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
+    return max(1, min(items, programs))
+
+
 def kernels_run_on(device: torch.device | str, load) -> bool:
     """Whether Triton kernels (module imported by ``load``, raising ConfigError without Triton) run on ``device``."""
     kind = torch.device(device).type

@@ -35,16 +35,13 @@ HOW_TO_READ = (
     "runs without tril apart from causal ones), or where the setting has one seed the grid's largest σ for that "
     "statistic, is borrowed to size the seeds a verdict needs, never to decide (a method noisier than the σ it "
     "borrows can be decided beyond 5 % of the time). Runs are paired by seed only where they share "
-    "initialisation and batch stream (the same setting); "
-    "otherwise the comparison is unpaired (Welch). "
-    f"{CALIBRATION} The "
-    "timing claim's interval is Student's t over replicate jobs, each timing both sizes and both methods in blocks "
-    "of fresh worker processes (a job's rise the mean over its blocks of a ratio of medians of interleaved rounds: "
-    "what changes between jobs is shared by all of a job's blocks), on the device it names. The column "
-    "on the paper's numbers gives point verdicts (one printed number per cell: the interval is the point). A "
+    "initialisation and batch stream (the same setting); otherwise the comparison is unpaired (Welch). "
+    f"{CALIBRATION} The timing claim's interval is Student's t over replicate jobs, each timing both sizes and both "
+    "methods in blocks of fresh worker processes (a job's rise the mean over its blocks of a ratio of medians of "
+    "interleaved rounds: what changes between jobs is shared by all of a job's blocks), on the device it names. The "
+    "column on the paper's numbers gives point verdicts (one printed number per cell: the interval is the point). A "
     "diverged run has perplexity +∞: it decides its comparison. Lengths are multiples of the training length "
-    "(×1 = the training length); core claims are marked ★. Marks: "
-    "✓ CONFIRMED, ✗ REFUTED, ? UNDECIDED.")
+    "(×1 = the training length); core claims are marked ★. Marks: ✓ CONFIRMED, ✗ REFUTED, ? UNDECIDED.")
 
 
 def _rho_lines(rho: pd.DataFrame | None) -> list[str]:
@@ -76,8 +73,7 @@ POWER_RULE = (
     "(train_wall_s × train_threads) and GPU-hours, the larger of the FLOP time (flops_per_token × tokens / "
     "(gpu_tflops × utilisation)) and the dispatch time (operator calls per step × the per-call host cost measured "
     "on this CPU, dape_core/config/measured/dispatch_cost.csv), as `python -m dape_core.config` prints them; the "
-    "column "
-    "bound says which decides.")
+    "column bound says which decides.")
 
 
 def family_line(df: pd.DataFrame) -> str:

@@ -113,7 +113,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--windows", help="lm_windows.csv: per-window losses (the intervals' windows)")
     p.add_argument("--gpu-tflops", type=_positive_field("gpu_tflops"), help="estimate.gpu_tflops: the GPU-hours of "
                    "the extra seeds that would decide an open claim (default: the schema's)")
-    p.add_argument("--utilisation", type=_share, help="estimate.utilisation (default: the schema's)")
+    p.add_argument("--utilisation", type=_positive_field("utilisation", at_most=1),
+                   help="estimate.utilisation (default: the schema's)")
     p.add_argument("--out-md", required=True)
     p.add_argument("--out-csv", required=True)
 
@@ -131,16 +132,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--out-csv", required=True)
 
 
-def _positive_field(name: str, integer: bool = False):
-    """A number > 0 (a whole number with ``integer``) for the setting ``name``."""
+def _positive_field(name: str, integer: bool = False, at_most: float | None = None):
+    """A number > 0 (a whole number with ``integer``; at most ``at_most`` if given) for the setting ``name``."""
+    allowed = (f"a number in (0, {at_most}]" if at_most is not None
+               else f"{'a whole number' if integer else 'a number'} > 0")
+
     def parse(text: str) -> float | int:
         try:
             value = int(text) if integer else float(text)
         except ValueError:
             value = float("nan")
-        if not value > 0:
-            kind = "a whole number" if integer else "a number"
-            raise argparse.ArgumentTypeError(f"{name}: {text!r} is not allowed; allowed values: {kind} > 0")
+        if not (0 < value <= at_most if at_most is not None else value > 0):
+            raise argparse.ArgumentTypeError(f"{name}: {text!r} is not allowed; allowed values: {allowed}")
         return value
 
     return parse
@@ -173,17 +176,6 @@ def _prices(text: str) -> dict[str, dict[str, float]]:
         raise argparse.ArgumentTypeError(f"prices: {text[:60]!r} is not allowed; allowed values: JSON mapping each "
                                          f"run or cell to {{kind: CPU-seconds}} with kind one of {', '.join(KINDS)}")
     return prices
-
-
-def _share(text: str) -> float:
-    """A number in (0, 1] (estimate.utilisation)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"utilisation: {text!r} is not allowed; allowed values: a number in (0, 1]")
-    return value
 
 
 def _add_sources(p: argparse.ArgumentParser) -> None:
@@ -258,10 +250,7 @@ def run(args) -> int:
 
 
 def family_heading(name: str, spec: dict) -> str:
-    parts = [name]
-    if spec.get("title"):
-        parts.append(spec["title"])
-    heading = " — ".join(parts)
+    heading = f"{name} — {spec['title']}" if spec.get("title") else name
     return heading + (f" ({spec['paper']})" if spec.get("paper") else "")
 
 
@@ -330,10 +319,9 @@ def write_design(args) -> dict:
     sink = aggregate.sink_results(plan, args.sinks) if args.sinks else None
     che = aggregate.che_results(plan, args.cells) if args.cells else None
     pilot = evaluate_claims(lm, che=che, sink=sink, windows=windows, fresh=True)
-    threads = dict(args.threads)
     settings = design.DesignSettings(args.budget_minutes, args.fresh_seeds_from, args.max_seeds, args.cores)
     chosen = design.choose(pilot, args.prices, settings)
-    measured = design.measured_prices(args.benchmarks, threads)
+    measured = design.measured_prices(args.benchmarks, dict(args.threads))
     chosen["measured_cpu_s"] = {u: {k: round(v, 2) for k, v in sorted(p.items())} for u, p in sorted(measured.items())}
     chosen["wall"] = design.wall_estimate(chosen, measured, cpu_model())
     lines = design.design_lines(chosen)

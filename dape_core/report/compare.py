@@ -25,6 +25,8 @@ DATASET_NAMES = {"arxiv": "arXiv", "books3": "Books3"}
 COMPARED_ROLES = ("central", "every_encoding", "kernel_sweep", "width_sweep", "equal_tokens", "model_size",
                   "leakage")
 SETTING = ["dataset", "train_len", "size"]
+#: a compared cell: a role's run setting, the paper setting set against it, and the multiple of the training length
+CELL = ["role", "dataset", "paper_dataset", "train_len", "paper_train_len", "size", "paper_size", "multiple"]
 
 
 def variant_label(df: pd.DataFrame, role: str) -> pd.Series:
@@ -64,15 +66,10 @@ def _paper_setting(run: pd.DataFrame, paper: pd.DataFrame, dataset: str, train_l
     cands = paper[paper["dataset"] == dataset]
     if paper_size is not None:
         cands = cands[cands["size"] == paper_size]
-    best, best_score = None, None
-    for (t, s), g in cands.groupby(["train_len", "size"]):
-        shared = len(set(g["method"]) & set(run["method"]))
-        if shared == 0:
-            continue
-        score = (shared, -abs(math.log2(t / train_len)), s == "125M")
-        if best_score is None or score > best_score:
-            best, best_score = (t, s), score
-    return best
+    scores = {(t, s): (shared, -abs(math.log2(t / train_len)), s == "125M")
+              for (t, s), g in cands.groupby(["train_len", "size"])
+              if (shared := len(set(g["method"]) & set(run["method"])))}
+    return max(scores, key=scores.get) if scores else None
 
 
 def _pairs(run: pd.DataFrame, paper: pd.DataFrame | None, size_map: dict | None):
@@ -115,9 +112,8 @@ def ordering(lm: pd.DataFrame, paper: pd.DataFrame | None = None,
                                  "paper_ppl": paper_ppl.get(r["method"], np.nan),
                                  "paper_rank": paper_rank.get(r["method"], np.nan),
                                  "paper_source": paper_src.get(r["method"], "")})
-    return pd.DataFrame(rows, columns=["role", "dataset", "paper_dataset", "train_len", "paper_train_len",
-                                       "size", "paper_size", "multiple", "method", "run_ppl", "n_seeds",
-                                       "run_rank", "paper_ppl", "paper_rank", "paper_source"])
+    return pd.DataFrame(rows, columns=CELL + ["method", "run_ppl", "n_seeds", "run_rank", "paper_ppl", "paper_rank",
+                                              "paper_source"])
 
 
 def spearman(a: pd.Series, b: pd.Series) -> float:
@@ -138,16 +134,14 @@ def _order(values: pd.Series) -> str:
 
 def rank_correlation(order: pd.DataFrame) -> pd.DataFrame:
     """Per role, setting and multiple: Spearman's ρ between run and paper over the methods both have."""
-    keys = ["role", "dataset", "paper_dataset", "train_len", "paper_train_len", "size", "paper_size",
-            "multiple"]
     rows = []
-    for k, g in order.groupby(keys, dropna=False, sort=False):
+    for k, g in order.groupby(CELL, dropna=False, sort=False):
         g = g.set_index("method")
         shared = g[g["paper_ppl"].notna()]
-        rows.append({**dict(zip(keys, k)), "n_methods": len(g), "n_shared": len(shared),
+        rows.append({**dict(zip(CELL, k)), "n_methods": len(g), "n_shared": len(shared),
                      "spearman": spearman(shared["run_ppl"], shared["paper_ppl"]),
                      "run_order": _order(g["run_ppl"]), "paper_order": _order(shared["paper_ppl"])})
-    return pd.DataFrame(rows, columns=keys + ["n_methods", "n_shared", "spearman", "run_order", "paper_order"])
+    return pd.DataFrame(rows, columns=CELL + ["n_methods", "n_shared", "spearman", "run_order", "paper_order"])
 
 
 def setting_correlations(lm: pd.DataFrame, paper: pd.DataFrame | None = None,
@@ -200,11 +194,9 @@ def relative_improvements(lm: pd.DataFrame, paper: pd.DataFrame | None = None,
                           size_map: dict[str, str] | None = None) -> pd.DataFrame:
     """(base − method) / base for each DAPE variant against its baselines, run next to paper."""
     order = ordering(lm, paper, size_map)
-    keys = ["role", "dataset", "paper_dataset", "train_len", "paper_train_len", "size", "paper_size",
-            "multiple"]
     paper = as_lm_results() if paper is None else paper
     rows = []
-    for k, g in order.groupby(keys, dropna=False, sort=False):
+    for k, g in order.groupby(CELL, dropna=False, sort=False):
         g = g.set_index("method")
         present = set(g.index)
         role = k[0]
@@ -214,11 +206,11 @@ def relative_improvements(lm: pd.DataFrame, paper: pd.DataFrame | None = None,
         for method in g.index:
             for base in _baselines_of(method, present, role):
                 pm, pb = ref.get(method, np.nan), ref.get(base, np.nan)
-                rows.append({**dict(zip(keys, k)), "method": method, "baseline": base,
+                rows.append({**dict(zip(CELL, k)), "method": method, "baseline": base,
                              "run_method_ppl": g.at[method, "run_ppl"], "run_baseline_ppl": g.at[base, "run_ppl"],
                              "run_rel": _rel(g.at[base, "run_ppl"], g.at[method, "run_ppl"]),
                              "paper_method_ppl": pm, "paper_baseline_ppl": pb, "paper_rel": _rel(pb, pm)})
-    return pd.DataFrame(rows, columns=keys + ["method", "baseline", "run_method_ppl", "run_baseline_ppl",
+    return pd.DataFrame(rows, columns=CELL + ["method", "baseline", "run_method_ppl", "run_baseline_ppl",
                                               "run_rel", "paper_method_ppl", "paper_baseline_ppl", "paper_rel"])
 
 

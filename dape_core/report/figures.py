@@ -71,8 +71,7 @@ def ppl_figure(lm: pd.DataFrame, family: str, panel_by: list[str] | None, title:
         ax.xaxis.set_minor_locator(ticker.NullLocator())
         for train_len in sorted(group["train_len"].unique()):
             ax.axvline(train_len, color="grey", lw=0.8, ls="--")
-        diverged = _mark_diverged(ax, group, "eval_len")
-        _legend(ax, diverged)
+        _legend(ax, _mark_diverged(ax, group, "eval_len"))
         ax.set_title(panel)
         ax.set_xlabel("evaluation length")
         ax.set_ylabel("perplexity")
@@ -119,13 +118,11 @@ def sweep_figure(lm: pd.DataFrame, family: str, sweep: str, title: str, out: str
         if len(ok):
             sns.lineplot(data=ok, x=sweep, y="ppl", hue="eval length", marker="o", errorbar="sd", ax=ax)
             _log_if_wide(ax, ok["ppl"])
-        diverged = _mark_diverged(ax, group, sweep)
-        _legend(ax, diverged)
+        _legend(ax, _mark_diverged(ax, group, sweep))
         ax.set_title(", ".join(f"{k}={v}" for k, v in zip(others, variant.split(" "))) if others else variant)
         ax.set_xlabel(sweep)
         ax.set_ylabel("perplexity")
-        values = sorted(group[sweep].dropna().unique())
-        ax.set_xticks(values)
+        ax.set_xticks(sorted(group[sweep].dropna().unique()))
     fig.suptitle(title or family)
     save(fig, out)
 

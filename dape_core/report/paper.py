@@ -143,8 +143,7 @@ def _as_lm_results(paper: pd.DataFrame) -> pd.DataFrame:
         rec["source"] = "; ".join(dict.fromkeys(g["source"]))
         rows.append(rec)
     out = pd.DataFrame(rows)
-    parsed = pd.DataFrame([method_settings(m) for m in out["method"]])
-    out = pd.concat([out, parsed], axis=1)
+    out = pd.concat([out, pd.DataFrame([method_settings(m) for m in out["method"]])], axis=1)
     out["run"] = ["paper:" + ":".join(_fmt(r[c]) for c in ("method", "dataset", "train_len", "size", "dape_width"))
                   for _, r in out.iterrows()]
     out["seed"] = 0

@@ -74,14 +74,9 @@ def claim_rules() -> dict[str, dict]:
 def fresh_results(design: dict, results: str | Path) -> list[str]:
     """The fresh seeds' result files of ``design`` already under ``results`` (LM eval.csv, CHE cell CSV)."""
     results = Path(results)
-    present = []
-    for unit, seeds in sorted(design["fresh"].items()):
-        for seed in seeds:
-            for path in (results / "lm" / unit / f"seed{seed}" / "eval.csv",
-                         results / "che" / unit / f"seed{seed}.csv"):
-                if path.exists():
-                    present.append(str(path))
-    return present
+    return [str(path) for unit, seeds in sorted(design["fresh"].items()) for seed in seeds
+            for path in (results / "lm" / unit / f"seed{seed}" / "eval.csv", results / "che" / unit / f"seed{seed}.csv")
+            if path.exists()]
 
 
 def protocol(design: dict, results: str | Path) -> dict:

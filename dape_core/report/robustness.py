@@ -13,7 +13,6 @@ The summary counts the claims compared (run in both), agreements, flips and clai
 
 from __future__ import annotations
 
-
 import pandas as pd
 
 from dape_core.report.intervals import CONFIRMED, NOT_RUN, REFUTED, UNDECIDED
@@ -36,11 +35,8 @@ def change(verdict: str, shifted: str) -> str:
 
 def compare(claims: pd.DataFrame, shifted: pd.DataFrame) -> pd.DataFrame:
     """One row per claim of either table: both verdicts, their bases and seed noise, and the change."""
-    def pick(df):
-        df = df.set_index("claim_id")
-        return df.reindex(columns=["section", "verdict", "basis", "seed_noise"])
-
-    a, b = pick(claims), pick(shifted)
+    a, b = (df.set_index("claim_id").reindex(columns=["section", "verdict", "basis", "seed_noise"])
+            for df in (claims, shifted))
     ids = list(dict.fromkeys([*a.index, *b.index]))
     a, b = a.reindex(ids), b.reindex(ids)
     out = pd.DataFrame({"claim_id": ids, "section": a["section"].fillna(b["section"]).to_numpy(),
@@ -103,6 +99,4 @@ def read_summary(path) -> dict | None:
     """The shift summary JSON written with the shifted configuration, verified (None without one)."""
     from dape_core import artefacts
 
-    if not path:
-        return None
-    return artefacts.read_json(path, artefacts.SHIFT)
+    return artefacts.read_json(path, artefacts.SHIFT) if path else None

@@ -214,26 +214,24 @@ def timing_tables(timing: pd.DataFrame, family: str, reference: str = "DAPE1x3-K
     for path, group in df.groupby("_path", sort=False):
         methods = method_order(group["_label"])
         columns, values, is_ms, lengths_summed = [], {m: [] for m in methods}, [], set()
+
+        def add(column: str, ms: bool, value_of) -> None:
+            columns.append(column)
+            is_ms.append(ms)
+            for m in methods:
+                values[m].append(value_of(m))
+
         for (mode, size, batch), shape in group.groupby(["mode", "size", "batch_size"], sort=False):
             times = shape.groupby(["_label", "seq_len"])["median_ms"].median()
             lengths = sorted(shape["seq_len"].unique())
             for n in lengths:
-                columns.append(f"{size} T={n} B={batch} ms")
-                is_ms.append(True)
-                for m in methods:
-                    values[m].append(times.get((m, n), np.nan))
+                add(f"{size} T={n} B={batch} ms", True, lambda m: times.get((m, n), np.nan))
             total = {m: sum(times.get((m, n), np.nan) for n in lengths) for m in methods}  # NaN if one is missing
             if len(lengths) > 1:
                 lengths_summed |= set(lengths)
-                columns.append(f"{size} Total B={batch} ms")
-                is_ms.append(True)
-                for m in methods:
-                    values[m].append(total[m])
+                add(f"{size} Total B={batch} ms", True, total.get)
             name = f"{size} T={lengths[0]} B={batch} ratio" if len(lengths) == 1 else f"{size} Total B={batch} ratio"
-            columns.append(name)
-            is_ms.append(False)
-            for m in methods:
-                values[m].append(total[m] / total.get(reference, np.nan))
+            add(name, False, lambda m: total[m] / total.get(reference, np.nan))
         cells = [[("n/a" if not np.isfinite(v) else f"{v:.2f}" if ms else f"{v:.4f}")
                   for v, ms in zip(values[m], is_ms)] for m in methods]
         best = [[ms and np.isfinite(v) and v == np.nanmin([values[k][i] for k in methods])
@@ -261,14 +259,13 @@ def leakage_tables(leakage: pd.DataFrame, family: str) -> list[Table]:
     df = leakage[leakage["family"] == family]
     lengths = sorted(df["eval_len"].unique())
     methods = method_order(df["method"])
-    cells, best = [], []
-    for m in methods:
-        row = []
-        for n in lengths:
-            g = df[(df["method"] == m) & (df["eval_len"] == n)]
-            row.append(summarise(g["ratio"], g["status"], digits=3))
-        cells.append([t for t, _ in row])
-        best.append([False] * len(row))
+
+    def cell(m, n) -> str:
+        g = df[(df["method"] == m) & (df["eval_len"] == n)]
+        return summarise(g["ratio"], g["status"], digits=3)[0]
+
+    cells = [[cell(m, n) for n in lengths] for m in methods]
+    best = [[False] * len(lengths) for _ in methods]
     return [Table("", "method (tril twin)", methods, [str(int(n)) for n in lengths], cells, best,
                   "ppl without tril / ppl with tril; ≪ 1 means the model reads future tokens")]
 

@@ -6,10 +6,7 @@
 building the workflow's plan never imports torch.
 """
 
-from dape_core.settings.fields import (add_arguments, check_choices, choices, defaults,
-                                       field_names, from_args, option_name, setting)
-from dape_core.settings.attention import ATTENTION_IMPLS, DAPE_DTYPES, PADDINGS, PROCESSORS, AttentionSettings
+from dape_core.settings.fields import add_arguments, choices, defaults, field_names, from_args
+from dape_core.settings.attention import ATTENTION_IMPLS, AttentionSettings
 
-__all__ = ["ATTENTION_IMPLS", "DAPE_DTYPES", "PADDINGS", "PROCESSORS",
-           "AttentionSettings", "add_arguments", "check_choices", "choices", "defaults", "field_names", "from_args",
-           "option_name", "setting"]
+__all__ = ["ATTENTION_IMPLS", "AttentionSettings", "add_arguments", "choices", "defaults", "field_names", "from_args"]

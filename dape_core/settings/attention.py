@@ -101,12 +101,11 @@ class AttentionSettings:
                                        "one Triton kernel per pass, no [batch, H, T, T] tensor (GPU, the gpu extra)")
     dape_dtype: str = setting("float32", choices=DAPE_DTYPES, help="precision of DAPE's GEMMs on the fast path")
     recompute_scores: bool | None = setting(None, help="materialized and compiled paths: recompute each query chunk's "
-                                                       "score "
-                                                       "pipeline in the backward pass instead of keeping its "
-                                                       "[batch, rows, keys, channels] tensors (training memory "
-                                                       "linear in T); default: a job given its GPU's memory "
-                                                       "(--gpu-mem-gb) keeps the scores where its whole micro-batch "
-                                                       "fits that way (faster), else on")
+                                                       "score pipeline in the backward pass instead of keeping its "
+                                                       "[batch, rows, keys, channels] tensors (training memory linear "
+                                                       "in T); default: a job given its GPU's memory (--gpu-mem-gb) "
+                                                       "keeps the scores where its whole micro-batch fits that way "
+                                                       "(faster), else on")
 
     def __post_init__(self):
         check_choices(self, AttentionSettings)

@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dape_core.errors import ConfigError, require_positive
-from dape_core.settings import fields
 from dape_core.settings.attention import AttentionSettings
-from dape_core.settings.fields import setting
+from dape_core.settings.fields import check_choices, setting
 
 #: the 15 tasks of che-spec, as dape_core.che.tasks registers them (a test keeps the two equal; the settings layer
 #: imports nothing above it, so the task-dependent checks live in dape_core.che.tasks.check_positions)
@@ -48,7 +47,7 @@ class CHESettings(AttentionSettings):
 
     def __post_init__(self):
         super().__post_init__()
-        fields.check_choices(self, CHESettings)
+        check_choices(self, CHESettings)
         for name in ("n_layer", "d_model", "n_head", "d_ff", "steps", "batch_size",
                      "train_max_len", "eval_min_len", "eval_max_len", "eval_samples", "eval_batch_size",
                      "eval_score_budget", "max_position", "threads"):  # fmt: skip
@@ -57,10 +56,8 @@ class CHESettings(AttentionSettings):
         if not 0 <= self.dropout < 1:
             raise ConfigError(f"dropout: {self.dropout!r} is not allowed; allowed values: 0 ≤ x < 1")
         if self.eval_max_len < self.eval_min_len:
-            raise ConfigError(
-                f"eval_max_len: {self.eval_max_len} is not allowed; "
-                f"allowed values: ≥ eval_min_len ({self.eval_min_len})"
-            )
+            raise ConfigError(f"eval_max_len: {self.eval_max_len} is not allowed; allowed values: ≥ eval_min_len "
+                              f"({self.eval_min_len})")
 
     @property
     def eval_lengths(self) -> list[int]:

@@ -103,11 +103,7 @@ def local_builder(data_files: Iterable[str]) -> str:
     builders = set()
     for path in data_files:
         name = Path(path).name.lower()
-        for suffix in COMPRESSION_SUFFIXES:
-            if name.endswith(suffix):
-                name = name[: -len(suffix)]
-                break
-        extension = Path(name).suffix
+        extension = Path(next((name[:-len(s)] for s in COMPRESSION_SUFFIXES if name.endswith(s)), name)).suffix
         if extension not in LOCAL_BUILDERS:
             raise ConfigError(f"data_files: {path!r} has an unknown extension; allowed values: "
                               ".txt, .json, .jsonl, .parquet (json and txt optionally .zst/.gz/.bz2/.xz compressed)")

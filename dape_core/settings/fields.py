@@ -50,15 +50,14 @@ def field_names(cls) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls))
 
 
+def field_default(f: dataclasses.Field) -> Any:
+    """A field's default (its ``default_factory`` called), or ``dataclasses.MISSING`` where it has none."""
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
 def defaults(cls) -> dict[str, Any]:
     """Field → default of a dataclass (fields without a default are left out)."""
-    out = {}
-    for f in dataclasses.fields(cls):
-        if f.default is not dataclasses.MISSING:
-            out[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            out[f.name] = f.default_factory()
-    return out
+    return {f.name: value for f in dataclasses.fields(cls) if (value := field_default(f)) is not dataclasses.MISSING}
 
 
 def choices(cls) -> dict[str, tuple]:
@@ -108,13 +107,9 @@ def add_arguments(parser: argparse.ArgumentParser, cls, *, exclude: Iterable[str
 
 def from_args(cls, args: argparse.Namespace, **overrides):
     """``cls`` built from the parsed options of its fields (``overrides`` win); choices checked by ``cls``."""
-    values = {}
-    for f in dataclasses.fields(cls):
-        if f.name in overrides:
-            values[f.name] = overrides[f.name]
-        elif hasattr(args, f.name):
-            values[f.name] = getattr(args, f.name)
-    return cls(**values)
+    names = field_names(cls)
+    values = {name: getattr(args, name) for name in names if hasattr(args, name)}
+    return cls(**{**values, **{name: value for name, value in overrides.items() if name in names}})
 
 
 # ----------------------------------------------------------------------------------------------- a job's spec

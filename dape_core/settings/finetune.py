@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dape_core.errors import ConfigError, require_choice
-from dape_core.settings import fields
 from dape_core.settings.attention import AttentionSettings
-from dape_core.settings.fields import field_names, redeclared, setting
+from dape_core.settings.fields import check_choices, field_names, redeclared, setting
 from dape_core.settings.training import TrainSettings
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
@@ -57,7 +56,7 @@ class FinetuneSettings(AttentionSettings):
 
     def __post_init__(self):
         super().__post_init__()
-        fields.check_choices(self, FinetuneSettings)
+        check_choices(self, FinetuneSettings)
         if (self.base_model is None) == (self.base_config is None):
             given = "both" if self.base_model is not None else "neither"
             raise ConfigError(f"base_model / base_config: {given} given; allowed values: exactly one — a model "

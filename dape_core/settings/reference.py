@@ -14,7 +14,8 @@ import types
 import typing
 from pathlib import Path
 
-from dape_core.settings.fields import option_name
+from dape_core.settings.fields import field_default, option_name
+
 
 def sections() -> list[tuple[str, str, type, tuple[str, ...]]]:
     """(title, where it is set, dataclass, fields left out) per block of the reference."""
@@ -55,11 +56,8 @@ def type_text(annotation) -> str:
 
 
 def default_text(field: dataclasses.Field) -> str:
-    if field.default is not dataclasses.MISSING:
-        value = field.default
-    elif field.default_factory is not dataclasses.MISSING:
-        value = field.default_factory()
-    else:
+    value = field_default(field)
+    if value is dataclasses.MISSING:
         return "required"
     if value is None:
         return "unset (`null`)"

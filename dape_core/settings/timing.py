@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dape_core.errors import ConfigError, require_positive
-from dape_core.settings import fields
 from dape_core.settings.attention import AttentionSettings
-from dape_core.settings.fields import setting
+from dape_core.settings.fields import check_choices, setting
 from dape_core.settings.model import SIZE_PRESETS
 
 MODES = ("forward", "train_step")
@@ -46,7 +45,7 @@ class TimingSettings(AttentionSettings):
 
     def __post_init__(self):
         super().__post_init__()
-        fields.check_choices(self, TimingSettings)
+        check_choices(self, TimingSettings)
         for name in ("repeats", "blocks", "replicates", "threads", *(("n_layer",) if self.n_layer is not None else ()),
                      *(("compute_threads",) if self.compute_threads is not None else ())):
             require_positive(name, getattr(self, name))

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dape_core.errors import ConfigError, require_positive
-from dape_core.settings import fields
-from dape_core.settings.fields import setting
+from dape_core.settings.fields import check_choices, setting
 from dape_core.settings.model import GPTConfig
 
 #: GPTConfig fields that `dape train` does not take as options (the data, the shape rule and the evaluation set them)
@@ -53,7 +52,7 @@ class TrainSettings:
                                         "the same numbers to fp32 rounding; evaluation stays eager")
 
     def __post_init__(self):
-        fields.check_choices(self, TrainSettings)
+        check_choices(self, TrainSettings)
         for name in ("train_len", "batch_size", "grad_accum", "threads", "checkpoint_every", "log_every"):
             require_positive(name, getattr(self, name))
         if self.micro_batch_size is not None:

@@ -7,17 +7,13 @@ timed run: threads, device, parking, precision, rows), :mod:`~dape_core.timing.d
 autocast and path) and :mod:`~dape_core.timing.cli` (``dape time``); the machine's record is :mod:`dape_core.machine`'s.
 """
 
-from dape_core.machine import cpu_model
-from dape_core.settings.timing import MODES, PRECISIONS, TIMED_SHAPE, TimingSettings
+from dape_core.settings.timing import PRECISIONS, TimingSettings
 from dape_core.timing import case, cli, device, interleave, workers
-from dape_core.timing.case import (SUMMARY_STATS, TimedCase, failed_row, measure, out_of_memory_row, summary_row,
-                                   timed_method)
+from dape_core.timing.case import measure, timed_method
 from dape_core.timing.cli import add_arguments, cases, cells, parse_methods, run
-from dape_core.timing.device import (AUTOCAST_DTYPES, device_name, pass_autocast, pass_path, synchronize,
-                                     timing_device)
-from dape_core.timing.interleave import (REPEAT_COLUMNS, REPEAT_SETTINGS, merge, repeats_path, replicate_spec,
-                                         rotation, time_cell)
-from dape_core.timing.workers import REPLY, WORKER_COMMAND, TimingWorkerError, Worker, describe, worker_main
+from dape_core.timing.device import AUTOCAST_DTYPES, device_name, pass_path, synchronize, timing_device
+from dape_core.timing.interleave import REPEAT_COLUMNS, merge, repeats_path, replicate_spec, rotation, time_cell
+from dape_core.timing.workers import REPLY, TimingWorkerError, Worker, worker_main
 
 
 def _description(title: str | None, *modules) -> str | None:
@@ -32,10 +28,8 @@ def _description(title: str | None, *modules) -> str | None:
 __doc__ = _description(__doc__, workers, interleave, case, cli)
 
 __all__ = [
-    "AUTOCAST_DTYPES", "MODES", "PRECISIONS", "REPEAT_COLUMNS", "REPEAT_SETTINGS", "REPLY", "SUMMARY_STATS",
-    "TIMED_SHAPE", "TimedCase", "TimingSettings", "TimingWorkerError", "WORKER_COMMAND", "Worker", "add_arguments",
-    "case", "cases", "cells", "cli", "cpu_model", "describe", "device", "device_name", "failed_row", "interleave",
-    "measure", "merge", "out_of_memory_row", "parse_methods", "pass_autocast", "pass_path", "repeats_path",
-    "replicate_spec", "rotation", "run", "summary_row", "synchronize", "time_cell", "timed_method", "timing_device",
-    "worker_main", "workers",
+    "AUTOCAST_DTYPES", "PRECISIONS", "REPEAT_COLUMNS", "REPLY", "TimingSettings", "TimingWorkerError", "Worker",
+    "add_arguments", "case", "cases", "cells", "cli", "device", "device_name", "interleave", "measure", "merge",
+    "parse_methods", "pass_path", "repeats_path", "replicate_spec", "rotation", "run", "synchronize", "time_cell",
+    "timed_method", "timing_device", "worker_main", "workers",
 ]

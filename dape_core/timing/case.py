@@ -28,6 +28,10 @@ from dape_core.settings.timing import TimingSettings
 from dape_core.timing.device import (AUTOCAST_DTYPES, device_name, pass_autocast, pass_path, synchronize,
                                      timing_device)
 
+#: the statistics of a summary row (:func:`summary_row`), recomputed by a merge
+SUMMARY_STATS = ("status", "median_ms", "min_ms", "per_layer_ms", "tokens_per_s", "peak_mem_mb",
+                 "peak_mem_over_baseline_mb")
+
 
 def timed_method(cfg: AttentionSettings, precision: str = TimingSettings.precision) -> str:
     """The paper's label, qualified by a path or precision other than the default: "DAPE1x3-Kerple (plain, fp16)"."""
@@ -146,9 +150,7 @@ def summary_row(row: dict, times: list[float], peak: float, baseline: float) -> 
 
 def out_of_memory_row(row: dict) -> dict:
     """A method that does not fit the GPU: status ``out_of_memory``, no time."""
-    nan = float("nan")
-    return {**row, "status": "out_of_memory", **dict.fromkeys(
-        ("median_ms", "min_ms", "per_layer_ms", "tokens_per_s", "peak_mem_mb", "peak_mem_over_baseline_mb"), nan)}
+    return {**row, "status": "out_of_memory", **dict.fromkeys(SUMMARY_STATS[1:], float("nan"))}
 
 
 def measure(case: dict) -> dict:
@@ -172,8 +174,3 @@ def failed_row(case: dict) -> dict:
             "n_layer": cfg.n_layer, "d_model": cfg.d_model, "n_head": cfg.n_head, "vocab_size": cfg.vocab_size,
             "device": device_name(device), "device_type": device.type, "cpu_model": cpu_model(),
             "attention_path": pass_path(cfg, device, case["mode"], AUTOCAST_DTYPES[case.get("precision", "fp32")])}
-
-
-#: the statistics of a summary row (:func:`summary_row`), recomputed by a merge
-SUMMARY_STATS = ("status", "median_ms", "min_ms", "per_layer_ms", "tokens_per_s", "peak_mem_mb",
-                 "peak_mem_over_baseline_mb")

@@ -101,10 +101,9 @@ def run(args) -> int:
     job = os.path.basename(args.out).removesuffix(".csv")
     if job.startswith("rep") and job[3:].isdigit():  # results/timing/{job}/rep{k}.csv: the cells are the job's
         job = os.path.basename(os.path.dirname(os.path.abspath(args.out)))
-    cell_list = cells(parse_methods(args.methods, settings), job)
     rows, repeat_rows = [], []
     try:
-        for cell in cell_list:
+        for cell in cells(parse_methods(args.methods, settings), job):
             summary, repeats = time_cell(cell, args.replicate)
             rows += summary
             repeat_rows += repeats
@@ -117,9 +116,8 @@ def run(args) -> int:
                  seal=True)
     io.write_csv(args.out, pd.DataFrame(rows), seal=True)
     for row in rows:
+        result = (f"{row['median_ms']:.1f} ms (median of {row['blocks']} × {row['repeats']} interleaved), "
+                  f"{row['peak_mem_mb']:.0f} MB" if row["status"] == "ok" else row["status"])
         print(f"{row['run']}: {row['method']} {row['mode']} T={row['seq_len']} B={row['batch_size']} on "
-              f"{row['device']}: " + (f"{row['median_ms']:.1f} ms (median of {row['blocks']} × {row['repeats']} "
-                                      "interleaved), "
-                                      f"{row['peak_mem_mb']:.0f} MB" if row["status"] == "ok" else row["status"]),
-              file=sys.stderr)
+              f"{row['device']}: {result}", file=sys.stderr)
     return 0

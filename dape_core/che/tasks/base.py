@@ -13,8 +13,9 @@ from dape_core.errors import ConfigError, require_choice
 
 class Task(abc.ABC):
     """One CHE task: vocabularies, output length, batch sampling and the target of any input batch. It defines
-    ``_targets`` and either ``_sample_inputs`` (targets from ``_targets``) or ``_sample`` (inputs with targets known
-    from the sampler's own draws, e.g. solve_equation's hidden digit)."""
+    ``_targets`` and may override ``_sample_inputs`` (default: tokens uniform over the input vocabulary; targets from
+    ``_targets``) or ``_sample`` (inputs with targets known from the sampler's own draws, e.g. solve_equation's hidden
+    digit)."""
 
     name: ClassVar[str]
     level: ClassVar[str]  # Chomsky level: "R" (regular), "DCF" (deterministic context-free), "CS" (context-sensitive)
@@ -52,7 +53,7 @@ class Task(abc.ABC):
         return inputs, self._targets(inputs)
 
     def _sample_inputs(self, batch_size: int, length: int, rng: np.random.Generator) -> np.ndarray:
-        raise NotImplementedError(f"{self.name} defines neither _sample_inputs nor _sample")
+        return rng.integers(0, self.input_size, size=(batch_size, length))
 
     @abc.abstractmethod
     def _targets(self, inputs: np.ndarray) -> np.ndarray:

@@ -35,9 +35,7 @@ def nonzero_bit_rows(rng: np.random.Generator, widths: np.ndarray, total: int) -
 def binary_result(values: list[int], end_token: int, width: int) -> np.ndarray:
     """Little-endian digits of each value ("0" for zero), then the end token, zero-padded to ``width``."""
     n_digits = np.array([max(v.bit_length(), 1) for v in values])
-    digits = ints_to_bits(values, width)
-    columns = np.arange(width)[None, :]
-    out = np.where(columns < n_digits[:, None], digits, 0)
+    out = np.where(np.arange(width)[None, :] < n_digits[:, None], ints_to_bits(values, width), 0)
     out[np.arange(len(values)), n_digits] = end_token
     return out
 

@@ -58,9 +58,6 @@ class ReverseString(Task):
     def output_length(self, length):
         return length
 
-    def _sample_inputs(self, batch_size, length, rng):
-        return rng.integers(0, 2, size=(batch_size, length))
-
     def _targets(self, inputs):
         return inputs[:, ::-1].copy()
 

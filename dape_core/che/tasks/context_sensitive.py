@@ -19,9 +19,6 @@ class DuplicateString(Task):
     def output_length(self, length):
         return 2 * length
 
-    def _sample_inputs(self, batch_size, length, rng):
-        return rng.integers(0, 2, size=(batch_size, length))
-
     def _targets(self, inputs):
         return np.concatenate([inputs, inputs], axis=1)
 
@@ -67,9 +64,6 @@ class OddsFirst(Task):
     def output_length(self, length):
         return length
 
-    def _sample_inputs(self, batch_size, length, rng):
-        return rng.integers(0, 2, size=(batch_size, length))
-
     def _targets(self, inputs):
         return np.concatenate([inputs[:, 1::2], inputs[:, 0::2]], axis=1)
 
@@ -83,9 +77,8 @@ class _BinaryOperation(Task):
 
     def _sample(self, batch_size, length, rng):
         if length <= 2:  # no operator: one number uniform in [0, 2**N - 1)
-            numbers = rng.integers(0, 2**length - 1, size=batch_size)
-            inputs = ints_to_bits([int(n) for n in numbers], length)
-            return inputs, self._result([int(n) for n in numbers], [0] * batch_size, False, length)
+            numbers = [int(n) for n in rng.integers(0, 2**length - 1, size=batch_size)]
+            return ints_to_bits(numbers, length), self._result(numbers, [0] * batch_size, False, length)
         left_length = rng.integers(1, length - 1, size=batch_size)
         right_length = length - 1 - left_length
         left_bits = nonzero_bit_rows(rng, left_length, length)
@@ -168,9 +161,6 @@ class BucketSort(Task):
 
     def output_length(self, length):
         return length
-
-    def _sample_inputs(self, batch_size, length, rng):
-        return rng.integers(0, 5, size=(batch_size, length))
 
     def _targets(self, inputs):
         return np.sort(inputs, axis=1)

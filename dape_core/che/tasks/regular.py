@@ -14,9 +14,6 @@ class EvenPairs(Task):
 
     name, level, input_size, output_size = "even_pairs", "R", 2, 2
 
-    def _sample_inputs(self, batch_size, length, rng):
-        return rng.integers(0, 2, size=(batch_size, length))
-
     def _targets(self, inputs):
         return ((inputs[:, 1:] != inputs[:, :-1]).sum(axis=1) % 2)[:, None]
 
@@ -46,9 +43,6 @@ class ParityCheck(Task):
     name, level, input_size, output_size = "parity_check", "R", 2, 2
     permutation_invariant = True
 
-    def _sample_inputs(self, batch_size, length, rng):
-        return rng.integers(0, 2, size=(batch_size, length))
-
     def _targets(self, inputs):
         return (inputs.sum(axis=1) % 2)[:, None]
 
@@ -59,9 +53,6 @@ class CycleNavigation(Task):
 
     name, level, input_size, output_size = "cycle_navigation", "R", 3, MODULUS
     permutation_invariant = True
-
-    def _sample_inputs(self, batch_size, length, rng):
-        return rng.integers(0, 3, size=(batch_size, length))
 
     def _targets(self, inputs):
         return ((inputs - 1).sum(axis=1) % MODULUS)[:, None]

@@ -53,64 +53,40 @@ from pathlib import Path
 
 import pandas as pd
 
-# the rules' simulations (names used here, and read by tests/test_verdict_calibration.py through this package)
-from .bases import basis_cell, level_trial, paired_trial, unpaired_trial  # noqa: F401
-from .che import (CHE_HETEROGENEITY, CHE_NOISY, CHE_REGIMES, CHE_TASKS, che_claim_trial, che_rows,  # noqa: F401
-                  che_table, che_trial)
-from .claims import CHE_CLAIM_TASKS, claim_rows, claim_table, claim_trial  # noqa: F401
-from .common import (HOLM_DIVISOR, MANY_SEEDS, REGIMES, SEEDS, TAIL_TRIALS, WINDOW_SE, _noise, _rate,  # noqa: F401
-                     cell_rng, decided, each_cell, grid, seed_sd)
-from .design import DESIGN_MAX_SEEDS, DESIGN_PILOT_SEEDS, design_cell, design_rows, design_trial  # noqa: F401
-from .heterogeneity import (HETERO_RULES, HETEROGENEITY, LEAK_FACTOR, LEAK_SEEDS, another_kind_cell,  # noqa: F401
-                            hetero_cell, hetero_grid, hetero_rows, hetero_trial, leakage_cell, leakage_table,
-                            leakage_trial)
-from .holm import HOLM_CLAIMS, HOLM_REGIMES, HOLM_SEEDS, holm_rows, holm_trial  # noqa: F401
-from .kernel import (KERNEL_METHODS, KERNEL_REGIMES, KERNELS, kernel_cell, kernel_rows, kernel_table,  # noqa: F401
-                     kernel_trial, sweep_table)
-from .sink import SINK_HETEROGENEITY, SINK_REGIMES, SINK_SE, sink_rows, sink_table, sink_trial  # noqa: F401
-from .timing import (FAMILY_CLAIMS, ONE_JOB_PER_SIZE_BLOCKS, TIMING_DESIGNS, TIMING_REGIMES,  # noqa: F401
-                     replicate_rise, replicate_rises, simulate, timing_cells, timing_rows, timing_rows_all)
-from .welch import WELCH_RATIOS, WELCH_RULES, WELCH_SEEDS, welch_rate, welch_rows  # noqa: F401
+from .bases import basis_cell, paired_trial  # noqa: F401
+from .che import CHE_HETEROGENEITY, CHE_REGIMES, CHE_TASKS, che_claim_trial, che_rows, che_table, che_trial  # noqa: F401
+from .claims import CHE_CLAIM_TASKS, claim_rows, claim_trial  # noqa: F401
+from .common import (HOLM_DIVISOR, MANY_SEEDS, REGIMES, SEEDS, TAIL_TRIALS, cell_rng, decided, each_cell,  # noqa: F401
+                     grid, seed_sd)
+from .design import DESIGN_PILOT_SEEDS, design_cell, design_rows, design_trial  # noqa: F401
+from .heterogeneity import (HETERO_RULES, HETEROGENEITY, LEAK_FACTOR, LEAK_SEEDS, hetero_rows,  # noqa: F401
+                            leakage_table, leakage_trial)
+from .holm import HOLM_CLAIMS, HOLM_REGIMES, HOLM_SEEDS, holm_rows  # noqa: F401
+from .kernel import KERNEL_REGIMES, kernel_rows, kernel_trial  # noqa: F401
+from .sink import SINK_HETEROGENEITY, SINK_REGIMES, sink_rows, sink_table, sink_trial  # noqa: F401
+from .timing import (FAMILY_CLAIMS, TIMING_DESIGNS, TIMING_REGIMES, replicate_rise, replicate_rises,  # noqa: F401
+                     simulate, timing_rows_all)
+from .welch import WELCH_RATIOS, WELCH_SEEDS, welch_rate, welch_rows  # noqa: F401
 
 #: the results file (of the repository this package is installed from in place, as ``make install`` does)
 OUT = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "verdict_calibration.csv"
 
 
 def calibration(trials: int, seed: int = 0, seeds=SEEDS + MANY_SEEDS, regimes=tuple(REGIMES), power: bool = True,
-                timing_trials: int = 0, sink_trials: int = 0, che_trials: int = 0, kernel_trials: int = 0,
-                kernel_power_trials: int = 0, claim_trials: int = 0, claim_power_trials: int = 0,
-                hetero_trials: int = 0, holm_trials: int = 0, welch: bool = False, jobs: int = 1) -> pd.DataFrame:
-    """One row per basis × regime × seed count: false-decision rate and power with their Monte-Carlo SEs, each cell on
-    its own random stream (:func:`cell_rng`), ``jobs`` cells at a time in worker processes. The rules run through the
-    claims' own checks join with ``sink_trials`` (sink and CHE), ``kernel_trials``, ``claim_trials`` (claims of several
-    checks), ``hetero_trials`` (unequal method noise; the design stage), ``holm_trials`` (Holm's step-down over null
-    families), ``timing_trials`` (a tenth of them at a rise, for power) and ``welch`` (exact)."""
+                jobs: int = 1) -> pd.DataFrame:
+    """The interval bases' rows, one per basis × window variant × regime × seed count: false-decision rate and power
+    with their Monte-Carlo SEs, each cell on its own random stream (:func:`cell_rng`), ``jobs`` cells at a time in
+    worker processes. :func:`main` adds the rows of the rules run through the claims' own checks."""
     cells = [(kind, windows, regime, n, trials, seed, power) for regime in regimes for n in seeds
              for kind in ("paired", "unpaired", "one run", "own spread") if not (kind == "own spread" and n < 2)
              for windows in (True, False)]
-    rows = each_cell(basis_cell, cells, jobs)
-    if timing_trials:
-        rows += timing_rows_all(timing_trials, seed, timing_trials // 10 if power else 0, jobs=jobs)
-    if sink_trials:
-        rows += sink_che_rows(sink_trials, che_trials or max(1, sink_trials // 5), seed, power=power)
-    if kernel_trials:
-        rows += kernel_rows(kernel_trials, seed, power_trials=kernel_power_trials if power else 0, jobs=jobs)
-    if claim_trials:
-        rows += claim_rows(claim_trials, seed, power_trials=claim_power_trials if power else 0, jobs=jobs)
-    if hetero_trials:
-        rows += hetero_rows(hetero_trials, seed, jobs=jobs)
-        rows += design_rows(hetero_trials, seed, jobs=jobs)
-    if holm_trials:
-        rows += holm_rows(holm_trials, seed, jobs=jobs)
-    if welch:
-        rows += welch_rows()
-    return pd.DataFrame(rows)
+    return pd.DataFrame(each_cell(basis_cell, cells, jobs))
 
 
-def sink_che_rows(sink_trials: int, che_trials: int, seed: int, power: bool = True) -> list[dict]:
+def sink_che_rows(sink_trials: int, che_trials: int, seed: int) -> list[dict]:
     """The sink and CHE rules' rows, on one random stream."""
     rng = cell_rng(seed, "sink and CHE")
-    return sink_rows(sink_trials, rng, power=power) + che_rows(che_trials, rng, power=power)
+    return sink_rows(sink_trials, rng) + che_rows(che_trials, rng)
 
 
 #: the groups of rows a partial rerun recomputes (``--only``): each a test of a row's basis
@@ -185,27 +161,21 @@ def main(argv=None) -> int:
                    "comparison at unequal seed counts and noise, exact) and keep the others from --out")
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args(argv)
+    rows = {"bases": lambda: calibration(args.trials, args.seed, jobs=args.jobs).to_dict("records"),
+            "timing": lambda: timing_rows_all(args.timing_trials, args.seed, args.timing_trials // 10, jobs=args.jobs),
+            "sink": lambda: sink_che_rows(args.sink_trials, args.che_trials, args.seed),
+            "kernel": lambda: kernel_rows(args.kernel_trials, args.seed, power_trials=args.kernel_power_trials,
+                                          jobs=args.jobs),
+            "claims": lambda: claim_rows(args.claim_trials, args.seed, power_trials=args.claim_power_trials,
+                                         jobs=args.jobs),
+            "heterogeneity": lambda: hetero_rows(args.trials, args.seed, jobs=args.jobs),
+            "design": lambda: design_rows(args.trials, args.seed, jobs=args.jobs),
+            "holm": lambda: holm_rows(args.holm_trials, args.seed, jobs=args.jobs),
+            "welch": welch_rows}  # each group's rows, in the order of the results file
     if args.only is None:
-        df = calibration(args.trials, args.seed, timing_trials=args.timing_trials, sink_trials=args.sink_trials,
-                         che_trials=args.che_trials,
-                         kernel_trials=args.kernel_trials, kernel_power_trials=args.kernel_power_trials,
-                         claim_trials=args.claim_trials, claim_power_trials=args.claim_power_trials,
-                         hetero_trials=args.trials, holm_trials=args.holm_trials, welch=True, jobs=args.jobs)
+        df = pd.DataFrame([row for group in rows.values() for row in group()])
     else:
-        kept = kept_rows(args.out, args.only)
-        fresh = {"bases": lambda: calibration(args.trials, args.seed, jobs=args.jobs).to_dict("records"),
-                 "timing": lambda: timing_rows_all(args.timing_trials, args.seed, args.timing_trials // 10,
-                                                   jobs=args.jobs),
-                 "sink": lambda: sink_che_rows(args.sink_trials, args.che_trials, args.seed),
-                 "kernel": lambda: kernel_rows(args.kernel_trials, args.seed,
-                                               power_trials=args.kernel_power_trials, jobs=args.jobs),
-                 "claims": lambda: claim_rows(args.claim_trials, args.seed, power_trials=args.claim_power_trials,
-                                              jobs=args.jobs),
-                 "heterogeneity": lambda: hetero_rows(args.trials, args.seed, jobs=args.jobs),
-                 "design": lambda: design_rows(args.trials, args.seed, jobs=args.jobs),
-                 "holm": lambda: holm_rows(args.holm_trials, args.seed, jobs=args.jobs),
-                 "welch": welch_rows}[args.only]()
-        df = pd.concat([kept, pd.DataFrame(fresh)], ignore_index=True)
+        df = pd.concat([kept_rows(args.out, args.only), pd.DataFrame(rows[args.only]())], ignore_index=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(args.out, index=False, float_format="%.6g")  # 0.05/18 = 0.002778: four decimals would not do
     worst = df.loc[df["false_decisions"].idxmax()]

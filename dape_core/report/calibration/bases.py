@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from dape_core.report.intervals import UNDECIDED, combine_noise, decide, difference, interval
-from .common import NOISE_SD, REGIMES, W, _noise, _rate, _rows, cell_rng, decided, grid, seed_sd, tail_columns
+from .common import NOISE_SD, REGIMES, W, _noise, _rate, _rows, cell_rng, decided, grid, null_columns, seed_sd
 
 
 def paired_trial(rng, n, main_sd, inter_sd, windows, shift, own_spread=False, tail=False):
@@ -66,13 +66,10 @@ def basis_cell(task: tuple) -> dict:
             return level_trial(rng, n, main_sd, inter_sd, windows, shift, tail=tail)
         return paired_trial(rng, n, main_sd, inter_sd, windows, shift, own_spread=kind != "paired", tail=tail)
 
-    null = np.array([once(0.0, tail=True) for _ in range(trials)], dtype=bool).reshape(trials, 2)
-    rate, se = _rate(int(null[:, 0].sum()), trials)
     row = {"basis": kind, "per_window_data": windows, "regime": regime, "seeds": n,
            "sigma_from": ("the pair's own seeds" if kind == "own spread" else
                           "a borrowed 7 × 2 grid" if n == 1 else f"its setting's 7 × {n} grid"),
-           "trials": trials, "false_decisions": rate, "false_decisions_se": se,
-           **tail_columns(int(null[:, 1].sum()), trials)}
+           **null_columns([once(0.0, tail=True) for _ in range(trials)])}
     if power:
         count = min(trials, POWER_TRIALS)
         row["power_at_2_sd"], row["power_se"] = _rate(sum(once(2 * unit) for _ in range(count)), count)

@@ -15,7 +15,6 @@ CHE_TASKS = ("even_pairs", "modular_arithmetic", "stack_manipulation", "reverse_
              "modular_arithmetic_brackets", "solve_equation", "duplicate_string", "missing_duplicate", "odds_first",
              "binary_addition", "binary_multiplication", "compute_sqrt")
 
-
 CHE_REGIMES = {"interaction dominates": (0.01, 0.04), "seed effect dominates": (0.04, 0.01)}  # (seed SD, inter SD)
 #: a third of the tasks (both methods) at this many times the others' interaction SD, the interaction dominating;
 #: the rate is that of those tasks (a σ pooled over the cells would understate their noise)

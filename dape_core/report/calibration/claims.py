@@ -14,7 +14,6 @@ from .kernel import KERNEL_REGIMES, sweep_table
 
 CLAIM_ENCODINGS = ("ALiBi", "Kerple", "FIRE")
 
-
 CLAIM_MULTIPLES = (1, 2, 4, 8)
 
 

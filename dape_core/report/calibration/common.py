@@ -13,9 +13,7 @@ from dape_core.report.seed_noise import table_variance
 
 R, W, NOISE_SD = 7, 64, 0.9
 
-
 WINDOW_SE = NOISE_SD / math.sqrt(W)  # SE of one method's mean over its windows
-
 
 REGIMES = {  # (seed main effect SD, interaction SD)
     "seed noise dominates": (3 * WINDOW_SE, 2 * WINDOW_SE),
@@ -23,13 +21,11 @@ REGIMES = {  # (seed main effect SD, interaction SD)
     "window noise dominates": (0.5 * WINDOW_SE, 0.25 * WINDOW_SE),
 }
 
-
 #: Holm's strictest divisor: the step-down's first step reads each claim at 1 − 0.05/18 (0.28 %), so a rule must hold
 #: there too (:mod:`dape_core.report.holm`)
 HOLM_DIVISOR = 18
 #: the fewest null trials a cell is read on at 1 − 0.05/18 (SE 0.037 % at 0.28 %)
 TAIL_TRIALS = 20000
-
 
 SEEDS = (1, 2, 3, 4, 5, 8)
 #: the seed counts of a design's fresh seeds beyond those: a check read on 1024 windows at ×1 gets up to
@@ -92,10 +88,13 @@ def decided(iv, side: int = 1, confirm: float = 0.0, refute: float = 0.0) -> tup
     return decide(iv, **rule) != UNDECIDED, decide(simultaneous(iv, HOLM_DIVISOR), **rule) != UNDECIDED
 
 
-def tail_columns(hits: int, trials: int) -> dict:
-    """The false-decision rate at 1 − 0.05/:data:`HOLM_DIVISOR` with its Monte-Carlo SE."""
-    rate, se = _rate(hits, trials)
-    return {"false_decisions_at_18": rate, "false_decisions_at_18_se": se}
+def null_columns(null: list[tuple[bool, bool]]) -> dict:
+    """A row's trials and false-decision rates at 95 % and at 1 − 0.05/:data:`HOLM_DIVISOR`, with their Monte-Carlo
+    SEs, from its null trials' :func:`decided` outcomes."""
+    rate, se = _rate(sum(d for d, _ in null), len(null))
+    tail, tail_se = _rate(sum(d for _, d in null), len(null))
+    return {"trials": len(null), "false_decisions": rate, "false_decisions_se": se, "false_decisions_at_18": tail,
+            "false_decisions_at_18_se": tail_se}
 
 
 def _rate(hits: int, trials: int) -> tuple[float, float]:

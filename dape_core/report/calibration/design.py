@@ -12,8 +12,13 @@ from .heterogeneity import HETEROGENEITY, hetero_grid
 
 DESIGN_PILOT_SEEDS = (2, 3, 4)
 
-
 DESIGN_MAX_SEEDS = 8  # design.max_seeds's default
+
+
+def _pair_interval(rng, n: int, factor: float, law: str):
+    """Method 1 − method 0 paired by seed over ``n`` seeds of :func:`hetero_grid`, on the pair's own spread."""
+    table = hetero_grid(rng, n, factor, law)
+    return interval([np.array([[table[0, s], table[1, s]]]) for s in range(n)], lambda m: m[:, 1] - m[:, 0])
 
 
 def design_trial(rng, pilot_n: int, factor: float, law: str) -> tuple[bool, bool]:
@@ -24,11 +29,8 @@ def design_trial(rng, pilot_n: int, factor: float, law: str) -> tuple[bool, bool
     from dape_core.report import design
     from dape_core.report.intervals import seeds_to_decide
 
-    def pair(table):
-        return [np.array([[table[0, s], table[1, s]]]) for s in range(table.shape[1])]
-
     rule = dict(side=1, confirm=0.0, refute=0.0)
-    pilot = interval(pair(hetero_grid(rng, pilot_n, factor, law)), lambda m: m[:, 1] - m[:, 0])
+    pilot = _pair_interval(rng, pilot_n, factor, law)
     n, text = seeds_to_decide(pilot, **rule, fresh=True)
     claims = pd.DataFrame([{"claim_id": "c", "verdict": decide(pilot, **rule), "fresh_seeds": n, "fresh_text": text,
                             "fresh_runs": ["a", "b"]}])
@@ -36,7 +38,7 @@ def design_trial(rng, pilot_n: int, factor: float, law: str) -> tuple[bool, bool
                            design.DesignSettings(budget_minutes=1e6, max_seeds=DESIGN_MAX_SEEDS))["chosen"]
     if not chosen:
         return False, False
-    fresh = interval(pair(hetero_grid(rng, chosen[0]["seeds"], factor, law)), lambda m: m[:, 1] - m[:, 0])
+    fresh = _pair_interval(rng, chosen[0]["seeds"], factor, law)
     return True, decide(fresh, **rule) != UNDECIDED
 
 
@@ -56,16 +58,10 @@ def design_partial_trial(rng, pilot_n: int, factor: float, law: str) -> tuple[bo
     from dape_core.report.claim_costs import decide_route
     from dape_core.report.intervals import seeds_to_decide
 
-    def pair(table):
-        return [np.array([[table[0, s], table[1, s]]]) for s in range(table.shape[1])]
-
-    def read(n):
-        return interval(pair(hetero_grid(rng, n, factor, law)), lambda m: m[:, 1] - m[:, 0])
-
     m, rule = PARTIAL_CHECKS, dict(side=1, confirm=0.0, refute=0.0)
     checks = []
     for k in range(m):
-        pilot = read(pilot_n)
+        pilot = _pair_interval(rng, pilot_n, factor, law)
         n, text = seeds_to_decide(pilot, **rule, fresh=True)
         if "towards " + REFUTED in text:
             n, text = seeds_to_decide(pilot, **rule, comparisons=m, fresh=True)
@@ -81,7 +77,8 @@ def design_partial_trial(rng, pilot_n: int, factor: float, law: str) -> tuple[bo
     if not chosen:
         return False, False
     reached = [k for k in range(m) if set(checks[k]["runs"]) <= set(chosen[0]["runs"])]
-    fresh = [read(chosen[0]["run_seeds"][checks[k]["runs"][0]]) for k in reached]  # each check its own runs' n
+    fresh = [_pair_interval(rng, chosen[0]["run_seeds"][checks[k]["runs"][0]], factor, law)
+             for k in reached]  # each check its own runs' n
     if any(decide(simultaneous(iv, m), **rule) == REFUTED for iv in fresh):
         return True, True
     confirmed = len(reached) == m and all(decide(iv, **rule) == "CONFIRMED" for iv in fresh)

@@ -72,4 +72,3 @@ def holm_rows(trials: int, seed: int, jobs: int = 1) -> list[dict]:
     cells = [(claims, n, label, trials, seed) for claims in HOLM_CLAIMS for n in HOLM_SEEDS
              for label in HOLM_REGIMES]
     return each_cell(holm_cell, cells, jobs)
-

@@ -12,12 +12,10 @@ from .common import R, SEEDS, cell_rng, each_cell, rule_row
 
 KERNELS, KERNEL_MULTIPLES, KERNEL_TRAIN_LEN = (1, 3, 5, 7), (1, 2, 4, 8, 16), 32
 
-
 KERNEL_REGIMES = {  # (run × seed SD, run × seed × length SD) of a run's log perplexity at one length
     "run noise dominates": (0.03, 0.01),
     "per-length noise dominates": (0.01, 0.03),
 }
-
 
 KERNEL_METHODS = {k: "DAPE-Kerple" if k == 1 else f"DAPE1x{k}-Kerple" for k in KERNELS}
 

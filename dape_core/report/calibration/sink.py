@@ -8,14 +8,12 @@ import math
 import pandas as pd
 
 from dape_core.report.intervals import UNDECIDED, decide, simultaneous
-from .common import HOLM_DIVISOR, _rate, tail_columns
+from .common import HOLM_DIVISOR, _rate, null_columns
 
 
 SINK_ENCODINGS, SINK_SEQUENCES, SINK_LAYERS, SINK_NOISE = ("ALiBi", "Kerple", "FIRE"), 8, 2, 0.3
 
-
 SINK_SE = SINK_NOISE / math.sqrt(SINK_SEQUENCES)  # SE of one run's mean log mass over its sequences
-
 
 SINK_REGIMES = {"interaction dominates": 2 * SINK_SE, "sequence noise dominates": 0.5 * SINK_SE}
 #: the first encoding's pair (the one read) at this many times the others' interaction SD, the interaction
@@ -65,13 +63,10 @@ def sink_rows(trials: int, rng, seeds=(1, 2, 3, 5), power: bool = True) -> list[
     for regime, inter_sd, factor in regimes:
         unit = math.sqrt(2 * inter_sd ** 2 + 2 * SINK_SE ** 2)  # SD of one seed's paired difference
         for n in seeds:
-            null = [sink_trial(rng, n, inter_sd, 0.0, factor, tail=True) for _ in range(trials)]
-            rate, se = _rate(sum(d for d, _ in null), trials)
             row = {"basis": "sink (paired differences, each pair's own spread)", "per_window_data": True,
                    "regime": regime, "seeds": n,
                    "sigma_from": "the pair's own per-seed differences" if n >= 2 else "none (n = 1)",
-                   "trials": trials, "false_decisions": rate, "false_decisions_se": se,
-                   **tail_columns(sum(d for _, d in null), trials)}
+                   **null_columns([sink_trial(rng, n, inter_sd, 0.0, factor, tail=True) for _ in range(trials)])}
             if power and factor == 1.0:
                 row["power_at_2_sd"], row["power_se"] = _rate(
                     sum(sink_trial(rng, n, inter_sd, 2 * unit) for _ in range(trials)), trials)

@@ -55,16 +55,10 @@ def welch_rate(n_few: int, n_many: int, ratio: float, divisor: float = 1.0, rule
 
 def welch_rows() -> list[dict]:
     """One row per rule × seed counts × SD ratio: the exact rate at 95 % and at 1 − 0.05/18 (SE 0)."""
-    rows = []
-    for basis, rule in WELCH_RULES.items():
-        for n_few, n_many in WELCH_SEEDS:
-            for ratio in WELCH_RATIOS:
-                rows.append({"basis": basis, "per_window_data": False,
-                             "regime": f"the side of {n_few} seeds at {ratio:.3g}× the other's SD",
-                             "seeds": n_few, "other_seeds": n_many,
-                             "sigma_from": f"each side's own spread, {n_few} against {n_many} seeds",
-                             "trials": 0, "false_decisions": welch_rate(n_few, n_many, ratio, 1.0, rule),
-                             "false_decisions_se": 0.0,
-                             "false_decisions_at_18": welch_rate(n_few, n_many, ratio, HOLM_DIVISOR, rule),
-                             "false_decisions_at_18_se": 0.0})
-    return rows
+    return [{"basis": basis, "per_window_data": False,
+             "regime": f"the side of {n_few} seeds at {ratio:.3g}× the other's SD", "seeds": n_few,
+             "other_seeds": n_many, "sigma_from": f"each side's own spread, {n_few} against {n_many} seeds",
+             "trials": 0, "false_decisions": welch_rate(n_few, n_many, ratio, 1.0, rule), "false_decisions_se": 0.0,
+             "false_decisions_at_18": welch_rate(n_few, n_many, ratio, HOLM_DIVISOR, rule),
+             "false_decisions_at_18_se": 0.0}
+            for basis, rule in WELCH_RULES.items() for n_few, n_many in WELCH_SEEDS for ratio in WELCH_RATIOS]
